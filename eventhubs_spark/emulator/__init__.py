@@ -234,6 +234,11 @@ class Emulator:
 
         self._call(apply)
 
+    def receiver_count(self, hub: str, partition: str | int, consumer_group: str = DEFAULT_CONSUMER_GROUP) -> int:
+        """How many receivers are attached to one partition in one consumer group (for tests)."""
+        key = (hub.lower(), consumer_group.lower(), str(partition))
+        return self._call(lambda: sum(1 for r in self._server().receivers.get(key, []) if not r.detached))
+
     def stats(self) -> dict[str, int]:
         return self._call(lambda: dict(self._server().stats, connections=len(self._server().connections)))
 
