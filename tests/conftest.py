@@ -50,12 +50,22 @@ class Azurite:
         self.port = free_port()
         self.location = tempfile.mkdtemp(prefix="azurite-")
         self.process = subprocess.Popen(
-            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", self.location,
-             "--skipApiVersionCheck", "--silent", "--loose"],
+            [
+                str(binary),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--location",
+                self.location,
+                "--skipApiVersionCheck",
+                "--silent",
+                "--loose",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-        )  # fmt: skip
+        )
         wait_for_port(self.port)
 
     @property

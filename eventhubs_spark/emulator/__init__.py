@@ -72,7 +72,7 @@ class Emulator:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --
-    def start(self) -> "Emulator":
+    def start(self) -> Emulator:
         if self._thread is not None:
             return self
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -106,7 +106,7 @@ class Emulator:
         self._thread = None
         self._loop = None
 
-    def __enter__(self) -> "Emulator":
+    def __enter__(self) -> Emulator:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -127,15 +127,15 @@ class Emulator:
     def fully_qualified_namespace(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def connection_string(
-        self, hub: str | None = None, key_name: str | None = None, key: str | None = None
-    ) -> str:
+    def connection_string(self, hub: str | None = None, key_name: str | None = None, key: str | None = None) -> str:
         """A connection string the SDK accepts; with ``hub`` it carries ``EntityPath``."""
         if key_name is None:
             key_name = next(iter(self.config.keys), DEFAULT_KEY_NAME)
         if key is None:
             key = self.config.keys.get(key_name, DEFAULT_KEY)
-        text = f"Endpoint={self.endpoint};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true"
+        text = (
+            f"Endpoint={self.endpoint};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true"
+        )
         if hub:
             text += f";EntityPath={hub}"
         return text
@@ -152,7 +152,7 @@ class Emulator:
         def run() -> None:
             try:
                 done.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            except BaseException as exc:
                 done.set_exception(exc)
 
         loop.call_soon_threadsafe(run)

@@ -30,9 +30,9 @@ __all__ = [
     "ULong",
     "UShort",
     "decode_value",
-    "encode_value",
     "encode_frame",
     "encode_performative",
+    "encode_value",
     "skip_value",
 ]
 

@@ -30,7 +30,7 @@ _STAMPED = {"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-o
 class Event:
     """One stored event: its position and the bytes to deliver (minus per-delivery annotations)."""
 
-    __slots__ = ("sequence_number", "offset", "enqueued_ms", "partition_key", "header", "body", "size")
+    __slots__ = ("body", "enqueued_ms", "header", "offset", "partition_key", "sequence_number", "size")
 
     def __init__(
         self,
@@ -105,7 +105,7 @@ def parse_batch(payload: bytes) -> tuple[list[IncomingMessage], str | None]:
 class Partition:
     """An append-only log with retention, plus the receivers attached to it."""
 
-    def __init__(self, hub: "Hub", partition_id: str) -> None:
+    def __init__(self, hub: Hub, partition_id: str) -> None:
         self.hub = hub
         self.id = partition_id
         self.events: list[Event] = []

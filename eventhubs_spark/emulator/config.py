@@ -78,11 +78,13 @@ def load_official_config(path: str | Path) -> EmulatorConfig:
 def _entity(path: str | Path, entity: dict[str, Any]) -> HubConfig:
     name = entity.get("Name")
     if not isinstance(name, str) or not name:
-        raise ValueError(f"--config {path}: every entity needs a Name, e.g. {{\"Name\": \"eh1\"}}")
+        raise ValueError(f'--config {path}: every entity needs a Name, e.g. {{"Name": "eh1"}}')
     try:
         partitions = int(entity.get("PartitionCount", 4))
     except (TypeError, ValueError):
-        raise ValueError(f"--config {path}: entity {name!r} has a bad PartitionCount, e.g. \"PartitionCount\": 2") from None
+        raise ValueError(
+            f'--config {path}: entity {name!r} has a bad PartitionCount, e.g. "PartitionCount": 2'
+        ) from None
     groups = [DEFAULT_CONSUMER_GROUP]
     for group in entity.get("ConsumerGroups", []) or []:
         group_name = group.get("Name") if isinstance(group, dict) else None

@@ -50,7 +50,7 @@ class LinkError(Exception):
 
 
 class Link:
-    def __init__(self, session: "Session", name: str, remote_handle: int, handle: int) -> None:
+    def __init__(self, session: Session, name: str, remote_handle: int, handle: int) -> None:
         self.session = session
         self.name = name
         self.remote_handle = remote_handle
@@ -63,7 +63,7 @@ class Link:
 class InLink(Link):
     """The server's receiving end: a client sends events, cbs or management requests on it."""
 
-    def __init__(self, session: "Session", name: str, remote_handle: int, handle: int, kind: str) -> None:
+    def __init__(self, session: Session, name: str, remote_handle: int, handle: int, kind: str) -> None:
         super().__init__(session, name, remote_handle, handle)
         self.kind = kind  # "cbs" | "management" | "events"
         self.hub: Hub | None = None
@@ -78,7 +78,7 @@ class InLink(Link):
 class OutLink(Link):
     """The server's sending end: events to a consumer, or replies on `$cbs`/`$management`."""
 
-    def __init__(self, session: "Session", name: str, remote_handle: int, handle: int, kind: str) -> None:
+    def __init__(self, session: Session, name: str, remote_handle: int, handle: int, kind: str) -> None:
         super().__init__(session, name, remote_handle, handle)
         self.kind = kind  # "reply" | "events"
         self.credit = 0
@@ -102,7 +102,7 @@ class OutLink(Link):
 
 
 class Session:
-    def __init__(self, conn: "Connection", channel: int, next_incoming_id: int, remote_incoming_window: int) -> None:
+    def __init__(self, conn: Connection, channel: int, next_incoming_id: int, remote_incoming_window: int) -> None:
         self.conn = conn
         self.channel = channel
         self.next_outgoing_id = 0
@@ -123,7 +123,7 @@ class Session:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: "Server") -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
@@ -191,7 +191,7 @@ class Connection(asyncio.Protocol):
                 continue
             if len(buf) < 8:
                 return
-            size, doff, frame_type, channel = _FRAME_HEADER.unpack_from(buf, 0)
+            size, doff, _frame_type, channel = _FRAME_HEADER.unpack_from(buf, 0)
             if len(buf) < size:
                 return
             body = bytes(buf[doff * 4 : size])
@@ -286,7 +286,16 @@ class Connection(asyncio.Protocol):
         self.send(
             channel,
             amqp.BEGIN,
-            [UShort(channel), UInt(0), UInt(_INCOMING_WINDOW), UInt(_INCOMING_WINDOW), UInt(4294967295), None, None, None],
+            [
+                UShort(channel),
+                UInt(0),
+                UInt(_INCOMING_WINDOW),
+                UInt(_INCOMING_WINDOW),
+                UInt(4294967295),
+                None,
+                None,
+                None,
+            ],
         )
 
     def _drop_session(self, session: Session) -> None:
@@ -299,18 +308,18 @@ class Connection(asyncio.Protocol):
         session.remote_incoming_window = next_incoming_id + (fields[1] or 0) - session.next_outgoing_id
         handle = fields[4]
         if handle is None:
-            for link in session.links_by_remote.values():
-                if isinstance(link, OutLink) and link.kind == "events":
-                    self.server.schedule_pump(link)
+            for any_link in session.links_by_remote.values():
+                if isinstance(any_link, OutLink) and any_link.kind == "events":
+                    self.server.schedule_pump(any_link)
             return
-        link = session.links_by_remote.get(handle)
-        if isinstance(link, OutLink):
-            delivery_count = fields[5] if fields[5] is not None else link.delivery_count
-            link.credit = delivery_count + (fields[6] or 0) - link.delivery_count
-            if link.kind == "events":
-                self.server.schedule_pump(link)
+        out = session.links_by_remote.get(handle)
+        if isinstance(out, OutLink):
+            delivery_count = fields[5] if fields[5] is not None else out.delivery_count
+            out.credit = delivery_count + (fields[6] or 0) - out.delivery_count
+            if out.kind == "events":
+                self.server.schedule_pump(out)
             else:
-                self._flush_replies(link)
+                self._flush_replies(out)
 
     # -- links --
     def _on_attach(self, session: Session, fields: list[Any]) -> None:
@@ -423,9 +432,20 @@ class Connection(asyncio.Protocol):
             self.send(
                 session.channel,
                 amqp.FLOW,
-                [UInt(session.next_incoming_id), UInt(session.incoming_window), UInt(session.next_outgoing_id),
-                 UInt(_INCOMING_WINDOW), None, None, None, None, False, False, None],
-            )  # fmt: skip
+                [
+                    UInt(session.next_incoming_id),
+                    UInt(session.incoming_window),
+                    UInt(session.next_outgoing_id),
+                    UInt(_INCOMING_WINDOW),
+                    None,
+                    None,
+                    None,
+                    None,
+                    False,
+                    False,
+                    None,
+                ],
+            )
         link = session.links_by_remote.get(fields[0])
         if not isinstance(link, InLink) or link.detached:
             return

@@ -110,8 +110,9 @@ def attach_error(conn: str, partition: str, consumer_group: str = "$Default", **
     answer is visible is the link itself: drive a consumer by hand and read it there.
     """
     client = EventHubConsumerClient.from_connection_string(conn, consumer_group=consumer_group)
-    consumer = client._create_consumer(consumer_group, partition, "-1", on_event_received=lambda _e: None,
-                                       **consumer_options)  # fmt: skip
+    consumer = client._create_consumer(
+        consumer_group, partition, "-1", on_event_received=lambda _e: None, **consumer_options
+    )
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -67,11 +67,13 @@ def test_management_failures_are_retried_by_the_sdk(eventhubs_emulator, eventhub
     ) as producer:
         assert producer.get_partition_properties("0")["id"] == "0"
     eventhubs_emulator.fail_management_calls(10)
-    with EventHubProducerClient.from_connection_string(
-        eventhub.connection_string, retry_total=1, retry_backoff_factor=0.01
-    ) as producer:
-        with pytest.raises(EventHubError, match="server is busy"):
-            producer.get_partition_properties("0")
+    with (
+        EventHubProducerClient.from_connection_string(
+            eventhub.connection_string, retry_total=1, retry_backoff_factor=0.01
+        ) as producer,
+        pytest.raises(EventHubError, match="server is busy"),
+    ):
+        producer.get_partition_properties("0")
     eventhubs_emulator.fail_management_calls(0)
 
 
@@ -87,41 +89,26 @@ def test_round_robin_spreads_batches_over_partitions(eventhub):
 
 
 def test_partition_key_always_lands_on_one_partition(eventhub):
+    keys = ("alpha", "beta", "gamma", "delta", "epsilon")
     with EventHubProducerClient.from_connection_string(eventhub.connection_string) as producer:
         for round_ in range(3):
-            for key in ("alpha", "beta", "gamma", "delta", "epsilon"):
+            for key in keys:
                 producer.send_batch([EventData(f"{key}-{round_}")], partition_key=key)
                 producer.send_event(EventData(f"{key}-single-{round_}"), partition_key=key)
-    events = receive(eventhub.connection_string, 30, starting_position="-1")
-    assert len(events) == 30
-    where: dict[str, set[str]] = {}
-    for e in events:
-        assert e.partition_key is not None
-        where.setdefault(e.partition_key.decode() if isinstance(e.partition_key, bytes) else e.partition_key, set())
-    by_key: dict[str, set[int]] = {}
-    for e in events:
-        key = e.body_as_str().split("-")[0]
-        by_key.setdefault(key, set()).add(_partition_of(eventhub, e))
-    assert all(len(partitions) == 1 for partitions in by_key.values()), by_key
-    assert len({p for ps in by_key.values() for p in ps}) > 1  # five keys do not all hash alike
-
-
-def _partition_of(eventhub, event) -> int:
-    # The SDK's EventData does not carry the partition id; find the event by sequence number and body.
-    for p in range(eventhub.partitions):
-        props = eventhub.emulator.partition_properties(eventhub.name, p)
-        if props["last_enqueued_sequence_number"] >= event.sequence_number:
-            found = receive(
-                eventhub.connection_string,
-                1,
-                timeout=5,
-                partition_id=str(p),
-                starting_position=event.sequence_number,
-                starting_position_inclusive=True,
-            )
-            if found and found[0].body_as_str() == event.body_as_str():
-                return p
-    raise AssertionError("event not found")
+    partitions_of: dict[str, set[str]] = {}
+    for p in map(str, range(eventhub.partitions)):
+        expected = eventhub.emulator.partition_properties(eventhub.name, p)["last_enqueued_sequence_number"] + 1
+        if expected == 0:
+            continue
+        events = receive(eventhub.connection_string, expected, partition_id=p, starting_position="-1")
+        assert len(events) == expected
+        for e in events:
+            key = e.body_as_str().split("-")[0]
+            assert e.partition_key in (key, key.encode())
+            partitions_of.setdefault(key, set()).add(p)
+    assert set(partitions_of) == set(keys)
+    assert all(len(ps) == 1 for ps in partitions_of.values()), partitions_of
+    assert len({p for ps in partitions_of.values() for p in ps}) > 1  # five keys do not all hash alike
 
 
 def test_explicit_partition_single_events_and_batches(eventhub):
@@ -188,25 +175,32 @@ def ten_events(eventhub):
     return eventhub
 
 
-def _read(hub, **options):
-    return bodies(receive(hub.connection_string, 100, timeout=3, partition_id="0", **options))
+def _read(hub, expected: int, **options):
+    """Read partition 0 from a position; waits for ``expected`` events, then a moment for any extra."""
+    with Receiver(hub.connection_string, partition_id="0", **options) as r:
+        r.wait_for(expected, timeout=10)
+        wait_until(lambda: hub.emulator.receiver_count(hub.name, 0) >= 1, message="receiver attached")
+        time.sleep(0.3)  # room for any event that should not come
+        return bodies(r.result.events)
 
 
 def test_positions_by_sequence_number(ten_events):
-    assert _read(ten_events, starting_position=4) == [f"e{i}" for i in range(5, 10)]
-    assert _read(ten_events, starting_position=4, starting_position_inclusive=True) == [f"e{i}" for i in range(4, 10)]
+    assert _read(ten_events, 5, starting_position=4) == [f"e{i}" for i in range(5, 10)]
+    assert _read(ten_events, 6, starting_position=4, starting_position_inclusive=True) == [
+        f"e{i}" for i in range(4, 10)
+    ]
 
 
 def test_positions_by_offset_and_special_offsets(ten_events):
     everything = receive(ten_events.connection_string, 10, partition_id="0", starting_position="-1")
     offset_of_3 = everything[3].offset
     assert isinstance(offset_of_3, str)
-    assert _read(ten_events, starting_position=offset_of_3) == [f"e{i}" for i in range(4, 10)]
-    assert _read(ten_events, starting_position=offset_of_3, starting_position_inclusive=True) == [
+    assert _read(ten_events, 6, starting_position=offset_of_3) == [f"e{i}" for i in range(4, 10)]
+    assert _read(ten_events, 7, starting_position=offset_of_3, starting_position_inclusive=True) == [
         f"e{i}" for i in range(3, 10)
     ]
-    assert _read(ten_events, starting_position="-1") == [f"e{i}" for i in range(10)]
-    assert _read(ten_events, starting_position="@latest") == []
+    assert _read(ten_events, 10, starting_position="-1") == [f"e{i}" for i in range(10)]
+    assert _read(ten_events, 0, starting_position="@latest") == []
 
 
 def test_positions_by_enqueued_time(eventhub):
@@ -215,9 +209,9 @@ def test_positions_by_enqueued_time(eventhub):
     cut = dt.datetime.now(dt.timezone.utc)
     time.sleep(0.05)
     send(eventhub.connection_string, ["new1", "new2"], partition_id="0")
-    assert _read(eventhub, starting_position=cut) == ["new1", "new2"]
+    assert _read(eventhub, 2, starting_position=cut) == ["new1", "new2"]
     first = receive(eventhub.connection_string, 1, partition_id="0", starting_position="-1")[0]
-    assert _read(eventhub, starting_position=first.enqueued_time, starting_position_inclusive=True)[:2] == [
+    assert _read(eventhub, 4, starting_position=first.enqueued_time, starting_position_inclusive=True)[:2] == [
         "old1",
         "old2",
     ]
@@ -310,8 +304,8 @@ def test_trim_moves_the_beginning_sequence_number(eventhub):
         props = producer.get_partition_properties("0")
     assert props["beginning_sequence_number"] == 6
     assert props["last_enqueued_sequence_number"] == 9
-    assert _read(eventhub, starting_position="-1") == ["t6", "t7", "t8", "t9"]
-    assert _read(eventhub, starting_position=2) == ["t6", "t7", "t8", "t9"]  # below the beginning: the oldest
+    assert _read(eventhub, 4, starting_position="-1") == ["t6", "t7", "t8", "t9"]
+    assert _read(eventhub, 4, starting_position=2) == ["t6", "t7", "t8", "t9"]  # below the beginning: the oldest
 
 
 def test_time_based_retention(eventhub):

@@ -1,0 +1,152 @@
+"""Events per second the plain SDK sends to and receives from the emulator, and who spends the CPU.
+
+The emulator runs as its own process (``python -m eventhubs_spark.emulator``), as a user would run
+it, so the SDK client and the server do not share a GIL. CPU seconds of both processes are read from
+``/proc`` around each phase: the figure that matters is the emulator's share, which shows whether the
+SDK client (the intended bottleneck) or the server limits throughput.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+
+from .results import record
+
+HUB = "bench"
+PARTITIONS = 4
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _start_emulator() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "eventhubs_spark.emulator", "--port", "0", "--hub", f"{HUB}:{PARTITIONS}"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    match = re.search(r"(Endpoint=\S+)", proc.stdout.readline())
+    assert match, "the emulator did not print a connection string"
+    return proc, match.group(1)
+
+
+def _send(conn: str, events: int, size: int) -> float:
+    body = b"x" * size
+    with EventHubProducerClient.from_connection_string(conn) as producer:
+        started = time.perf_counter()
+        sent = 0
+        partition = 0
+        while sent < events:
+            batch = producer.create_batch(partition_id=str(partition % PARTITIONS))
+            partition += 1
+            while sent < events:
+                try:
+                    batch.add(EventData(body))
+                except ValueError:
+                    break
+                sent += 1
+            producer.send_batch(batch)
+        return time.perf_counter() - started
+
+
+def _receive(conn: str, events: int, prefetch: int) -> float:
+    client = EventHubConsumerClient.from_connection_string(conn, consumer_group="$Default")
+    count = 0
+    done = threading.Event()
+    started = 0.0
+
+    def on_batch(ctx: Any, batch: list[Any]) -> None:
+        nonlocal count, started
+        if not started:
+            started = time.perf_counter()
+        count += len(batch)
+        if count >= events:
+            done.set()
+
+    thread = threading.Thread(
+        target=client.receive_batch,
+        kwargs={
+            "on_event_batch": on_batch,
+            "partition_id": "0",
+            "starting_position": "-1",
+            "prefetch": prefetch,
+            "max_batch_size": prefetch,
+            "max_wait_time": 1,
+        },
+        daemon=True,
+    )
+    t0 = time.perf_counter()
+    thread.start()
+    done.wait(600)
+    elapsed = time.perf_counter() - t0
+    client.close()
+    thread.join(30)
+    return elapsed
+
+
+def run(events: int = 100_000, size: int = 200) -> None:
+    proc, conn = _start_emulator()
+    me = os.getpid()
+    rows = []
+    try:
+        conn_hub = conn
+        # send: round robin over partitions by batch
+        server0, client0 = _cpu_seconds(proc.pid), _cpu_seconds(me)
+        elapsed = _send(conn_hub, events, size)
+        server1, client1 = _cpu_seconds(proc.pid), _cpu_seconds(me)
+        rows.append(_row("send_batch", events, elapsed, server1 - server0, client1 - client0))
+        # receive partition 0 from the start (a quarter of the events were sent there)
+        in_partition = sum(1 for i in range(0, events)) // PARTITIONS
+        for prefetch in (300, 2000):
+            server0, client0 = _cpu_seconds(proc.pid), _cpu_seconds(me)
+            elapsed = _receive(conn_hub, in_partition, prefetch)
+            server1, client1 = _cpu_seconds(proc.pid), _cpu_seconds(me)
+            rows.append(
+                _row(f"receive_batch prefetch={prefetch}", in_partition, elapsed, server1 - server0, client1 - client0)
+            )
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    best_receive = max(r["events/s"] for r in rows if r["operation"].startswith("receive"))
+    record(
+        "emulator_sdk",
+        {
+            "events": events,
+            "event size (bytes)": size,
+            "SDK send_batch events/s": round(rows[0]["events/s"]),
+            "SDK receive_batch events/s (best prefetch)": round(best_receive),
+            "emulator CPU per event, receive (µs)": rows[-1]["emulator µs/event"],
+            "SDK client CPU per event, receive (µs)": rows[-1]["client µs/event"],
+        },
+        rows,
+        notes=(
+            "The emulator runs in its own process. 'emulator µs/event' and 'client µs/event' are CPU "
+            "time per event of each process during the phase; where the client's figure is the larger "
+            "one, the SDK, not the emulator, is the bottleneck."
+        ),
+    )
+
+
+def _row(op: str, events: int, elapsed: float, server_cpu: float, client_cpu: float) -> dict[str, Any]:
+    return {
+        "operation": op,
+        "events": events,
+        "seconds": round(elapsed, 2),
+        "events/s": events / elapsed,
+        "emulator µs/event": round(server_cpu / events * 1e6, 1),
+        "client µs/event": round(client_cpu / events * 1e6, 1),
+    }

@@ -1,0 +1,213 @@
+"""Emulator pieces that need no socket: broker, selectors, SAS checks, config files, CLI flags."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+import urllib.parse
+
+import pytest
+
+from eventhubs_spark.emulator import amqp
+from eventhubs_spark.emulator.__main__ import build, main
+from eventhubs_spark.emulator.broker import Broker, parse_batch, parse_message
+from eventhubs_spark.emulator.config import load_official_config, parse_hub_flag
+from eventhubs_spark.emulator.server import LinkError, Server, parse_entity, parse_selector
+
+
+def message(body: bytes, key: str | None = None) -> bytes:
+    out = b""
+    if key is not None:
+        out += amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, {amqp.Symbol("x-opt-partition-key"): key})
+    return out + amqp.encode_section(amqp.DATA, body)
+
+
+def test_append_assigns_sequence_numbers_offsets_and_times():
+    broker = Broker()
+    hub = broker.add_hub("h", 2)
+    p = hub.partitions[0]
+    p.append([parse_message(message(b"a")), parse_message(message(b"bb"))], None)
+    assert [e.sequence_number for e in p.events] == [0, 1]
+    assert p.events[0].offset == 0 and p.events[1].offset == p.events[0].size
+    assert p.events[0].enqueued_ms <= p.events[1].enqueued_ms
+    props = p.properties()
+    assert props["last_enqueued_sequence_number"] == 1
+    assert props["last_enqueued_offset"] == str(p.events[1].offset)
+    assert props["is_partition_empty"] is False
+
+
+def test_stamped_annotations_replace_client_ones():
+    m = parse_message(
+        amqp.encode_section(
+            amqp.MESSAGE_ANNOTATIONS,
+            {amqp.Symbol("x-opt-sequence-number"): 99, amqp.Symbol("custom"): "keep"},
+        )
+        + amqp.encode_section(amqp.DATA, b"x")
+    )
+    broker = Broker()
+    p = broker.add_hub("h", 1).partitions[0]
+    p.append([m], None)
+    annotations = amqp.section_value(p.events[0].body, 0)
+    assert annotations["x-opt-sequence-number"] == 0
+    assert annotations["custom"] == "keep"
+
+
+def test_batches_carry_the_outer_partition_key():
+    inner = [message(b"1"), message(b"2")]
+    outer = amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, {amqp.Symbol("x-opt-partition-key"): "k"}) + b"".join(
+        amqp.encode_section(amqp.DATA, m) for m in inner
+    )
+    events, key = parse_batch(outer)
+    assert key == "k" and len(events) == 2
+
+
+def test_routing_by_key_is_stable_and_round_robin_rotates():
+    hub = Broker().add_hub("h", 8)
+    assert {hub.route("device-7").id for _ in range(20)} == {hub.route("device-7").id}
+    assert [hub.route(None).id for _ in range(9)] == ["0", "1", "2", "3", "4", "5", "6", "7", "0"]
+
+
+def test_trim_retention_and_position_lookups():
+    broker = Broker()
+    hub = broker.add_hub("h", 1, retention_s=10)
+    p = hub.partitions[0]
+    for i in range(5):
+        p.append([parse_message(message(bytes([i])))], None)
+    assert p.trim_before(2) == 2
+    assert p.beginning_sequence_number == 2
+    assert p.index_of_sequence(0) == 0 and p.index_of_sequence(3) == 1 and p.index_of_sequence(99) == 3
+    off = p.events[1].offset
+    assert p.index_of_offset(off, inclusive=True) == 1
+    assert p.index_of_offset(off, inclusive=False) == 2
+    assert broker.apply_retention(now_ms=p.events[-1].enqueued_ms + 20_000) == 3
+    props = p.properties()
+    assert props["is_partition_empty"] is True
+    assert props["begin_sequence_number"] == 5 and props["last_enqueued_sequence_number"] == 4
+
+
+def test_bad_hubs_are_refused():
+    broker = Broker()
+    broker.add_hub("a", 1)
+    with pytest.raises(ValueError, match="already exists"):
+        broker.add_hub("A", 1)
+    with pytest.raises(ValueError, match="between 1 and 1024"):
+        broker.add_hub("b", 0)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("amqp.annotation.x-opt-sequence-number > '5'", ("x-opt-sequence-number", False, "5")),
+        ("amqp.annotation.x-opt-sequence-number >= '5'", ("x-opt-sequence-number", True, "5")),
+        ("amqp.annotation.x-opt-offset > '-1'", ("x-opt-offset", False, "-1")),
+        ("amqp.annotation.x-opt-offset > '@latest'", ("x-opt-offset", False, "@latest")),
+        ("amqp.annotation.x-opt-enqueued-time >= '1700000000000'", ("x-opt-enqueued-time", True, "1700000000000")),
+    ],
+)
+def test_selectors(expr, expected):
+    assert parse_selector(expr) == expected
+
+
+def test_bad_selector():
+    with pytest.raises(LinkError):
+        parse_selector("nonsense")
+
+
+def test_entity_addresses():
+    assert parse_entity("amqps://127.0.0.1:5672/hub/ConsumerGroups/$Default/Partitions/3") == [
+        "hub",
+        "ConsumerGroups",
+        "$Default",
+        "Partitions",
+        "3",
+    ]
+    assert parse_entity("$cbs") == ["$cbs"]
+
+
+def _sas(resource: str, key_name: str, key: str, expiry: int) -> str:
+    sr = urllib.parse.quote_plus(resource)
+    sig = base64.b64encode(hmac.new(key.encode(), f"{sr}\n{expiry}".encode(), hashlib.sha256).digest()).decode()
+    return f"SharedAccessSignature sr={sr}&sig={urllib.parse.quote_plus(sig)}&se={expiry}&skn={key_name}"
+
+
+def test_sas_checks():
+    server = Server(Broker(), keys={"policy": "secret"})
+    future = int(time.time()) + 600
+    audience = "sb://127.0.0.1:5672/hub"
+    assert server.check_token(_sas(audience, "policy", "secret", future), audience)[0] == 202
+    assert server.check_token(_sas("sb://127.0.0.1:5672/", "policy", "secret", future), audience)[0] == 202
+    assert "invalid signature" in server.check_token(_sas(audience, "policy", "wrong", future), audience)[1]
+    assert "does not exist" in server.check_token(_sas(audience, "nobody", "secret", future), audience)[1]
+    assert "expired" in server.check_token(_sas(audience, "policy", "secret", 1), audience)[1]
+    assert server.check_token(_sas("sb://h/other", "policy", "secret", future), audience)[0] == 401
+    assert server.check_token("Bearer jwt", audience)[0] == 401
+    assert Server(Broker()).check_token("anything", audience) == (202, "Accepted")
+
+
+def test_hub_flags():
+    assert parse_hub_flag("t:8").partitions == 8
+    assert parse_hub_flag("t").partitions == 4
+    for bad in ("", ":3", "t:x", "t:0", "t:5000"):
+        with pytest.raises(ValueError, match="--hub"):
+            parse_hub_flag(bad)
+
+
+def test_official_config(tmp_path):
+    path = tmp_path / "Config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "UserConfig": {
+                    "NamespaceConfig": [
+                        {
+                            "Type": "EventHub",
+                            "Name": "emulatorNs1",
+                            "Entities": [
+                                {"Name": "eh1", "PartitionCount": "2", "ConsumerGroups": [{"Name": "cg1"}]},
+                                {"Name": "eh2", "PartitionCount": 3, "ConsumerGroups": []},
+                            ],
+                        }
+                    ],
+                    "LoggingConfig": {"Type": "File"},
+                }
+            }
+        )
+    )
+    config = load_official_config(path)
+    assert [(h.name, h.partitions, h.consumer_groups) for h in config.hubs] == [
+        ("eh1", 2, ("$Default", "cg1")),
+        ("eh2", 3, ("$Default",)),
+    ]
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="UserConfig.NamespaceConfig"):
+        load_official_config(path)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_official_config(path)
+
+
+def test_cli_errors(capsys):
+    assert main(["--port", "0"]) == 2
+    assert "no event hub configured" in capsys.readouterr().err
+    assert main(["--hub", "x:y"]) == 2
+    assert main(["--hub", "x", "--key", "novalue"]) == 2
+    assert "NAME=KEY" in capsys.readouterr().err
+
+
+def test_cli_build_merges_config_and_flags(tmp_path):
+    import argparse
+
+    from eventhubs_spark.emulator.__main__ import add_arguments
+
+    path = tmp_path / "Config.json"
+    path.write_text(
+        json.dumps({"UserConfig": {"NamespaceConfig": [{"Entities": [{"Name": "a", "PartitionCount": 1}]}]}})
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    emu = build(parser.parse_args(["--config", str(path), "--hub", "b:2", "--key", "k=v"]))
+    assert sorted(emu.broker.hubs) == ["a", "b"]
+    assert emu.config.keys == {"k": "v"}
