@@ -614,10 +614,14 @@ def _decode_request(data: bytes) -> tuple[list[Any], dict[str, Any], Any]:
             props = amqp.section_value(data, start) or []
         elif descriptor == amqp.APPLICATION_PROPERTIES:
             raw = amqp.section_value(data, start) or {}
-            app = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in raw.items()}
+            app = {_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in raw.items()}
         elif descriptor in (amqp.AMQP_VALUE, amqp.DATA):
             body = amqp.section_value(data, start)
     return props, app, body
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _audience_path(audience: str) -> str:

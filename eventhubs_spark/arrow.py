@@ -1,0 +1,133 @@
+"""The source schema and the conversion of received events into Arrow record batches.
+
+The schema is the azure-event-hubs-spark connector's, so queries migrate unchanged. Batches must
+match ``to_arrow_schema(schema)`` exactly (timestamps as ``timestamp('us', tz='UTC')``), which is
+what lets Spark take them without a row-by-row conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_DDL = (
+    "body binary, partition string, offset string, sequenceNumber long, enqueuedTime timestamp, "
+    "publisher string, partitionKey string, properties map<string,string>, systemProperties map<string,string>"
+)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("body", pa.binary()),
+        pa.field("partition", pa.string()),
+        pa.field("offset", pa.string()),
+        pa.field("sequenceNumber", pa.int64()),
+        pa.field("enqueuedTime", pa.timestamp("us", tz="UTC")),
+        pa.field("publisher", pa.string()),
+        pa.field("partitionKey", pa.string()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("systemProperties", pa.map_(pa.string(), pa.string())),
+    ]
+)
+
+# System properties that have columns of their own, or describe the message body itself.
+_COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
+
+
+def spark_schema() -> Any:
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(SCHEMA_DDL)
+
+
+def to_text(value: Any) -> str | None:
+    """A property value as text: strings as they are, bytes as UTF-8, anything else as JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value.hex()
+    if isinstance(value, bool | int | float):
+        return json.dumps(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return json.dumps(value, default=_json_default, sort_keys=True)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _key(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def body_bytes(event: Any) -> bytes:
+    """The event body as bytes: data sections joined; a value or sequence body as JSON text."""
+    message = event._raw_amqp_message
+    data = message._data_body if hasattr(message, "_data_body") else None
+    if data is not None:
+        if isinstance(data, bytes):
+            return data
+        return b"".join(data)
+    body = event.body
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    text = to_text(list(body) if not isinstance(body, dict | list) and hasattr(body, "__iter__") else body)
+    return (text or "").encode("utf-8")
+
+
+def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
+    """Build one record batch from SDK ``EventData`` objects of one partition."""
+    bodies: list[bytes] = []
+    offsets: list[str | None] = []
+    seqs: list[int] = []
+    times: list[int | None] = []
+    publishers: list[str | None] = []
+    keys: list[str | None] = []
+    props: list[list[tuple[str, str | None]] | None] = []
+    sysprops: list[list[tuple[str, str | None]]] = []
+    for event in events:
+        message = event._raw_amqp_message
+        annotations = message.annotations or {}
+        bodies.append(body_bytes(event))
+        offset = annotations.get(b"x-opt-offset")
+        offsets.append(offset.decode() if isinstance(offset, bytes) else None if offset is None else str(offset))
+        seqs.append(annotations[b"x-opt-sequence-number"])
+        ms = annotations.get(b"x-opt-enqueued-time")
+        times.append(None if ms is None else int(ms) * 1000)
+        publisher = annotations.get(b"x-opt-publisher")
+        publishers.append(None if publisher is None else _key(publisher))
+        key = annotations.get(b"x-opt-partition-key")
+        keys.append(None if key is None else _key(key))
+        app = message.application_properties
+        props.append([(_key(k), to_text(v)) for k, v in app.items()] if app else [])
+        system = [(_key(k), to_text(v)) for k, v in annotations.items() if k not in _COLUMN_ANNOTATIONS]
+        system.extend((_key(k), to_text(v)) for k, v in event.system_properties.items() if k not in annotations)
+        sysprops.append(system)
+    n = len(seqs)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(bodies, pa.binary()),
+            pa.array([partition] * n, pa.string()),
+            pa.array(offsets, pa.string()),
+            pa.array(seqs, pa.int64()),
+            pa.array(times, pa.timestamp("us", tz="UTC")),
+            pa.array(publishers, pa.string()),
+            pa.array(keys, pa.string()),
+            pa.array(props, pa.map_(pa.string(), pa.string())),
+            pa.array(sysprops, pa.map_(pa.string(), pa.string())),
+        ],
+        schema=ARROW_SCHEMA,
+    )

@@ -1,0 +1,1 @@
+"""Connections to Event Hubs: settings and credentials, the cached management client, receiver pool."""

@@ -1,0 +1,338 @@
+"""Executor side: a per-process pool of partition receivers that read sequence-number ranges.
+
+A receiver that already stands at a range's start (because it read the previous range of its
+partition in this process) is reused, and its prefetched events carry over; otherwise it is
+reopened at the start. The pool follows Spark's Kafka consumer pool: keyed by what identifies the
+resource, bounded, idle entries expire on an injected clock, an entry in use is never evicted,
+clients close outside the lock, and an entry is invalidated after an error or on a task retry.
+
+The SDK's ``receive()`` retries some attach errors forever without raising, so progress is watched
+here: a range that makes no progress for ``eventhubs.receiverTimeout`` fails with an error that
+names the hub, partition and range, and the link's own error when it has one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DataLossError, EventHubsTimeoutError, ReceiverDisconnectedError
+from .settings import ConnectionSettings
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    """What a receiver needs besides the connection: all plain data, carried by input partitions."""
+
+    consumer_group: str = "$Default"
+    prefetch: int = 500
+    receiver_timeout: float = 60.0
+    exclusive: bool = True
+    owner_level: int = 0
+
+
+@dataclass
+class RangeResult:
+    """Counts a read reports: events read and events found missing (lost to retention)."""
+
+    read: int = 0
+    lost: int = 0
+
+
+class PartitionReceiver:
+    """One SDK consumer for one partition, positioned by sequence number."""
+
+    def __init__(self, settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> None:
+        from azure.eventhub import EventHubConsumerClient
+
+        self.settings = settings
+        self.config = config
+        self.partition = partition
+        self._client = EventHubConsumerClient.from_connection_string(
+            settings.connection_string.reveal(), consumer_group=config.consumer_group
+        )
+        self._consumer: Any = None
+        self._received: list[Any] = []
+        self._carry: list[Any] = []
+        self.position: int | None = None  # the next sequence number this receiver will hand out
+        self.opens = 0
+
+    def _on_events(self, events: Any) -> None:
+        if isinstance(events, list):
+            self._received.extend(events)
+        elif events is not None:
+            self._received.append(events)
+
+    def open_at(self, sequence_number: int) -> None:
+        self._close_consumer()
+        self._consumer = self._client._create_consumer(
+            self.config.consumer_group,
+            self.partition,
+            sequence_number,
+            self._on_events,
+            event_position_inclusive=True,
+            owner_level=self.config.owner_level if self.config.exclusive else None,
+            prefetch=self.config.prefetch,
+        )
+        self._carry = []
+        self.position = sequence_number
+        self.opens += 1
+
+    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[list[Any]]:
+        """Yield lists of events with ``start <= sequence number < end``, in order, each once."""
+        if self.position != start or self._consumer is None:
+            self.open_at(start)
+        expected = start
+        last_progress = time.monotonic()
+        reconnected_after_steal = False
+        while expected < end:
+            events = self._next_events(end - expected)
+            if events is None:
+                error = self._link_error()
+                if error is not None and "stolen" in error and not reconnected_after_steal and result.read == 0:
+                    # An idle pooled receiver was replaced by a newer reader of this query: reopen once.
+                    reconnected_after_steal = True
+                    self.open_at(expected)
+                    continue
+                if error is not None:
+                    raise _link_failure(self, error, expected, end)
+                if time.monotonic() - last_progress > self.config.receiver_timeout:
+                    raise EventHubsTimeoutError(
+                        f"no event from hub {self.settings.hub!r} partition {self.partition} for "
+                        f"{self.config.receiver_timeout:g} s (eventhubs.receiverTimeout) while reading sequence "
+                        f"numbers [{expected}, {end}); the partition may be stalled or unavailable"
+                    )
+                continue
+            out = []
+            for event in events:
+                seq = event.sequence_number
+                if seq < expected:
+                    continue  # a reconnect re-delivered what was already read
+                if seq > expected:
+                    lost = min(seq, end) - expected
+                    if fail_on_data_loss:
+                        raise DataLossError(
+                            f"hub {self.settings.hub!r} partition {self.partition}: sequence numbers "
+                            f"[{expected}, {min(seq, end)}) are gone ({lost} events, removed by retention "
+                            f"before they were read). Set failOnDataLoss=false to continue past lost events."
+                        )
+                    _LOG.warning(
+                        "hub %r partition %s: %d events [%d, %d) were lost to retention; continuing because "
+                        "failOnDataLoss=false",
+                        self.settings.hub, self.partition, lost, expected, min(seq, end),
+                    )  # fmt: skip
+                    result.lost += lost
+                    expected = seq
+                if seq >= end:
+                    self._carry.append(event)
+                    continue
+                out.append(event)
+                expected = seq + 1
+            if out:
+                last_progress = time.monotonic()
+                result.read += len(out)
+                self.position = expected
+                yield out
+        self.position = end
+
+    def _next_events(self, wanted: int) -> list[Any] | None:
+        if self._carry:
+            taken, self._carry = self._carry[:wanted], self._carry[wanted:]
+            return taken
+        self._received = []
+        try:
+            self._consumer.receive(batch=True, max_batch_size=min(wanted, self.config.prefetch), max_wait_time=None)
+        except Exception as exc:
+            text = str(exc)
+            if "stolen" in text or "epoch" in text.lower():
+                self._consumer_error = text
+                return None
+            raise
+        return self._received or None
+
+    def _link_error(self) -> str | None:
+        pending = getattr(self, "_consumer_error", None)
+        if pending:
+            self._consumer_error = None
+            return str(pending)
+        handler = getattr(self._consumer, "_handler", None)
+        link = getattr(handler, "_link", None)
+        error = getattr(link, "_error", None)
+        return None if error is None else str(error)
+
+    def _close_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:
+                _LOG.debug("closing a consumer failed", exc_info=True)
+
+    def close(self) -> None:
+        self._close_consumer()
+        try:
+            self._client.close()
+        except Exception:
+            _LOG.debug("closing a consumer client failed", exc_info=True)
+
+
+def _link_failure(receiver: PartitionReceiver, error: str, start: int, end: int) -> Exception:
+    where = f"hub {receiver.settings.hub!r} partition {receiver.partition} (sequence numbers [{start}, {end}))"
+    if "epoch" in error.lower() or "stolen" in error:
+        return ReceiverDisconnectedError(
+            f"{where}: another reader with an equal or higher owner level (epoch) took this partition in consumer "
+            f"group {receiver.config.consumer_group!r}. Give each query its own consumer group, or stop the other "
+            f"reader. Service said: {error}"
+        )
+    return EventHubsTimeoutError(f"{where}: the receiver could not attach: {error}")
+
+
+@dataclass
+class PoolStats:
+    hits: int = 0  # a pooled receiver already stood at the range's start
+    repositions: int = 0  # a pooled receiver was reopened at another position
+    creates: int = 0
+    evictions: int = 0
+    invalidations: int = 0
+
+    def reuse_rate(self) -> float:
+        used = self.hits + self.repositions + self.creates
+        return self.hits / used if used else 0.0
+
+
+class _Entry:
+    __slots__ = ("in_use", "last_used", "receiver")
+
+    def __init__(self, receiver: PartitionReceiver, now: float) -> None:
+        self.receiver = receiver
+        self.in_use = False
+        self.last_used = now
+
+
+PoolKey = tuple[Any, ...]
+
+
+class ReceiverPool:
+    """Receivers per (namespace, hub, credentials, consumer group, partition) in this process."""
+
+    def __init__(
+        self,
+        capacity: int = 64,
+        idle_timeout: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        factory: Callable[[ConnectionSettings, ReceiverConfig, str], PartitionReceiver] = PartitionReceiver,
+    ) -> None:
+        self.capacity = capacity
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self.factory = factory
+        self.stats = PoolStats()
+        self._entries: OrderedDict[PoolKey, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> PoolKey:
+        return (*settings.pool_key(), config.consumer_group.lower(), partition)
+
+    def acquire(
+        self, settings: ConnectionSettings, config: ReceiverConfig, partition: str, start: int, retry: bool = False
+    ) -> PartitionReceiver:
+        """A receiver for ``partition``, marked in use; on a task retry the pooled one is discarded."""
+        key = self.key(settings, config, partition)
+        to_close: list[PartitionReceiver] = []
+        with self._lock:
+            now = self.clock()
+            to_close.extend(self._expire(now))
+            entry = self._entries.get(key)
+            if entry is not None and (entry.in_use or retry or entry.receiver.config != config):
+                if not entry.in_use:
+                    del self._entries[key]
+                    to_close.append(entry.receiver)
+                    self.stats.invalidations += 1
+                entry = None
+            if entry is None:
+                receiver = None
+            else:
+                receiver = entry.receiver
+                entry.in_use = True
+                entry.last_used = now
+                self._entries.move_to_end(key)
+                if receiver.position == start:
+                    self.stats.hits += 1
+                else:
+                    self.stats.repositions += 1
+        _close_all(to_close)
+        if receiver is not None:
+            return receiver
+        receiver = self.factory(settings, config, partition)
+        with self._lock:
+            self.stats.creates += 1
+            if key not in self._entries:
+                entry = _Entry(receiver, self.clock())
+                entry.in_use = True
+                self._entries[key] = entry
+            to_close = self._evict_over_capacity()
+        _close_all(to_close)
+        return receiver
+
+    def release(self, receiver: PartitionReceiver, healthy: bool) -> None:
+        """Return a receiver; an unhealthy one (it raised) is closed, never reused."""
+        key = self.key(receiver.settings, receiver.config, receiver.partition)
+        to_close: list[PartitionReceiver] = []
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.receiver is receiver:
+                entry.in_use = False
+                entry.last_used = self.clock()
+                if not healthy:
+                    del self._entries[key]
+                    self.stats.invalidations += 1
+                    to_close.append(receiver)
+            else:
+                to_close.append(receiver)  # not pooled (the slot was taken): close it
+            to_close.extend(self._evict_over_capacity())
+        _close_all(to_close)
+
+    def _expire(self, now: float) -> list[PartitionReceiver]:
+        out = []
+        for key, entry in list(self._entries.items()):
+            if not entry.in_use and now - entry.last_used > self.idle_timeout:
+                del self._entries[key]
+                self.stats.evictions += 1
+                out.append(entry.receiver)
+        return out
+
+    def _evict_over_capacity(self) -> list[PartitionReceiver]:
+        out = []
+        for key, entry in list(self._entries.items()):
+            if len(self._entries) <= self.capacity:
+                break
+            if not entry.in_use:
+                del self._entries[key]
+                self.stats.evictions += 1
+                out.append(entry.receiver)
+        return out
+
+    def close_all(self) -> None:
+        with self._lock:
+            receivers = [e.receiver for e in self._entries.values()]
+            self._entries.clear()
+        _close_all(receivers)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _close_all(receivers: list[PartitionReceiver]) -> None:
+    for receiver in receivers:
+        receiver.close()
+
+
+POOL = ReceiverPool()

@@ -1,0 +1,102 @@
+"""The source offset, and planning of per-partition sequence-number ranges with rate limits.
+
+An offset is the **next sequence number to read** per partition, JSON ``{"<hub>": {"<partition>": n}}``
+(the shape azure-event-hubs-spark wrote, so a query resumes from its checkpoints). A planned range
+is ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import OptionError
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    hub: str
+    positions: Mapping[str, int]
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {self.hub: {p: int(self.positions[p]) for p in sorted(self.positions, key=int)}}
+
+    def json(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=False)
+
+    @staticmethod
+    def from_json(doc: Any, hub: str) -> SourceOffset:
+        """Read an offset; a checkpoint of another hub is an error, not a silent restart."""
+        if isinstance(doc, str):
+            try:
+                doc = json.loads(doc)
+            except json.JSONDecodeError as exc:
+                raise OptionError(f"offset is not valid JSON ({exc.msg}): expected {{\"{hub}\": {{\"0\": 42}}}}") from None
+        if not isinstance(doc, dict) or not doc:
+            raise OptionError(f'offset must look like {{"{hub}": {{"0": 42, "1": 7}}}}, got {doc!r}')
+        matching = {k: v for k, v in doc.items() if k.lower() == hub.lower()}
+        if not matching:
+            raise OptionError(
+                f"the checkpoint's offsets are for hub(s) {sorted(doc)}, but this query reads {hub!r}: use a new "
+                f"checkpoint location for a different hub"
+            )
+        positions = next(iter(matching.values()))
+        if not isinstance(positions, dict) or not all(str(p).isdigit() for p in positions):
+            raise OptionError(f'offset for {hub!r} must map partition ids to sequence numbers, e.g. {{"0": 42}}')
+        return SourceOffset(hub, {str(int(p)): int(v) for p, v in positions.items()})
+
+
+def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: int | None) -> dict[str, int]:
+    """End offsets reading at most ``max_events`` in all, split across partitions by backlog.
+
+    Every partition with a backlog gets at least one event (so a small budget never starves a
+    partition forever), which can exceed ``max_events`` when it is below the number of such partitions.
+    """
+    backlog = {p: max(0, latest[p] - start.get(p, latest[p])) for p in latest}
+    total = sum(backlog.values())
+    if max_events is None or total <= max_events:
+        return {p: start.get(p, latest[p]) + backlog[p] for p in latest}
+    quota: dict[str, int] = {}
+    remainders: list[tuple[float, str]] = []
+    for p, n in backlog.items():
+        if n == 0:
+            quota[p] = 0
+            continue
+        exact = max_events * n / total
+        quota[p] = min(n, max(1, math.floor(exact)))
+        remainders.append((exact - math.floor(exact), p))
+    leftover = max_events - sum(quota.values())
+    for _, p in sorted(remainders, key=lambda r: (-r[0], int(r[1]))):
+        if leftover <= 0:
+            break
+        if quota[p] < backlog[p]:
+            quota[p] += 1
+            leftover -= 1
+    return {p: start.get(p, latest[p]) + quota[p] for p in latest}
+
+
+@dataclass(frozen=True)
+class Range:
+    partition: str
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
+    """Split each range into pieces of at most ``max_per_task`` events (Spark tasks)."""
+    if not max_per_task:
+        return ranges
+    out = []
+    for r in ranges:
+        pieces = max(1, math.ceil(r.size / max_per_task))
+        step = math.ceil(r.size / pieces)
+        for s in range(r.start, r.end, step):
+            out.append(Range(r.partition, s, min(s + step, r.end)))
+    return out

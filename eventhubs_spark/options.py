@@ -1,0 +1,205 @@
+"""Every option the connector takes, in one table: key, default, parser, one-line doc, example.
+
+Keys are case-insensitive and carry the azure-event-hubs-spark names, so a migration is a package
+change. An unknown key, a value that does not parse, or an option that does not apply to the mode
+(reading a stream, reading a batch, writing) is an :class:`OptionError` that names the option and
+shows a valid example. Nothing is silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import OptionError
+from .positions import Latest, Position, parse_position, parse_positions
+
+STREAM, BATCH, WRITE = "stream", "batch", "write"
+READ = frozenset({STREAM, BATCH})
+ALL = frozenset({STREAM, BATCH, WRITE})
+
+
+def parse_bool(option: str, value: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise OptionError(f"{option}: expected true or false, got {value!r}. Example: .option({option!r}, 'true')")
+
+
+def _int(minimum: int) -> Callable[[str, str], int]:
+    def parse(option: str, value: str) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise OptionError(
+                f"{option}: expected a whole number >= {minimum}, got {value!r}. Example: .option({option!r}, '1000')"
+            )
+        return number
+
+    return parse
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$", re.I)
+_ISO = re.compile(r"^P(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)$", re.I)
+
+
+def parse_duration(option: str, value: str) -> float:
+    """Seconds from ``"60"``, ``"60s"``, ``"500ms"``, ``"15m"``, ``"1h"`` or ISO-8601 ``"PT1M"``."""
+    text = str(value).strip()
+    match = _DURATION.match(text)
+    if match:
+        number, unit = float(match.group(1)), (match.group(2) or "s").lower()
+        scale = 0.001 if unit.startswith("ms") or unit.startswith("milli") else 60.0 if unit[0] == "m" else 3600.0 if unit[0] == "h" else 1.0
+        return number * scale
+    iso = _ISO.match(text)
+    if iso and any(iso.groups()):
+        h, m, s = (float(g) if g else 0.0 for g in iso.groups())
+        return h * 3600 + m * 60 + s
+    raise OptionError(f"{option}: expected a duration such as '60s', '500ms', '15m' or 'PT1M', got {value!r}")
+
+
+def _text(option: str, value: str) -> str:
+    if not str(value).strip():
+        raise OptionError(f"{option}: must not be empty")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Spec:
+    key: str
+    default: Any
+    parse: Callable[[str, str], Any]
+    doc: str
+    example: str
+    modes: frozenset[str] = ALL
+    secret: bool = False
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("eventhubs.connectionString", None, _text,
+         "Event Hubs connection string with EntityPath (required).",
+         "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB",
+         secret=True),
+    Spec("eventhubs.consumerGroup", "$Default", _text, "Consumer group to read with.", "$Default", READ),
+    Spec("eventhubs.startingPosition", None, lambda o, v: parse_position(v, o),
+         "Where to start when there is no Spark checkpoint, for every partition (stream default: end of "
+         "stream; batch default: start of stream).", '{"offset": "-1"}', READ),
+    Spec("eventhubs.startingPositions", None, lambda o, v: parse_positions(v, o),
+         "Per-partition starting positions; override eventhubs.startingPosition.", '{"0": {"seqNo": 100}}', READ),
+    Spec("eventhubs.endingPosition", None, lambda o, v: parse_position(v, o),
+         "Batch reads: where to stop, for every partition (default: end of stream).", '{"offset": "@latest"}',
+         frozenset({BATCH})),
+    Spec("eventhubs.endingPositions", None, lambda o, v: parse_positions(v, o),
+         "Batch reads: per-partition ending positions.", '{"0": {"seqNo": 500}}', frozenset({BATCH})),
+    Spec("maxEventsPerTrigger", None, _int(1),
+         "Most events per micro-batch, split across partitions by backlog (default: 1000 per partition).",
+         "10000", frozenset({STREAM})),
+    Spec("minEventsPerTrigger", None, _int(1),
+         "Skip a trigger until this many events are waiting, or maxTriggerDelay has passed.", "500",
+         frozenset({STREAM})),
+    Spec("maxTriggerDelay", 900.0, parse_duration,
+         "With minEventsPerTrigger: the longest a trigger may be skipped.", "15m", frozenset({STREAM})),
+    Spec("failOnDataLoss", True, parse_bool,
+         "Fail when events the query had not read are gone (retention); false logs and goes on.", "true", READ),
+    Spec("maxEventsPerPartition", None, _int(1),
+         "Split a partition's range into Spark tasks of at most this many events.", "50000", READ),
+    Spec("eventhubs.prefetchCount", 500, _int(1), "Events each receiver prefetches.", "500", READ),
+    Spec("eventhubs.receiverTimeout", 60.0, parse_duration,
+         "How long a receiver may wait for an event it knows exists before the task fails.", "60s", READ),
+    Spec("eventhubs.operationTimeout", 300.0, parse_duration,
+         "Deadline for management calls and sends, retries included.", "300s"),
+    Spec("eventhubs.useExclusiveReceiver", True, parse_bool,
+         "Owner-level (epoch) receivers, so one reader per partition and consumer group.", "true", READ),
+    Spec("eventhubs.partitionDiscoveryInterval", 60.0, parse_duration,
+         "How often a stream looks for partitions added to the hub.", "60s", frozenset({STREAM})),
+)  # fmt: skip
+
+RETIRED = {
+    "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it",
+    "eventhubs.slowpartitionadjustment": "backlog-proportional rate limits replace it; remove it",
+    "eventhubs.dynamicpartitiondiscovery": "partitions added at runtime are always picked up; remove it",
+    "eventhubs.threadpoolsize": "not needed: partitions are read by Spark tasks; remove it",
+}
+
+BY_KEY = {spec.key.lower(): spec for spec in SPECS}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parsed, validated options for one mode. Holds no secret: the connection string stays apart."""
+
+    mode: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key.lower()]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key.lower(), default)
+
+    @property
+    def starting_position(self) -> Position:
+        pos = self.get("eventhubs.startingPosition")
+        if pos is not None:
+            return pos  # type: ignore[no-any-return]
+        from .positions import Earliest
+
+        return Latest() if self.mode == STREAM else Earliest()
+
+
+def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
+    """Validate ``raw`` for ``mode``; returns the options and the connection string (kept apart)."""
+    values: dict[str, Any] = {spec.key.lower(): spec.default for spec in SPECS if mode in spec.modes}
+    connection: str | None = None
+    for key, value in raw.items():
+        lower = key.lower()
+        if lower == "path":  # spark.read.load(path) passes it; we take no path
+            raise OptionError("the eventhubs source takes no path: pass eventhubs.connectionString instead")
+        if lower in RETIRED:
+            raise OptionError(f"{key}: not supported by eventhubs-spark: {RETIRED[lower]}")
+        spec = BY_KEY.get(lower)
+        if spec is None:
+            close = [s.key for s in SPECS if lower.split(".")[-1][:5] in s.key.lower()]
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise OptionError(
+                f"unknown option {key!r}.{hint} Known options: {', '.join(s.key for s in SPECS if mode in s.modes)}"
+            )
+        if mode not in spec.modes:
+            where = {STREAM: "streaming reads", BATCH: "batch reads", WRITE: "writes"}
+            raise OptionError(
+                f"{spec.key} applies to {' and '.join(where[m] for m in sorted(spec.modes))}, not to {where[mode]}"
+            )
+        if spec.secret:
+            connection = str(value)
+            continue
+        values[lower] = spec.parse(spec.key, value)
+    if not connection:
+        raise OptionError(
+            "eventhubs.connectionString is required, e.g. .option('eventhubs.connectionString', "
+            "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
+            "EntityPath=HUB')"
+        )
+    if values.get("mineventspertrigger") and values.get("maxeventspertrigger"):
+        if values["mineventspertrigger"] > values["maxeventspertrigger"]:
+            raise OptionError(
+                f"minEventsPerTrigger ({values['mineventspertrigger']}) must not exceed maxEventsPerTrigger "
+                f"({values['maxeventspertrigger']})"
+            )
+    return Options(mode, values), connection
+
+
+def options_table() -> str:
+    """The README's options table, generated from :data:`SPECS` (a test keeps them in step)."""
+    where = {STREAM: "stream", BATCH: "batch", WRITE: "write"}
+    rows = ["| option | default | applies to | meaning | example |", "|---|---|---|---|---|"]
+    for spec in SPECS:
+        default = "required" if spec.secret else "" if spec.default is None else str(spec.default)
+        if isinstance(spec.default, bool):
+            default = str(spec.default).lower()
+        modes = ", ".join(where[m] for m in (STREAM, BATCH, WRITE) if m in spec.modes)
+        rows.append(f"| `{spec.key}` | {default} | {modes} | {spec.doc} | `{spec.example}` |")
+    return "\n".join(rows)

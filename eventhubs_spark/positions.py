@@ -1,0 +1,166 @@
+"""Starting and ending positions: tagged values and their JSON forms.
+
+The JSON is the azure-event-hubs-spark connector's, so a migration keeps its option values::
+
+    {"offset": "-1"}                       earliest (start of stream)
+    {"offset": "@latest"}                  end of stream
+    {"offset": "12345", "isInclusive": true}
+    {"seqNo": 42}                          exclusive unless "isInclusive": true
+    {"enqueuedTime": "2024-05-01T00:00:00Z"}
+
+The old connector wrote every field, unused ones as ``null`` (``seqNo`` as ``-1``); that shape is
+accepted too. Every position is translated to a sequence number once, on the driver.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import OptionError
+
+EXAMPLE = '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42, "isInclusive": true} or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
+
+
+@dataclass(frozen=True)
+class Earliest:
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": "-1"}
+
+
+@dataclass(frozen=True)
+class Latest:
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": "@latest"}
+
+
+@dataclass(frozen=True)
+class SequenceNumber:
+    value: int
+    inclusive: bool = False
+
+    def first(self) -> int:
+        """The first sequence number this position includes."""
+        return self.value if self.inclusive else self.value + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seqNo": self.value, "isInclusive": self.inclusive}
+
+
+@dataclass(frozen=True)
+class Offset:
+    value: str
+    inclusive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.value, "isInclusive": self.inclusive}
+
+
+@dataclass(frozen=True)
+class EnqueuedTime:
+    value: dt.datetime  # timezone-aware
+    inclusive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"enqueuedTime": self.value.isoformat().replace("+00:00", "Z"), "isInclusive": self.inclusive}
+
+
+Position = Earliest | Latest | SequenceNumber | Offset | EnqueuedTime
+
+
+def parse_position(value: Any, option: str) -> Position:
+    """Parse one position from its JSON text or an already-decoded dict."""
+    doc = _load(value, option)
+    if not isinstance(doc, dict):
+        raise OptionError(f"{option}: expected a JSON object, got {value!r}. Valid examples: {EXAMPLE}")
+    known = {"offset", "seqno", "enqueuedtime", "isinclusive"}
+    lowered = {str(k).lower(): v for k, v in doc.items()}
+    unknown = sorted(set(lowered) - known)
+    if unknown:
+        raise OptionError(f"{option}: unknown field(s) {unknown} in {value!r}. Valid examples: {EXAMPLE}")
+    inclusive = lowered.get("isinclusive")
+    if inclusive is None:
+        inclusive = False
+    if not isinstance(inclusive, bool):
+        raise OptionError(f"{option}: isInclusive must be true or false, got {inclusive!r}. Example: {EXAMPLE}")
+    offset = lowered.get("offset")
+    seq = lowered.get("seqno")
+    if seq == -1:
+        seq = None  # the old connector's "unset"
+    when = lowered.get("enqueuedtime")
+    chosen = [name for name, v in (("offset", offset), ("seqNo", seq), ("enqueuedTime", when)) if v is not None]
+    if len(chosen) != 1:
+        raise OptionError(
+            f"{option}: set exactly one of offset, seqNo, enqueuedTime (got {chosen or 'none'} in {value!r}). "
+            f"Valid examples: {EXAMPLE}"
+        )
+    if offset is not None:
+        text = str(offset)
+        if text == "-1":
+            return Earliest()
+        if text == "@latest":
+            return Latest()
+        if not text.isdigit():
+            raise OptionError(f'{option}: offset must be "-1", "@latest" or digits, got {offset!r}. Example: {EXAMPLE}')
+        return Offset(text, inclusive)
+    if seq is not None:
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise OptionError(f"{option}: seqNo must be a whole number >= 0, got {seq!r}. Example: {EXAMPLE}")
+        return SequenceNumber(seq, inclusive)
+    return EnqueuedTime(parse_time(when, option), inclusive)
+
+
+def parse_time(value: Any, option: str) -> dt.datetime:
+    """An ISO-8601 instant (``Z`` or an offset; naive means UTC) or epoch milliseconds."""
+    if isinstance(value, bool):
+        raise OptionError(f"{option}: expected an ISO-8601 time such as 2024-05-01T00:00:00Z, got {value!r}")
+    if isinstance(value, (int, float)):
+        return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    raise OptionError(f"{option}: expected an ISO-8601 time such as 2024-05-01T00:00:00Z, got {value!r}")
+
+
+def parse_positions(value: Any, option: str) -> dict[str, Position]:
+    """Per-partition positions: ``{"0": {...}, "1": {...}}``.
+
+    Keys may also be the old connector's ``{"ehName": "hub", "partitionId": 0}`` JSON strings.
+    """
+    doc = _load(value, option)
+    if not isinstance(doc, dict):
+        raise OptionError(f'{option}: expected a JSON object keyed by partition id, e.g. {{"0": {{"seqNo": 10}}}}')
+    out: dict[str, Position] = {}
+    for key, pos in doc.items():
+        partition = _partition_key(str(key), option)
+        out[partition] = parse_position(pos, f"{option}[{partition}]")
+    return out
+
+
+def _partition_key(key: str, option: str) -> str:
+    if key.isdigit():
+        return str(int(key))
+    try:
+        doc = json.loads(key)
+    except json.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and str(doc.get("partitionId", "")).isdigit():
+        return str(int(doc["partitionId"]))
+    raise OptionError(
+        f'{option}: keys must be partition ids such as "0" (or {{"ehName": "hub", "partitionId": 0}}), got {key!r}'
+    )
+
+
+def _load(value: Any, option: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"{option}: not valid JSON ({exc.msg}) in {value!r}. Valid examples: {EXAMPLE}") from None
+    return value

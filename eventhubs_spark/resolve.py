@@ -1,0 +1,108 @@
+"""Driver side: translate starting and ending positions into sequence numbers, all partitions at once.
+
+Earliest, latest and sequence numbers come from partition properties. An offset or an enqueued time
+has no management call to translate it, so a short-lived receiver reads the first event at that
+position (concurrently for every partition that needs one); a position past the last event means
+the partition's end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .client.management import PartitionInfo
+from .client.settings import ConnectionSettings
+from .errors import EventHubsTimeoutError, OptionError
+from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber
+
+_LOG = logging.getLogger(__name__)
+
+
+def resolve(
+    settings: ConnectionSettings,
+    consumer_group: str,
+    infos: dict[str, PartitionInfo],
+    positions: dict[str, Position],
+    timeout: float,
+    option: str,
+) -> dict[str, int]:
+    """Sequence number of the first event each position includes, per partition."""
+    out: dict[str, int] = {}
+    lookups: dict[str, Position] = {}
+    for pid, pos in positions.items():
+        info = infos[pid]
+        if isinstance(pos, Earliest):
+            out[pid] = info.end if info.is_empty else info.beginning_sequence_number
+        elif isinstance(pos, Latest):
+            out[pid] = info.end
+        elif isinstance(pos, SequenceNumber):
+            first = pos.first()
+            if first > info.end:
+                raise OptionError(
+                    f"{option}: partition {pid} position seqNo {pos.value} is past the end of the partition (its last "
+                    f"sequence number is {info.last_enqueued_sequence_number}); use a smaller seqNo or "
+                    f'{{"offset": "@latest"}}'
+                )
+            out[pid] = first
+        elif _past_end(pos, info):
+            out[pid] = info.end
+        else:
+            lookups[pid] = pos
+    if lookups:
+        with ThreadPoolExecutor(max_workers=min(16, len(lookups))) as pool:
+            found = pool.map(
+                lambda item: (item[0], _first_sequence(settings, consumer_group, item[0], item[1], timeout)),
+                lookups.items(),
+            )
+            for pid, seq in found:
+                out[pid] = infos[pid].end if seq is None else seq
+    return out
+
+
+def _past_end(pos: Position, info: PartitionInfo) -> bool:
+    if info.is_empty:
+        return True
+    if isinstance(pos, Offset):
+        last = int(info.last_enqueued_offset)
+        return int(pos.value) > last or (int(pos.value) == last and not pos.inclusive)
+    if isinstance(pos, EnqueuedTime) and info.last_enqueued_time is not None:
+        return pos.value > info.last_enqueued_time or (pos.value == info.last_enqueued_time and not pos.inclusive)
+    return False
+
+
+def _first_sequence(
+    settings: ConnectionSettings, consumer_group: str, partition: str, pos: Position, timeout: float
+) -> int | None:
+    from azure.eventhub import EventHubConsumerClient
+
+    value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime) else None
+    inclusive = bool(getattr(pos, "inclusive", False))
+    got: list[Any] = []
+    client = EventHubConsumerClient.from_connection_string(
+        settings.connection_string.reveal(), consumer_group=consumer_group
+    )
+    consumer = client._create_consumer(
+        consumer_group, partition, value, lambda events: got.extend(events or []),
+        event_position_inclusive=inclusive, prefetch=1,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while not got and time.monotonic() < deadline:
+            consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
+            link = getattr(getattr(consumer, "_handler", None), "_link", None)
+            if getattr(link, "_error", None) is not None:
+                raise EventHubsTimeoutError(
+                    f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {link._error}"
+                )
+        if not got:
+            raise EventHubsTimeoutError(
+                f"no event at {pos} in partition {partition} of hub {settings.hub!r} within {timeout:g} s "
+                f"(eventhubs.receiverTimeout), although the partition has events past it"
+            )
+        return int(got[0].sequence_number)
+    finally:
+        consumer.close()
+        client.close()

@@ -1,0 +1,338 @@
+"""The Spark data source ``eventhubs``: the stream reader and the batch reader.
+
+Planning runs on the driver (options → positions → sequence-number ranges, with rate limits and
+admission control); ``read()`` runs on executors and gets everything it needs inside the input
+partition, since state set on the driver-side reader never reaches it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from .arrow import SCHEMA_DDL, events_to_batch
+from .client.management import ManagementClient, PartitionInfo
+from .client.receiver import POOL, RangeResult, ReceiverConfig
+from .client.settings import ConnectionSettings, parse_connection_string
+from .errors import DataLossError, OptionError
+from .offsets import Range, SourceOffset, rate_limit, split_ranges
+from .options import BATCH, STREAM, Options, parse_options
+from .positions import EnqueuedTime, Latest, Offset, Position, SequenceNumber
+from .resolve import resolve
+
+_LOG = logging.getLogger("eventhubs_spark")
+DEFAULT_EVENTS_PER_PARTITION = 1000
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_ADMISSION_CONTROL = True
+except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
+    HAS_ADMISSION_CONTROL = False
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in so the reader's class definition works on Spark 4.0 and 4.1."""
+
+    ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+
+
+@dataclass(frozen=True)
+class EventHubsPartition(InputPartition):
+    """One Spark task: read ``[start, end)`` of one Event Hubs partition. Plain data only."""
+
+    settings: ConnectionSettings
+    config: ReceiverConfig
+    partition: str
+    start: int
+    end: int
+    fail_on_data_loss: bool
+
+
+def read_partition(split: EventHubsPartition) -> Iterator[Any]:
+    """Executor side: read one range through the process's receiver pool, as Arrow record batches."""
+    if split.end <= split.start:
+        return
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    retry = ctx is not None and ctx.attemptNumber() > 0
+    receiver = POOL.acquire(split.settings, split.config, split.partition, split.start, retry=retry)
+    healthy = False
+    result = RangeResult()
+    started = time.monotonic()
+    try:
+        for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
+            yield events_to_batch(events, split.partition)
+        healthy = True
+    finally:
+        POOL.release(receiver, healthy)
+        stats = POOL.stats
+        _LOG.info(
+            "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pool_hits=%d "
+            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f",
+            split.settings.hub, split.partition, split.start, split.end, result.read, result.lost,
+            time.monotonic() - started, stats.hits, stats.repositions, stats.creates, stats.reuse_rate(),
+        )  # fmt: skip
+
+
+class _Planner:
+    """What the stream and batch readers share: settings, receiver config, partition metadata."""
+
+    def __init__(self, raw: Mapping[str, str], mode: str) -> None:
+        self.options: Options
+        self.options, connection = parse_options(dict(raw), mode)
+        self.settings = parse_connection_string(connection)
+        exclusive = self.options["eventhubs.useExclusiveReceiver"]
+        if self.options.get("maxEventsPerPartition") and exclusive:
+            raise OptionError(
+                "maxEventsPerPartition splits one partition over several concurrent tasks, and owner-level receivers "
+                "would take the partition from each other: also set eventhubs.useExclusiveReceiver=false"
+            )
+        self.config = ReceiverConfig(
+            consumer_group=self.options["eventhubs.consumerGroup"],
+            prefetch=self.options["eventhubs.prefetchCount"],
+            receiver_timeout=self.options["eventhubs.receiverTimeout"],
+            exclusive=exclusive,
+        )
+        self._ids: list[str] | None = None
+        self._ids_at = 0.0
+
+    @property
+    def management(self) -> ManagementClient:
+        return ManagementClient.get(self.settings, self.options["eventhubs.operationTimeout"])
+
+    def partition_infos(self, refresh_ids_after: float | None = None) -> dict[str, PartitionInfo]:
+        now = time.monotonic()
+        if self._ids is None or (refresh_ids_after is not None and now - self._ids_at >= refresh_ids_after):
+            ids = self.management.partition_ids()
+            if self._ids is not None and len(ids) > len(self._ids):
+                _LOG.info("hub %s: %d new partition(s) %s", self.settings.hub, len(ids) - len(self._ids),
+                          sorted(set(ids) - set(self._ids), key=int))  # fmt: skip
+            self._ids, self._ids_at = ids, now
+        return self.management.partition_properties(self._ids)
+
+    def positions_for(self, infos: Mapping[str, PartitionInfo], single: str, per_partition: str,
+                      default: Position) -> dict[str, Position]:  # fmt: skip
+        chosen = self.options.get(single) or default
+        overrides: dict[str, Position] = self.options.get(per_partition) or {}
+        unknown = sorted(set(overrides) - set(infos), key=int)
+        if unknown:
+            raise OptionError(
+                f"{per_partition}: hub {self.settings.hub!r} has no partition(s) {unknown}; its partitions are "
+                f"{sorted(infos, key=int)}"
+            )
+        return {pid: overrides.get(pid, chosen) for pid in infos}
+
+    def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position], option: str) -> dict[str, int]:
+        return resolve(self.settings, self.config.consumer_group, infos, positions, self.config.receiver_timeout,
+                       option)  # fmt: skip
+
+    def input_partitions(self, ranges: list[Range]) -> list[EventHubsPartition]:
+        pieces = split_ranges([r for r in ranges if r.size > 0], self.options.get("maxEventsPerPartition"))
+        return [
+            EventHubsPartition(self.settings, self.config, r.partition, r.start, r.end,
+                               self.options["failOnDataLoss"])  # fmt: skip
+            for r in pieces
+        ]
+
+    def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:
+        """The start to read from, after checking it against the partition's retained events."""
+        begin = info.beginning_sequence_number if not info.is_empty else info.end
+        if start >= begin:
+            return start
+        lost_until = min(begin, end)
+        if self.options["failOnDataLoss"]:
+            raise DataLossError(
+                f"hub {self.settings.hub!r} partition {partition}: sequence numbers [{start}, {lost_until}) are no "
+                f"longer in the hub ({lost_until - start} events, removed by retention before this query read them; "
+                f"the partition now begins at {begin}). Set failOnDataLoss=false to skip them and continue."
+            )
+        _LOG.warning(
+            "hub %s partition %s: %d events [%d, %d) were lost to retention before they were read; continuing "
+            "because failOnDataLoss=false",
+            self.settings.hub, partition, lost_until - start, start, lost_until,
+        )  # fmt: skip
+        return begin
+
+
+class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("eventhubs")``."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.planner = _Planner(options, STREAM)
+        self.hub = self.planner.settings.hub
+        self._initial: dict[str, int] | None = None
+        self._last_end: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
+        self._target: dict[str, int] | None = None
+        self._infos: dict[str, PartitionInfo] = {}
+        self._last_batch_at = time.monotonic()
+
+    def _refresh(self) -> dict[str, PartitionInfo]:
+        self._infos = self.planner.partition_infos(self.planner.options["eventhubs.partitionDiscoveryInterval"])
+        return self._infos
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self._initial is None:
+            infos = self._refresh()
+            positions = self.planner.positions_for(
+                infos, "eventhubs.startingPosition", "eventhubs.startingPositions", self.planner.options.starting_position
+            )
+            self._initial = self.planner.resolve(infos, positions, "eventhubs.startingPosition(s)")
+        return SourceOffset(self.hub, self._initial).to_json()
+
+    def getDefaultReadLimit(self) -> Any:
+        return ReadMaxRows(self._max_events())
+
+    def _max_events(self) -> int:
+        configured = self.planner.options.get("maxEventsPerTrigger")
+        if configured:
+            return int(configured)
+        count = len(self._infos) or len(self._refresh())
+        return DEFAULT_EVENTS_PER_PARTITION * max(1, count)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        infos = self._refresh()
+        self._target = {pid: info.end for pid, info in infos.items()}
+        _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        infos = self._refresh()
+        latest = {pid: info.end for pid, info in infos.items()}
+        if start is not None:
+            begin = dict(SourceOffset.from_json(start, self.hub).positions)
+        elif self._last_end is not None:
+            begin = dict(self._last_end)
+        else:
+            begin = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions)
+        for pid in latest:
+            begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
+        if self._target is not None:
+            latest = {pid: min(latest[pid], self._target.get(pid, begin[pid])) for pid in latest}
+        latest = {pid: max(latest[pid], begin[pid]) for pid in latest}
+        self._latest = latest
+        if limit is None:  # Spark 4.0/4.1, or no admission control
+            max_events: int | None = None if self._target is not None else self._max_events()
+        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_events = limit.max_rows
+        else:
+            max_events = None
+        backlog = sum(latest[p] - begin[p] for p in latest)
+        min_events = self.planner.options.get("minEventsPerTrigger")
+        now = time.monotonic()
+        if min_events and self._target is None and 0 < backlog < min_events:
+            waited = now - self._last_batch_at
+            if waited < self.planner.options["maxTriggerDelay"]:
+                _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger",
+                          self.hub, backlog, min_events)  # fmt: skip
+                self._last_end = begin
+                return SourceOffset(self.hub, begin).to_json()
+        end = rate_limit(begin, latest, max_events)
+        if end != begin:
+            self._last_batch_at = now
+        self._last_end = end
+        behind = {p: latest[p] - end[p] for p in latest}
+        _LOG.info(
+            "hub %s: planned %d events; events behind latest: total=%d max=%d (%s)",
+            self.hub, sum(end[p] - begin[p] for p in end), sum(behind.values()), max(behind.values(), default=0),
+            ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),
+        )  # fmt: skip
+        return SourceOffset(self.hub, end).to_json()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else SourceOffset(self.hub, self._latest).to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:
+        s = SourceOffset.from_json(start, self.hub).positions
+        e = SourceOffset.from_json(end, self.hub).positions
+        infos = self._infos if set(e) <= set(self._infos) else self._refresh()
+        self._last_end = dict(e)
+        ranges = []
+        for pid in sorted(e, key=int):
+            first = s.get(pid)
+            if first is None:  # new partition: from its first retained event, no data loss to report
+                first = infos[pid].beginning_sequence_number if pid in infos else 0
+            elif pid in infos:
+                first = self.planner.check_data_loss(pid, first, e[pid], infos[pid])
+            ranges.append(Range(pid, first, e[pid]))
+        return self.planner.input_partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, EventHubsPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        _LOG.info("hub %s: committed %s", self.hub, SourceOffset.from_json(end, self.hub).to_json())
+
+    def stop(self) -> None:
+        """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
+
+
+def _flip_inclusive(pos: Position) -> Position:
+    if isinstance(pos, SequenceNumber | Offset | EnqueuedTime):
+        return dataclasses.replace(pos, inclusive=not pos.inclusive)
+    return pos
+
+
+class EventHubsBatchReader(DataSourceReader):
+    """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.planner = _Planner(options, BATCH)
+
+    def partitions(self) -> list[EventHubsPartition]:
+        planner = self.planner
+        infos = planner.partition_infos()
+        starts = planner.resolve(
+            infos,
+            planner.positions_for(infos, "eventhubs.startingPosition", "eventhubs.startingPositions",
+                                  planner.options.starting_position),
+            "eventhubs.startingPosition(s)",
+        )  # fmt: skip
+        ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
+        # An ending position names the first event *not* read, unless isInclusive includes it.
+        ends = planner.resolve(infos, {p: _flip_inclusive(pos) for p, pos in ending.items()},
+                               "eventhubs.endingPosition(s)")  # fmt: skip
+        ranges = []
+        for pid in sorted(infos, key=int):
+            start, end = starts[pid], ends[pid]
+            if end < start:
+                raise OptionError(
+                    f"partition {pid}: the ending position (sequence number {end}) is before the starting position "
+                    f"({start}); check eventhubs.startingPosition(s) and eventhubs.endingPosition(s)"
+                )
+            start = planner.check_data_loss(pid, start, end, infos[pid])
+            ranges.append(Range(pid, start, end))
+        return planner.input_partitions(ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, EventHubsPartition)
+        return read_partition(partition)
+
+
+class EventHubsDataSource(DataSource):
+    """The ``eventhubs`` data source. Options: see the README's table (``eventhubs_spark.options``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eventhubs"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return EventHubsBatchReader(self.options)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return EventHubsStreamReader(self.options)
