@@ -34,7 +34,8 @@ class SourceOffset:
             try:
                 doc = json.loads(doc)
             except json.JSONDecodeError as exc:
-                raise OptionError(f"offset is not valid JSON ({exc.msg}): expected {{\"{hub}\": {{\"0\": 42}}}}") from None
+                example = json.dumps({hub: {"0": 42}})
+                raise OptionError(f"offset is not valid JSON ({exc.msg}): expected {example}") from None
         if not isinstance(doc, dict) or not doc:
             raise OptionError(f'offset must look like {{"{hub}": {{"0": 42, "1": 7}}}}, got {doc!r}')
         matching = {k: v for k, v in doc.items() if k.lower() == hub.lower()}

@@ -53,7 +53,7 @@ def parse_duration(option: str, value: str) -> float:
     match = _DURATION.match(text)
     if match:
         number, unit = float(match.group(1)), (match.group(2) or "s").lower()
-        scale = 0.001 if unit.startswith("ms") or unit.startswith("milli") else 60.0 if unit[0] == "m" else 3600.0 if unit[0] == "h" else 1.0
+        scale = 0.001 if unit.startswith(("ms", "milli")) else {"m": 60.0, "h": 3600.0}.get(unit[0], 1.0)
         return number * scale
     iso = _ISO.match(text)
     if iso and any(iso.groups()):
@@ -80,43 +80,121 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("eventhubs.connectionString", None, _text,
-         "Event Hubs connection string with EntityPath (required).",
-         "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB",
-         secret=True),
+    Spec(
+        "eventhubs.connectionString",
+        None,
+        _text,
+        "Event Hubs connection string with EntityPath (required).",
+        "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB",
+        secret=True,
+    ),
     Spec("eventhubs.consumerGroup", "$Default", _text, "Consumer group to read with.", "$Default", READ),
-    Spec("eventhubs.startingPosition", None, lambda o, v: parse_position(v, o),
-         "Where to start when there is no Spark checkpoint, for every partition (stream default: end of "
-         "stream; batch default: start of stream).", '{"offset": "-1"}', READ),
-    Spec("eventhubs.startingPositions", None, lambda o, v: parse_positions(v, o),
-         "Per-partition starting positions; override eventhubs.startingPosition.", '{"0": {"seqNo": 100}}', READ),
-    Spec("eventhubs.endingPosition", None, lambda o, v: parse_position(v, o),
-         "Batch reads: where to stop, for every partition (default: end of stream).", '{"offset": "@latest"}',
-         frozenset({BATCH})),
-    Spec("eventhubs.endingPositions", None, lambda o, v: parse_positions(v, o),
-         "Batch reads: per-partition ending positions.", '{"0": {"seqNo": 500}}', frozenset({BATCH})),
-    Spec("maxEventsPerTrigger", None, _int(1),
-         "Most events per micro-batch, split across partitions by backlog (default: 1000 per partition).",
-         "10000", frozenset({STREAM})),
-    Spec("minEventsPerTrigger", None, _int(1),
-         "Skip a trigger until this many events are waiting, or maxTriggerDelay has passed.", "500",
-         frozenset({STREAM})),
-    Spec("maxTriggerDelay", 900.0, parse_duration,
-         "With minEventsPerTrigger: the longest a trigger may be skipped.", "15m", frozenset({STREAM})),
-    Spec("failOnDataLoss", True, parse_bool,
-         "Fail when events the query had not read are gone (retention); false logs and goes on.", "true", READ),
-    Spec("maxEventsPerPartition", None, _int(1),
-         "Split a partition's range into Spark tasks of at most this many events.", "50000", READ),
+    Spec(
+        "eventhubs.startingPosition",
+        None,
+        lambda o, v: parse_position(v, o),
+        "Where to start when there is no Spark checkpoint, for every partition (stream default: end of "
+        "stream; batch default: start of stream).",
+        '{"offset": "-1"}',
+        READ,
+    ),
+    Spec(
+        "eventhubs.startingPositions",
+        None,
+        lambda o, v: parse_positions(v, o),
+        "Per-partition starting positions; override eventhubs.startingPosition.",
+        '{"0": {"seqNo": 100}}',
+        READ,
+    ),
+    Spec(
+        "eventhubs.endingPosition",
+        None,
+        lambda o, v: parse_position(v, o),
+        "Batch reads: where to stop, for every partition (default: end of stream).",
+        '{"offset": "@latest"}',
+        frozenset({BATCH}),
+    ),
+    Spec(
+        "eventhubs.endingPositions",
+        None,
+        lambda o, v: parse_positions(v, o),
+        "Batch reads: per-partition ending positions.",
+        '{"0": {"seqNo": 500}}',
+        frozenset({BATCH}),
+    ),
+    Spec(
+        "maxEventsPerTrigger",
+        None,
+        _int(1),
+        "Most events per micro-batch, split across partitions by backlog (default: 1000 per partition).",
+        "10000",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "minEventsPerTrigger",
+        None,
+        _int(1),
+        "Skip a trigger until this many events are waiting, or maxTriggerDelay has passed.",
+        "500",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "maxTriggerDelay",
+        900.0,
+        parse_duration,
+        "With minEventsPerTrigger: the longest a trigger may be skipped.",
+        "15m",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "failOnDataLoss",
+        True,
+        parse_bool,
+        "Fail when events the query had not read are gone (retention); false logs and goes on.",
+        "true",
+        READ,
+    ),
+    Spec(
+        "maxEventsPerPartition",
+        None,
+        _int(1),
+        "Split a partition's range into Spark tasks of at most this many events.",
+        "50000",
+        READ,
+    ),
     Spec("eventhubs.prefetchCount", 500, _int(1), "Events each receiver prefetches.", "500", READ),
-    Spec("eventhubs.receiverTimeout", 60.0, parse_duration,
-         "How long a receiver may wait for an event it knows exists before the task fails.", "60s", READ),
-    Spec("eventhubs.operationTimeout", 300.0, parse_duration,
-         "Deadline for management calls and sends, retries included.", "300s"),
-    Spec("eventhubs.useExclusiveReceiver", True, parse_bool,
-         "Owner-level (epoch) receivers, so one reader per partition and consumer group.", "true", READ),
-    Spec("eventhubs.partitionDiscoveryInterval", 60.0, parse_duration,
-         "How often a stream looks for partitions added to the hub.", "60s", frozenset({STREAM})),
-)  # fmt: skip
+    Spec(
+        "eventhubs.receiverTimeout",
+        60.0,
+        parse_duration,
+        "How long a receiver may wait for an event it knows exists before the task fails.",
+        "60s",
+        READ,
+    ),
+    Spec(
+        "eventhubs.operationTimeout",
+        300.0,
+        parse_duration,
+        "Deadline for management calls and sends, retries included.",
+        "300s",
+    ),
+    Spec(
+        "eventhubs.useExclusiveReceiver",
+        True,
+        parse_bool,
+        "Owner-level (epoch) receivers, so one reader per partition and consumer group.",
+        "true",
+        READ,
+    ),
+    Spec(
+        "eventhubs.partitionDiscoveryInterval",
+        60.0,
+        parse_duration,
+        "How often a stream looks for partitions added to the hub.",
+        "60s",
+        frozenset({STREAM}),
+    ),
+)
 
 RETIRED = {
     "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it",
@@ -145,7 +223,7 @@ class Options:
     def starting_position(self) -> Position:
         pos = self.get("eventhubs.startingPosition")
         if pos is not None:
-            return pos  # type: ignore[no-any-return]
+            return pos
         from .positions import Earliest
 
         return Latest() if self.mode == STREAM else Earliest()
@@ -183,12 +261,9 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
             "EntityPath=HUB')"
         )
-    if values.get("mineventspertrigger") and values.get("maxeventspertrigger"):
-        if values["mineventspertrigger"] > values["maxeventspertrigger"]:
-            raise OptionError(
-                f"minEventsPerTrigger ({values['mineventspertrigger']}) must not exceed maxEventsPerTrigger "
-                f"({values['maxeventspertrigger']})"
-            )
+    low, high = values.get("mineventspertrigger"), values.get("maxeventspertrigger")
+    if low and high and low > high:
+        raise OptionError(f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high})")
     return Options(mode, values), connection
 
 

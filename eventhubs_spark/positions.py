@@ -21,7 +21,10 @@ from typing import Any
 
 from .errors import OptionError
 
-EXAMPLE = '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42, "isInclusive": true} or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
+EXAMPLE = (
+    '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42, "isInclusive": true} '
+    'or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,9 @@ def parse_position(value: Any, option: str) -> Position:
 def parse_time(value: Any, option: str) -> dt.datetime:
     """An ISO-8601 instant (``Z`` or an offset; naive means UTC) or epoch milliseconds."""
     if isinstance(value, bool):
-        raise OptionError(f"{option}: expected an ISO-8601 time such as 2024-05-01T00:00:00Z, got {value!r}")
+        raise OptionError(
+            f'{option}: expected an ISO-8601 time, e.g. {{"enqueuedTime": "2024-05-01T00:00:00Z"}}, got {value!r}'
+        )
     if isinstance(value, (int, float)):
         return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
     if isinstance(value, str):
@@ -125,7 +130,9 @@ def parse_time(value: Any, option: str) -> dt.datetime:
             pass
         else:
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
-    raise OptionError(f"{option}: expected an ISO-8601 time such as 2024-05-01T00:00:00Z, got {value!r}")
+    raise OptionError(
+        f'{option}: expected an ISO-8601 time, e.g. {{"enqueuedTime": "2024-05-01T00:00:00Z"}}, got {value!r}'
+    )
 
 
 def parse_positions(value: Any, option: str) -> dict[str, Position]:

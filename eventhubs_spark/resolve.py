@@ -84,18 +84,27 @@ def _first_sequence(
     client = EventHubConsumerClient.from_connection_string(
         settings.connection_string.reveal(), consumer_group=consumer_group
     )
+
+    def collect(events: Any) -> None:
+        got.extend(events or [])
+
     consumer = client._create_consumer(
-        consumer_group, partition, value, lambda events: got.extend(events or []),
-        event_position_inclusive=inclusive, prefetch=1,
-    )  # fmt: skip
+        consumer_group,
+        partition,
+        value,
+        collect,  # type: ignore[arg-type]
+        event_position_inclusive=inclusive,
+        prefetch=1,
+    )
     try:
         deadline = time.monotonic() + timeout
         while not got and time.monotonic() < deadline:
             consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
             link = getattr(getattr(consumer, "_handler", None), "_link", None)
-            if getattr(link, "_error", None) is not None:
+            error = getattr(link, "_error", None)
+            if error is not None:
                 raise EventHubsTimeoutError(
-                    f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {link._error}"
+                    f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
                 )
         if not got:
             raise EventHubsTimeoutError(

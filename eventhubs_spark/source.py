@@ -81,9 +81,18 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         _LOG.info(
             "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pool_hits=%d "
             "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f",
-            split.settings.hub, split.partition, split.start, split.end, result.read, result.lost,
-            time.monotonic() - started, stats.hits, stats.repositions, stats.creates, stats.reuse_rate(),
-        )  # fmt: skip
+            split.settings.hub,
+            split.partition,
+            split.start,
+            split.end,
+            result.read,
+            result.lost,
+            time.monotonic() - started,
+            stats.hits,
+            stats.repositions,
+            stats.creates,
+            stats.reuse_rate(),
+        )
 
 
 class _Planner:
@@ -117,13 +126,18 @@ class _Planner:
         if self._ids is None or (refresh_ids_after is not None and now - self._ids_at >= refresh_ids_after):
             ids = self.management.partition_ids()
             if self._ids is not None and len(ids) > len(self._ids):
-                _LOG.info("hub %s: %d new partition(s) %s", self.settings.hub, len(ids) - len(self._ids),
-                          sorted(set(ids) - set(self._ids), key=int))  # fmt: skip
+                _LOG.info(
+                    "hub %s: %d new partition(s) %s",
+                    self.settings.hub,
+                    len(ids) - len(self._ids),
+                    sorted(set(ids) - set(self._ids), key=int),
+                )
             self._ids, self._ids_at = ids, now
         return self.management.partition_properties(self._ids)
 
-    def positions_for(self, infos: Mapping[str, PartitionInfo], single: str, per_partition: str,
-                      default: Position) -> dict[str, Position]:  # fmt: skip
+    def positions_for(
+        self, infos: Mapping[str, PartitionInfo], single: str, per_partition: str, default: Position
+    ) -> dict[str, Position]:
         chosen = self.options.get(single) or default
         overrides: dict[str, Position] = self.options.get(per_partition) or {}
         unknown = sorted(set(overrides) - set(infos), key=int)
@@ -135,14 +149,14 @@ class _Planner:
         return {pid: overrides.get(pid, chosen) for pid in infos}
 
     def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position], option: str) -> dict[str, int]:
-        return resolve(self.settings, self.config.consumer_group, infos, positions, self.config.receiver_timeout,
-                       option)  # fmt: skip
+        return resolve(
+            self.settings, self.config.consumer_group, infos, positions, self.config.receiver_timeout, option
+        )
 
     def input_partitions(self, ranges: list[Range]) -> list[EventHubsPartition]:
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.get("maxEventsPerPartition"))
         return [
-            EventHubsPartition(self.settings, self.config, r.partition, r.start, r.end,
-                               self.options["failOnDataLoss"])  # fmt: skip
+            EventHubsPartition(self.settings, self.config, r.partition, r.start, r.end, self.options["failOnDataLoss"])
             for r in pieces
         ]
 
@@ -161,8 +175,12 @@ class _Planner:
         _LOG.warning(
             "hub %s partition %s: %d events [%d, %d) were lost to retention before they were read; continuing "
             "because failOnDataLoss=false",
-            self.settings.hub, partition, lost_until - start, start, lost_until,
-        )  # fmt: skip
+            self.settings.hub,
+            partition,
+            lost_until - start,
+            start,
+            lost_until,
+        )
         return begin
 
 
@@ -187,7 +205,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._initial is None:
             infos = self._refresh()
             positions = self.planner.positions_for(
-                infos, "eventhubs.startingPosition", "eventhubs.startingPositions", self.planner.options.starting_position
+                infos,
+                "eventhubs.startingPosition",
+                "eventhubs.startingPositions",
+                self.planner.options.starting_position,
             )
             self._initial = self.planner.resolve(infos, positions, "eventhubs.startingPosition(s)")
         return SourceOffset(self.hub, self._initial).to_json()
@@ -234,8 +255,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if min_events and self._target is None and 0 < backlog < min_events:
             waited = now - self._last_batch_at
             if waited < self.planner.options["maxTriggerDelay"]:
-                _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger",
-                          self.hub, backlog, min_events)  # fmt: skip
+                _LOG.info(
+                    "hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger",
+                    self.hub,
+                    backlog,
+                    min_events,
+                )
                 self._last_end = begin
                 return SourceOffset(self.hub, begin).to_json()
         end = rate_limit(begin, latest, max_events)
@@ -245,9 +270,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         behind = {p: latest[p] - end[p] for p in latest}
         _LOG.info(
             "hub %s: planned %d events; events behind latest: total=%d max=%d (%s)",
-            self.hub, sum(end[p] - begin[p] for p in end), sum(behind.values()), max(behind.values(), default=0),
+            self.hub,
+            sum(end[p] - begin[p] for p in end),
+            sum(behind.values()),
+            max(behind.values(), default=0),
             ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),
-        )  # fmt: skip
+        )
         return SourceOffset(self.hub, end).to_json()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -296,14 +324,16 @@ class EventHubsBatchReader(DataSourceReader):
         infos = planner.partition_infos()
         starts = planner.resolve(
             infos,
-            planner.positions_for(infos, "eventhubs.startingPosition", "eventhubs.startingPositions",
-                                  planner.options.starting_position),
+            planner.positions_for(
+                infos, "eventhubs.startingPosition", "eventhubs.startingPositions", planner.options.starting_position
+            ),
             "eventhubs.startingPosition(s)",
-        )  # fmt: skip
+        )
         ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
         # An ending position names the first event *not* read, unless isInclusive includes it.
-        ends = planner.resolve(infos, {p: _flip_inclusive(pos) for p, pos in ending.items()},
-                               "eventhubs.endingPosition(s)")  # fmt: skip
+        ends = planner.resolve(
+            infos, {p: _flip_inclusive(pos) for p, pos in ending.items()}, "eventhubs.endingPosition(s)"
+        )
         ranges = []
         for pid in sorted(infos, key=int):
             start, end = starts[pid], ends[pid]

@@ -1,6 +1,6 @@
 """The cached management client: hub and partition properties over one AMQP connection, concurrently.
 
-The SDK opens a new connection, session and CBS exchange for every management call (0.1–0.5 s
+The SDK opens a new connection, session and CBS exchange for every management call (0.1 to 0.5 s
 each), so a trigger that asks about 32 partitions one after another spends seconds planning. Here one
 connection per (namespace, hub, credentials) stays open in the process, on a private event loop, and
 all partitions are asked at once on it: planning time does not grow with the partition count.
@@ -115,15 +115,13 @@ class ManagementClient:
         async def all_of() -> list[Any]:
             return await asyncio.gather(
                 *(
-                    self._request(
-                        {"name": self.settings.hub, "partition": pid}, "com.microsoft:partition"
-                    )
+                    self._request({"name": self.settings.hub, "partition": pid}, "com.microsoft:partition")
                     for pid in partition_ids
                 )
             )
 
         replies = self._run(all_of)
-        return {pid: _partition_info(pid, reply) for pid, reply in zip(partition_ids, replies)}
+        return {pid: _partition_info(pid, reply) for pid, reply in zip(partition_ids, replies, strict=True)}
 
     def close(self) -> None:
         try:
@@ -150,8 +148,11 @@ class ManagementClient:
                 last = exc
             _LOG.warning(
                 "management request for %s/%s failed (attempt %d), retrying: %s",
-                self.settings.namespace, self.settings.hub, attempt, last,
-            )  # fmt: skip
+                self.settings.namespace,
+                self.settings.hub,
+                attempt,
+                last,
+            )
             _LoopThread.run(self._close(), timeout=30)
             if time.monotonic() + delay >= deadline:
                 raise EventHubsTimeoutError(

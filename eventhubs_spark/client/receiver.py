@@ -63,6 +63,7 @@ class PartitionReceiver:
         self._carry: list[Any] = []
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
+        self._consumer_error: str | None = None
 
     def _on_events(self, events: Any) -> None:
         if isinstance(events, list):
@@ -76,7 +77,7 @@ class PartitionReceiver:
             self.config.consumer_group,
             self.partition,
             sequence_number,
-            self._on_events,
+            self._on_events,  # type: ignore[arg-type]
             event_position_inclusive=True,
             owner_level=self.config.owner_level if self.config.exclusive else None,
             prefetch=self.config.prefetch,
@@ -126,8 +127,12 @@ class PartitionReceiver:
                     _LOG.warning(
                         "hub %r partition %s: %d events [%d, %d) were lost to retention; continuing because "
                         "failOnDataLoss=false",
-                        self.settings.hub, self.partition, lost, expected, min(seq, end),
-                    )  # fmt: skip
+                        self.settings.hub,
+                        self.partition,
+                        lost,
+                        expected,
+                        min(seq, end),
+                    )
                     result.lost += lost
                     expected = seq
                 if seq >= end:
@@ -158,7 +163,7 @@ class PartitionReceiver:
         return self._received or None
 
     def _link_error(self) -> str | None:
-        pending = getattr(self, "_consumer_error", None)
+        pending = self._consumer_error
         if pending:
             self._consumer_error = None
             return str(pending)

@@ -67,7 +67,9 @@ def parse_connection_string(text: str, option: str = "eventhubs.connectionString
             continue
         key, sep, value = piece.partition("=")
         if not sep:
-            raise OptionError(f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}")
+            raise OptionError(
+                f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}"
+            )
         parts[key.strip().lower()] = value.strip()
     endpoint = parts.get("endpoint")
     if not endpoint:

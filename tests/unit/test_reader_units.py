@@ -1,0 +1,311 @@
+"""Reader pieces that need nothing running: options, positions, offsets, rate limits, placement, pool."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eventhubs_spark.client.receiver import ReceiverConfig, ReceiverPool
+from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
+from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
+from eventhubs_spark.placement import loads, per_partition_hash_place, place
+from eventhubs_spark.positions import (
+    Earliest,
+    EnqueuedTime,
+    Latest,
+    Offset,
+    SequenceNumber,
+    parse_position,
+    parse_positions,
+)
+
+CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
+
+
+# --- positions -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"offset": "-1"}', Earliest()),
+        ('{"offset": "@latest"}', Latest()),
+        ('{"offset": "1234", "isInclusive": true}', Offset("1234", True)),
+        ('{"seqNo": 42}', SequenceNumber(42, False)),
+        ('{"seqNo": 0, "isInclusive": true}', SequenceNumber(0, True)),
+        ('{"enqueuedTime": "2024-05-01T00:00:00Z"}', EnqueuedTime(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc))),
+        # the old connector wrote every field, unused ones null (seqNo -1)
+        ('{"offset": null, "seqNo": 7, "enqueuedTime": null, "isInclusive": false}', SequenceNumber(7)),
+        ('{"offset": "-1", "seqNo": -1, "enqueuedTime": null, "isInclusive": true}', Earliest()),
+        ('{"Offset": "-1"}', Earliest()),
+    ],
+)
+def test_positions(text, expected):
+    assert parse_position(text, "eventhubs.startingPosition") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1]", "expected a JSON object"),
+        ("{}", "set exactly one of"),
+        ('{"offset": "-1", "seqNo": 4}', "set exactly one of"),
+        ('{"seqNo": -5}', "seqNo must be a whole number"),
+        ('{"seqNo": "ten"}', "seqNo must be a whole number"),
+        ('{"offset": "abc"}', "offset must be"),
+        ('{"enqueuedTime": "yesterday"}', "ISO-8601"),
+        ('{"seqNo": 1, "isInclusive": "yes"}', "isInclusive must be"),
+        ('{"sequence": 1}', "unknown field"),
+    ],
+)
+def test_bad_positions_name_the_option_and_show_an_example(text, message):
+    with pytest.raises(OptionError, match=message) as info:
+        parse_position(text, "eventhubs.startingPosition")
+    assert "eventhubs.startingPosition" in str(info.value)
+    assert "{" in str(info.value)  # an example
+
+
+def test_per_partition_positions_accept_old_connector_keys():
+    parsed = parse_positions(
+        '{"0": {"seqNo": 1}, "{\\"ehName\\": \\"hub\\", \\"partitionId\\": 3}": {"offset": "-1"}}', "o"
+    )
+    assert parsed == {"0": SequenceNumber(1), "3": Earliest()}
+    with pytest.raises(OptionError, match="partition ids"):
+        parse_positions('{"zero": {"seqNo": 1}}', "o")
+
+
+@given(st.integers(min_value=0, max_value=2**62), st.booleans())
+def test_sequence_positions_round_trip(seq, inclusive):
+    pos = SequenceNumber(seq, inclusive)
+    assert parse_position(pos.to_json(), "o") == pos
+
+
+# --- options ---------------------------------------------------------------------------------------
+
+
+def test_options_are_case_insensitive_and_typed():
+    options, conn = parse_options(
+        {
+            "EVENTHUBS.CONNECTIONSTRING": CONN,
+            "maxeventspertrigger": "500",
+            "eventhubs.receiverTimeout": "PT30S",
+            "failOnDataLoss": "FALSE",
+        },
+        "stream",
+    )
+    assert conn == CONN
+    assert options["maxEventsPerTrigger"] == 500
+    assert options["eventhubs.receiverTimeout"] == 30.0
+    assert options["failOnDataLoss"] is False
+    assert options["eventhubs.consumerGroup"] == "$Default"
+    assert isinstance(options.starting_position, Latest)
+    batch, _ = parse_options({"eventhubs.connectionString": CONN}, "batch")
+    assert isinstance(batch.starting_position, Earliest)
+
+
+@pytest.mark.parametrize(
+    ("raw", "mode", "message"),
+    [
+        ({}, "stream", "eventhubs.connectionString is required"),
+        ({"eventhubs.conectionString": CONN}, "stream", "unknown option"),
+        ({"maxEventsPerTrigger": "lots"}, "stream", "maxEventsPerTrigger: expected a whole number"),
+        ({"maxEventsPerTrigger": "0"}, "stream", "maxEventsPerTrigger"),
+        ({"eventhubs.prefetchCount": "-1"}, "stream", "eventhubs.prefetchCount"),
+        ({"failOnDataLoss": "maybe"}, "stream", "failOnDataLoss: expected true or false"),
+        ({"eventhubs.receiverTimeout": "soon"}, "stream", "eventhubs.receiverTimeout: expected a duration"),
+        ({"maxTriggerDelay": "5 fortnights"}, "stream", "maxTriggerDelay"),
+        ({"eventhubs.endingPosition": '{"offset": "@latest"}'}, "stream", "applies to batch reads"),
+        ({"maxEventsPerTrigger": "10"}, "batch", "applies to streaming reads"),
+        ({"eventhubs.startingPosition": "{"}, "stream", "eventhubs.startingPosition: not valid JSON"),
+        ({"eventhubs.maxSilentTime": "PT60S"}, "stream", "not supported"),
+        ({"minEventsPerTrigger": "100", "maxEventsPerTrigger": "10"}, "stream", "must not exceed"),
+        ({"path": "x"}, "batch", "takes no path"),
+        ({"eventhubs.consumerGroup": " "}, "stream", "must not be empty"),
+    ],
+)
+def test_bad_options(raw, mode, message):
+    if "path" not in raw and "eventhubs.connectionString" not in raw and raw:
+        raw = {"eventhubs.connectionString": CONN, **raw}
+    with pytest.raises(OptionError, match=message):
+        parse_options(raw, mode)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60", 60), ("60s", 60), ("500ms", 0.5), ("15m", 900), ("1h", 3600), ("PT1M", 60), ("PT1H30M", 5400)],
+)
+def test_durations(text, seconds):
+    assert parse_duration("o", text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Endpoint=sb://ns/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET",  # no EntityPath
+        "SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=h",  # no Endpoint
+        "Endpoint=sb://ns/;EntityPath=h;garbage TOPSECRET",
+        "Endpoint=sb://ns/;EntityPath=h",  # no credentials
+    ],
+)
+def test_bad_connection_strings_never_echo_the_secret(text):
+    with pytest.raises(OptionError) as info:
+        parse_connection_string(text)
+    assert "TOPSECRET" not in str(info.value)
+    assert "eventhubs.connectionString" in str(info.value)
+
+
+def test_connection_settings_hide_the_secret_but_survive_pickling():
+    settings = parse_connection_string(CONN)
+    assert settings.namespace == "ns.servicebus.windows.net" and settings.hub == "hub"
+    assert "TOPSECRET" not in repr(settings) and "TOPSECRET" not in str(settings)
+    assert pickle.loads(pickle.dumps(settings)).connection_string.reveal() == CONN
+    local = parse_connection_string("Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x")
+    assert local.namespace == "127.0.0.1:5672"
+
+
+def test_readme_options_table_is_generated_from_the_options_module():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert options_table() in readme, "README options table drifted: paste eventhubs_spark.options.options_table()"
+    assert len(SPECS) >= 15
+
+
+# --- offsets and rate limits ---------------------------------------------------------------------
+
+
+def test_offset_json_is_the_old_connector_shape():
+    offset = SourceOffset("hub", {"10": 5, "2": 7})
+    assert offset.to_json() == {"hub": {"2": 7, "10": 5}}
+    assert SourceOffset.from_json('{"hub": {"0": 12, "1": 3}}', "hub").positions == {"0": 12, "1": 3}
+    assert SourceOffset.from_json({"HUB": {"0": 1}}, "hub").positions == {"0": 1}
+    with pytest.raises(OptionError, match="new checkpoint location"):
+        SourceOffset.from_json({"other": {"0": 1}}, "hub")
+    with pytest.raises(OptionError):
+        SourceOffset.from_json("[", "hub")
+
+
+def test_rate_limit_is_proportional_to_backlog_and_starves_nobody():
+    start = {"0": 0, "1": 0, "2": 0, "3": 10}
+    latest = {"0": 900, "1": 90, "2": 10, "3": 10}
+    end = rate_limit(start, latest, 100)
+    taken = {p: end[p] - start[p] for p in end}
+    assert sum(taken.values()) == 100
+    assert taken["0"] > taken["1"] > 0 and taken["2"] >= 1 and taken["3"] == 0
+    assert rate_limit(start, latest, None) == latest
+    assert rate_limit(start, latest, 10_000) == latest
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 5000)), min_size=1, max_size=40),
+    st.integers(1, 20_000),
+)
+def test_rate_limit_properties(pairs, budget):
+    start = {str(i): s for i, (s, _) in enumerate(pairs)}
+    latest = {str(i): s + n for i, (s, n) in enumerate(pairs)}
+    end = rate_limit(start, latest, budget)
+    with_data = sum(1 for s, n in pairs if n)
+    total = sum(end[p] - start[p] for p in end)
+    for p in end:
+        assert start[p] <= end[p] <= latest[p]
+        if latest[p] > start[p]:
+            assert end[p] > start[p]  # at least one event for every partition with data
+    assert total <= max(budget, with_data)
+    assert total == min(budget, sum(n for _, n in pairs)) or total == with_data
+
+
+def test_split_ranges():
+    pieces = split_ranges([Range("0", 0, 10), Range("1", 5, 6)], 4)
+    assert [(r.partition, r.start, r.end) for r in pieces] == [("0", 0, 4), ("0", 4, 8), ("0", 8, 10), ("1", 5, 6)]
+    assert split_ranges([Range("0", 0, 10)], None) == [Range("0", 0, 10)]
+
+
+# --- placement ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("partitions", "executors"),
+    [(4, 2), (8, 3), (32, 3), (32, 5), (100, 7), (1024, 10), (3, 8)],
+)
+def test_placement_is_balanced_within_one(partitions, executors):
+    names = [f"exec-{i}" for i in range(executors)]
+    counts = loads("telemetry", partitions, names)
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert sum(counts.values()) == partitions
+
+
+def test_placement_beats_per_partition_hashing():
+    names = [f"exec-{i}" for i in range(5)]
+    spread = []
+    for hub in ("orders", "telemetry", "clicks", "logs", "payments"):
+        ours = loads(hub, 32, names)
+        naive = loads(hub, 32, names, per_partition_hash_place)
+        spread.append((max(ours.values()) - min(ours.values()), max(naive.values()) - min(naive.values())))
+    assert all(o <= 1 for o, _ in spread)
+    assert sum(n for _, n in spread) > sum(o for o, _ in spread)
+
+
+def test_placement_is_deterministic_and_order_free():
+    assert place("hub", 3, ["b", "a", "c"]) == place("hub", 3, ["c", "b", "a"])
+    assert place("hub", 0, ["a", "b", "c", "d"]) != place("hub", 1, ["a", "b", "c", "d"])
+    with pytest.raises(ValueError):
+        place("hub", 0, [])
+
+
+# --- receiver pool -----------------------------------------------------------------------------------
+
+
+class FakeReceiver:
+    def __init__(self, settings, config, partition):
+        self.settings, self.config, self.partition = settings, config, partition
+        self.position = None
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_pool_reuses_expires_and_invalidates():
+    clock = Clock()
+    pool = ReceiverPool(capacity=2, idle_timeout=10, clock=clock, factory=FakeReceiver)
+    settings = parse_connection_string(CONN)
+    config = ReceiverConfig()
+    first = pool.acquire(settings, config, "0", start=0)
+    first.position = 100
+    pool.release(first, healthy=True)
+    again = pool.acquire(settings, config, "0", start=100)
+    assert again is first and pool.stats.hits == 1
+    pool.release(again, healthy=True)
+    # a task retry never reuses
+    retried = pool.acquire(settings, config, "0", start=100, retry=True)
+    assert retried is not first and first.closed
+    pool.release(retried, healthy=False)
+    assert retried.closed and len(pool) == 0
+    # an entry in use is never evicted, even over capacity
+    a = pool.acquire(settings, config, "1", 0)
+    b = pool.acquire(settings, config, "2", 0)
+    c = pool.acquire(settings, config, "3", 0)
+    assert not (a.closed or b.closed or c.closed)
+    for r in (a, b, c):
+        pool.release(r, healthy=True)
+    assert len(pool) == 2
+    clock.now = 100
+    d = pool.acquire(settings, config, "4", 0)
+    assert len(pool) == 1 and pool.stats.evictions >= 3
+    pool.release(d, True)
+    assert 0 < pool.stats.reuse_rate() < 1
