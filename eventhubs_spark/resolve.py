@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .client.management import PartitionInfo
+from .client.receiver import ReceiverConfig
 from .client.settings import ConnectionSettings
-from .errors import EventHubsTimeoutError, OptionError
+from .errors import EventHubsTimeoutError
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber
 
 _LOG = logging.getLogger(__name__)
@@ -23,11 +24,10 @@ _LOG = logging.getLogger(__name__)
 
 def resolve(
     settings: ConnectionSettings,
-    consumer_group: str,
+    config: ReceiverConfig,
     infos: dict[str, PartitionInfo],
     positions: dict[str, Position],
     timeout: float,
-    option: str,
 ) -> dict[str, int]:
     """Sequence number of the first event each position includes, per partition."""
     out: dict[str, int] = {}
@@ -39,14 +39,7 @@ def resolve(
         elif isinstance(pos, Latest):
             out[pid] = info.end
         elif isinstance(pos, SequenceNumber):
-            first = pos.first()
-            if first > info.end:
-                raise OptionError(
-                    f"{option}: partition {pid} position seqNo {pos.value} is past the end of the partition (its last "
-                    f"sequence number is {info.last_enqueued_sequence_number}); use a smaller seqNo or "
-                    f'{{"offset": "@latest"}}'
-                )
-            out[pid] = first
+            out[pid] = pos.first()  # may lie past the end: reading starts when the partition gets there
         elif _past_end(pos, info):
             out[pid] = info.end
         else:
@@ -54,7 +47,7 @@ def resolve(
     if lookups:
         with ThreadPoolExecutor(max_workers=min(16, len(lookups))) as pool:
             found = pool.map(
-                lambda item: (item[0], _first_sequence(settings, consumer_group, item[0], item[1], timeout)),
+                lambda item: (item[0], _first_sequence(settings, config, item[0], item[1], timeout)),
                 lookups.items(),
             )
             for pid, seq in found:
@@ -74,8 +67,11 @@ def _past_end(pos: Position, info: PartitionInfo) -> bool:
 
 
 def _first_sequence(
-    settings: ConnectionSettings, consumer_group: str, partition: str, pos: Position, timeout: float
+    settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position, timeout: float
 ) -> int | None:
+    """Read the first event at ``pos``. With exclusive receivers the lookup uses the query's owner level
+    too: a plain receiver would be refused while the query's own pooled receivers hold the partition."""
+    consumer_group = config.consumer_group
     from azure.eventhub import EventHubConsumerClient
 
     value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime) else None
@@ -95,6 +91,7 @@ def _first_sequence(
         collect,  # type: ignore[arg-type]
         event_position_inclusive=inclusive,
         prefetch=1,
+        owner_level=config.owner_level if config.exclusive else None,
     )
     try:
         deadline = time.monotonic() + timeout

@@ -60,7 +60,11 @@ class EventHubsPartition(InputPartition):
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
-    """Executor side: read one range through the process's receiver pool, as Arrow record batches."""
+    """Executor side: read one range through the process's receiver pool, as Arrow record batches.
+
+    (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
+    the readers answer that with no rows.)
+    """
     if split.end <= split.start:
         return
     from pyspark import TaskContext
@@ -148,10 +152,8 @@ class _Planner:
             )
         return {pid: overrides.get(pid, chosen) for pid in infos}
 
-    def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position], option: str) -> dict[str, int]:
-        return resolve(
-            self.settings, self.config.consumer_group, infos, positions, self.config.receiver_timeout, option
-        )
+    def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position]) -> dict[str, int]:
+        return resolve(self.settings, self.config, infos, positions, self.config.receiver_timeout)
 
     def input_partitions(self, ranges: list[Range]) -> list[EventHubsPartition]:
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.get("maxEventsPerPartition"))
@@ -210,7 +212,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "eventhubs.startingPositions",
                 self.planner.options.starting_position,
             )
-            self._initial = self.planner.resolve(infos, positions, "eventhubs.startingPosition(s)")
+            self._initial = self.planner.resolve(infos, positions)
         return SourceOffset(self.hub, self._initial).to_json()
 
     def getDefaultReadLimit(self) -> Any:
@@ -297,8 +299,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self.planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, EventHubsPartition)
-        return read_partition(partition)
+        return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
 
     def commit(self, end: dict[str, Any]) -> None:
         _LOG.info("hub %s: committed %s", self.hub, SourceOffset.from_json(end, self.hub).to_json())
@@ -327,28 +328,29 @@ class EventHubsBatchReader(DataSourceReader):
             planner.positions_for(
                 infos, "eventhubs.startingPosition", "eventhubs.startingPositions", planner.options.starting_position
             ),
-            "eventhubs.startingPosition(s)",
         )
         ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
         # An ending position names the first event *not* read, unless isInclusive includes it.
-        ends = planner.resolve(
-            infos, {p: _flip_inclusive(pos) for p, pos in ending.items()}, "eventhubs.endingPosition(s)"
-        )
+        ends = planner.resolve(infos, {p: _flip_inclusive(pos) for p, pos in ending.items()})
         ranges = []
         for pid in sorted(infos, key=int):
             start, end = starts[pid], ends[pid]
-            if end < start:
+            explicit_end = pid in (planner.options.get("eventhubs.endingPositions") or {}) or planner.options.get(
+                "eventhubs.endingPosition"
+            )
+            if end < start and explicit_end:
                 raise OptionError(
                     f"partition {pid}: the ending position (sequence number {end}) is before the starting position "
                     f"({start}); check eventhubs.startingPosition(s) and eventhubs.endingPosition(s)"
                 )
-            start = planner.check_data_loss(pid, start, end, infos[pid])
+            # A batch read never waits for events that do not exist yet.
+            end = min(end, infos[pid].end)
+            start = planner.check_data_loss(pid, min(start, end), end, infos[pid])
             ranges.append(Range(pid, start, end))
         return planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, EventHubsPartition)
-        return read_partition(partition)
+        return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
 
 
 class EventHubsDataSource(DataSource):

@@ -1,0 +1,293 @@
+"""The reader end to end: real Spark (local[2]) against the emulator, checked event by event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from .sdk_helpers import receive, send, wait_until
+
+pytestmark = pytest.mark.spark
+
+
+def fill(eventhub, per_partition: dict[int, int], prefix: str = "e") -> set[str]:
+    """Send ``n`` events to each partition; returns the bodies."""
+    bodies = set()
+    for p, n in per_partition.items():
+        batch = [f"{prefix}-{p}-{i}" for i in range(n)]
+        send(eventhub.connection_string, batch, partition_id=str(p))
+        bodies.update(batch)
+    return bodies
+
+
+def stream(spark, eventhub, tmp: Path, trigger: dict | None = None, **options):
+    """Start a stream from the hub into a parquet sink at ``tmp``; returns the query."""
+    reader = spark.readStream.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
+    for k, v in options.items():
+        reader = reader.option(k.replace("__", "."), v)
+    return (
+        reader.load()
+        .selectExpr("cast(body as string) as body", "partition", "sequenceNumber", "offset", "enqueuedTime")
+        .writeStream.format("parquet")
+        .option("path", str(tmp / "data"))
+        .option("checkpointLocation", str(tmp / "checkpoint"))
+        .trigger(**(trigger or {"availableNow": True}))
+        .start()
+    )
+
+
+def run_available_now(spark, eventhub, tmp: Path, **options) -> list[dict]:
+    query = stream(spark, eventhub, tmp, **options)
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+
+def output(spark, tmp: Path, files: bool = False) -> list[str]:
+    """The sink's committed rows; ``files=True`` reads its files directly, skipping its metadata log."""
+    from pyspark.errors import AnalysisException
+
+    path = str(tmp / "data" / "*.parquet") if files else str(tmp / "data")
+    try:
+        return [r.body for r in spark.read.parquet(path).collect()]
+    except AnalysisException as exc:  # nothing committed yet
+        if "UNABLE_TO_INFER_SCHEMA" in str(exc) or "PATH_NOT_FOUND" in str(exc):
+            return []
+        raise
+
+
+def test_batch_read_everything_with_the_full_schema(spark, eventhub):
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    bodies = fill(eventhub, {0: 3, 1: 2})
+    with EventHubProducerClient.from_connection_string(eventhub.connection_string) as producer:
+        event = EventData("with-props")
+        event.properties = {"kind": "x", "n": 5}
+        producer.send_batch([event], partition_key="device-1")
+    df = spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).load()
+    assert [f.name for f in df.schema.fields] == [
+        "body", "partition", "offset", "sequenceNumber", "enqueuedTime", "publisher", "partitionKey", "properties",
+        "systemProperties",
+    ]  # fmt: skip
+    rows = df.collect()
+    assert sorted(bytes(r.body).decode() for r in rows) == sorted([*bodies, "with-props"])
+    keyed = next(r for r in rows if bytes(r.body) == b"with-props")
+    assert keyed.partitionKey == "device-1"
+    assert keyed.properties == {"kind": "x", "n": "5"}
+    assert isinstance(keyed.enqueuedTime, dt.datetime)
+    first = next(r for r in rows if bytes(r.body) == b"e-0-0")
+    assert (first.partition, first.sequenceNumber, first.offset) == ("0", 0, "0")
+
+
+def test_stream_restarts_lose_nothing_and_duplicate_nothing(spark, eventhub, tmp_path):
+    expected = fill(eventhub, {0: 50, 1: 30, 2: 0, 3: 7}, "a")
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
+    assert sorted(output(spark, tmp_path)) == sorted(expected)
+    expected |= fill(eventhub, {0: 5, 2: 12}, "b")
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
+    expected |= fill(eventhub, {1: 3, 3: 9}, "c")
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
+    got = output(spark, tmp_path)
+    assert len(got) == len(set(got)) == len(expected)
+    assert set(got) == expected
+
+
+def test_continuous_trigger_with_live_events_and_a_restart(spark, eventhub, tmp_path):
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "1 second"},
+                   eventhubs__startingPosition='{"offset": "-1"}')  # fmt: skip
+    try:
+        expected = fill(eventhub, {0: 20, 3: 20}, "live")
+        wait_until(lambda: len(output(spark, tmp_path)) >= 40, timeout=90, message="first events")
+    finally:
+        query.stop()
+    expected |= fill(eventhub, {1: 10, 2: 10}, "after")
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "1 second"})
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) >= 60, timeout=90, message="events after restart")
+    finally:
+        query.stop()
+    got = output(spark, tmp_path)
+    assert sorted(got) == sorted(expected)
+
+
+def test_default_stream_start_is_the_end_of_the_stream(spark, eventhub, tmp_path):
+    fill(eventhub, {0: 10}, "old")
+    assert run_available_now(spark, eventhub, tmp_path) == []
+    fresh = fill(eventhub, {0: 4}, "new")
+    run_available_now(spark, eventhub, tmp_path)
+    assert sorted(output(spark, tmp_path)) == sorted(fresh)
+
+
+def test_available_now_reads_what_was_there_in_limited_batches(spark, eventhub, tmp_path):
+    expected = fill(eventhub, {0: 120, 1: 60, 2: 20, 3: 0})
+    progress = run_available_now(
+        spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}', maxEventsPerTrigger="50"
+    )
+    assert [p["numInputRows"] for p in progress] == [50, 50, 50, 50]
+    assert sorted(output(spark, tmp_path)) == sorted(expected)
+    # the last batch's end offsets name every partition's end
+    end = progress[-1]["sources"][0]["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    assert end == {eventhub.name: {"0": 120, "1": 60, "2": 20, "3": 0}}
+
+
+def test_rate_limit_splits_by_backlog(spark, eventhub, tmp_path):
+    fill(eventhub, {0: 300, 1: 100, 2: 1})
+    query = stream(spark, eventhub, tmp_path, trigger={"availableNow": True},
+                   eventhubs__startingPosition='{"offset": "-1"}', maxEventsPerTrigger="40")  # fmt: skip
+    query.awaitTermination(180)
+    first = next(p for p in query.recentProgress if p["numInputRows"] > 0)
+    assert first["numInputRows"] == 40
+    rows = spark.read.parquet(str(tmp_path / "data")).groupBy("partition").count().collect()
+    assert {r.partition: r["count"] for r in rows} == {"0": 300, "1": 100, "2": 1}
+    start = json.loads(first["sources"][0]["endOffset"]) if isinstance(first["sources"][0]["endOffset"], str) \
+        else first["sources"][0]["endOffset"]  # fmt: skip
+    taken = start[eventhub.name]
+    assert taken["2"] == 1 and taken["0"] > taken["1"] > 0
+
+
+def test_min_events_per_trigger_waits_then_max_trigger_delay_releases(spark, eventhub, tmp_path):
+    fill(eventhub, {0: 3})
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
+                   eventhubs__startingPosition='{"offset": "-1"}', minEventsPerTrigger="10",
+                   maxTriggerDelay="6s")  # fmt: skip
+    try:
+        time.sleep(3)
+        assert output(spark, tmp_path) == []  # 3 < 10 and the delay has not passed
+        wait_until(lambda: len(output(spark, tmp_path)) == 3, timeout=60, message="release after maxTriggerDelay")
+        fill(eventhub, {1: 12}, "many")
+        wait_until(lambda: len(output(spark, tmp_path)) == 15, timeout=60, message="enough events")
+    finally:
+        query.stop()
+
+
+def test_positions_of_every_kind_in_batch_reads(spark, eventhub):
+    fill(eventhub, {0: 10})
+    everything = receive(eventhub.connection_string, 10, partition_id="0", starting_position="-1")
+    offset_4 = everything[4].offset
+    time_6 = everything[6].enqueued_time
+
+    def read(**options) -> list[int]:
+        reader = spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
+        for k, v in options.items():
+            reader = reader.option(k.replace("__", "."), v)
+        return sorted(r.sequenceNumber for r in reader.load().where("partition = '0'").collect())
+
+    assert read(eventhubs__startingPosition='{"offset": "-1"}') == list(range(10))
+    assert read(eventhubs__startingPosition='{"offset": "@latest"}') == []
+    assert read(eventhubs__startingPosition='{"seqNo": 3}') == list(range(4, 10))
+    assert read(eventhubs__startingPosition='{"seqNo": 3, "isInclusive": true}') == list(range(3, 10))
+    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4})) == list(range(5, 10))
+    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4, "isInclusive": True})) == list(range(4, 10))
+    iso = time_6.isoformat()
+    assert read(eventhubs__startingPosition=json.dumps({"enqueuedTime": iso, "isInclusive": True}))[0] <= 6
+    assert read(eventhubs__startingPositions='{"0": {"seqNo": 7, "isInclusive": true}}') == [7, 8, 9]
+    # ending positions: the named event is not read unless isInclusive
+    assert read(eventhubs__startingPosition='{"seqNo": 2, "isInclusive": true}',
+                eventhubs__endingPosition='{"seqNo": 5}') == [2, 3, 4]  # fmt: skip
+    assert read(eventhubs__endingPositions='{"0": {"seqNo": 5, "isInclusive": true}}') == [0, 1, 2, 3, 4, 5]
+    assert read(eventhubs__endingPosition=json.dumps({"offset": offset_4})) == [0, 1, 2, 3]
+
+
+def test_stream_starting_positions_per_partition(spark, eventhub, tmp_path):
+    fill(eventhub, {0: 10, 1: 10})
+    positions = json.dumps({"0": {"seqNo": 7, "isInclusive": True}, "1": {"offset": "@latest"}})
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPositions=positions,
+                      eventhubs__startingPosition='{"offset": "-1"}')  # fmt: skip
+    assert sorted(output(spark, tmp_path)) == ["e-0-7", "e-0-8", "e-0-9"]
+
+
+def test_split_of_a_large_partition_into_several_tasks(spark, eventhub):
+    fill(eventhub, {0: 1000})
+    df = (
+        spark.read.format("eventhubs")
+        .option("eventhubs.connectionString", eventhub.connection_string)
+        .option("maxEventsPerPartition", "300")
+        .option("eventhubs.useExclusiveReceiver", "false")
+        .load()
+    )
+    assert df.rdd.getNumPartitions() == 4
+    seqs = sorted(r.sequenceNumber for r in df.collect())
+    assert seqs == list(range(1000))
+
+
+@pytest.mark.partitions(2)
+def test_partitions_added_while_the_query_runs(spark, eventhub, tmp_path):
+    expected = fill(eventhub, {0: 5, 1: 5}, "before")
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
+                   eventhubs__startingPosition='{"offset": "-1"}',
+                   eventhubs__partitionDiscoveryInterval="1s")  # fmt: skip
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) == 10, timeout=60, message="first events")
+        eventhub.emulator.add_partitions(eventhub.name, 2)
+        expected |= fill(eventhub, {2: 6, 3: 4}, "added")
+        wait_until(lambda: len(output(spark, tmp_path)) == 20, timeout=60, message="events of new partitions")
+    finally:
+        query.stop()
+    assert sorted(output(spark, tmp_path)) == sorted(expected)
+
+
+def test_resume_from_an_old_connector_shaped_checkpoint(spark, eventhub, tmp_path):
+    import shutil
+
+    fill(eventhub, {p: 10 for p in range(4)}, "old")
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
+    offsets = tmp_path / "checkpoint" / "offsets"
+    assert sorted(p.name for p in offsets.iterdir() if not p.name.startswith(".")) == ["0"]
+    # Batch 0's end as azure-event-hubs-spark wrote it: {"<hub>":{"<partition>":<next seqNo>}}, further back.
+    lines = (offsets / "0").read_text().splitlines()
+    lines[-1] = '{"' + eventhub.name + '":{"3":5,"2":5,"1":5,"0":5}}'
+    (offsets / "0").write_text("\n".join(lines) + "\n")
+    for crc in offsets.glob(".*.crc"):
+        crc.unlink()
+    shutil.rmtree(tmp_path / "data")
+    fill(eventhub, {p: 2 for p in range(4)}, "new")
+    run_available_now(spark, eventhub, tmp_path)
+    expected = {f"old-{p}-{i}" for p in range(4) for i in range(5, 10)} | {
+        f"new-{p}-{i}" for p in range(4) for i in (0, 1)
+    }
+    got = output(spark, tmp_path, files=True)
+    assert len(got) == len(expected) and set(got) == expected
+
+
+def test_data_loss_fails_or_continues(spark, eventhub, tmp_path):
+    fill(eventhub, {0: 10})
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
+                      maxEventsPerTrigger="4")  # fmt: skip
+    assert len(output(spark, tmp_path)) == 10
+    fill(eventhub, {0: 10}, "gone")
+    eventhub.emulator.trim(eventhub.name, 0, 15)
+    query = stream(spark, eventhub, tmp_path)
+    with pytest.raises(Exception, match="DataLossError"):
+        query.awaitTermination(180)
+    error = str(query.exception())
+    assert f"hub '{eventhub.name}' partition 0" in error and "[10, 15)" in error and "failOnDataLoss" in error
+    run_available_now(spark, eventhub, tmp_path, failOnDataLoss="false")
+    got = output(spark, tmp_path)
+    assert sorted(b for b in got if b.startswith("gone")) == sorted(f"gone-0-{i}" for i in range(5, 10))
+
+
+def test_bad_options_fail_clearly_through_spark(spark, eventhub):
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    def error_of(**options) -> str:
+        reader = spark.read.format("eventhubs")
+        for k, v in options.items():
+            reader = reader.option(k.replace("__", "."), v)
+        with pytest.raises((PySparkException, Py4JJavaError, Exception)) as info:
+            reader.load().collect()
+        return str(info.value)
+
+    assert "eventhubs.connectionString is required" in error_of()
+    message = error_of(eventhubs__connectionString=eventhub.connection_string, maxEventsPerTrigger="5")
+    assert "maxEventsPerTrigger applies to streaming reads" in message
+    message = error_of(eventhubs__connectionString=eventhub.connection_string, eventhubs__startingPosition="{bad")
+    assert "eventhubs.startingPosition: not valid JSON" in message and '{"offset": "-1"}' in message
+    secret = eventhub.connection_string.split("SharedAccessKey=")[1].split(";")[0]
+    message = error_of(eventhubs__connectionString=eventhub.connection_string.replace("EntityPath", "Entity"))
+    assert "EntityPath" in message and secret not in message
