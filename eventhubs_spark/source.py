@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +29,22 @@ from .positions import EnqueuedTime, Latest, Offset, Position, SequenceNumber
 from .resolve import resolve
 
 _LOG = logging.getLogger("eventhubs_spark")
+
+
+def _worker_logging() -> None:
+    """Spark's Python workers configure no logging, so the connector's lines would vanish there.
+
+    ``EVENTHUBS_SPARK_LOG_LEVEL`` (e.g. ``INFO``) sends them to the worker's stderr, which Spark keeps
+    in the executor log; nothing is configured when the application already has handlers.
+    """
+    level = os.environ.get("EVENTHUBS_SPARK_LOG_LEVEL")
+    if level and not _LOG.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        _LOG.addHandler(handler)
+        _LOG.setLevel(level.upper())
+
+
 DEFAULT_EVENTS_PER_PARTITION = 1000
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
@@ -69,6 +87,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         return
     from pyspark import TaskContext
 
+    _worker_logging()
     ctx = TaskContext.get()
     retry = ctx is not None and ctx.attemptNumber() > 0
     receiver = POOL.acquire(split.settings, split.config, split.partition, split.start, retry=retry)
@@ -83,7 +102,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         POOL.release(receiver, healthy)
         stats = POOL.stats
         _LOG.info(
-            "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pool_hits=%d "
+            "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pid=%d pool_hits=%d "
             "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f",
             split.settings.hub,
             split.partition,
@@ -92,6 +111,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
             result.read,
             result.lost,
             time.monotonic() - started,
+            os.getpid(),
             stats.hits,
             stats.repositions,
             stats.creates,

@@ -1,0 +1,91 @@
+"""A streaming query in a Spark of its own: ``local-cluster[2,1,1024]`` or Spark Connect ``local[2]``.
+
+Run as ``python -m tests.integration.spark_app MODE CONNECTION_STRING OUT_DIR`` by the tests, because
+one process holds one Spark context and the suite's shared session is plain ``local[2]``. It streams
+the hub from its start with ``Trigger.AvailableNow`` in several micro-batches into parquet, then
+writes ``result.json`` with the rows read and, for local-cluster, the receiver pool figures parsed
+from the executors' logs.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import sys
+
+
+def main(mode: str, connection: str, out: str, batch_size: str) -> None:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["EVENTHUBS_SPARK_LOG_LEVEL"] = "INFO"
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    if mode == "local-cluster":
+        spark = (
+            SparkSession.builder.master("local-cluster[2,1,1024]")
+            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+            .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+    elif mode == "connect":
+        spark = SparkSession.builder.remote("local[2]").getOrCreate()
+        import eventhubs_spark
+
+        eventhubs_spark.register(spark)  # ships the class to the server, as on a remote cluster
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    query = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", connection)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", batch_size)
+        .load()
+        .selectExpr("cast(body as string) as body", "partition", "sequenceNumber")
+        .writeStream.format("parquet")
+        .option("path", os.path.join(out, "data"))
+        .option("checkpointLocation", os.path.join(out, "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = sum(1 for p in query.recentProgress if (getattr(p, "numInputRows", None) or p["numInputRows"] or 0) > 0)
+    rows = [r.body for r in spark.read.parquet(os.path.join(out, "data")).collect()]
+    result: dict[str, object] = {"rows": rows, "batches": batches}
+    if mode == "local-cluster":
+        # local-cluster workers keep each executor's log under SPARK_HOME/work/<application id>/<executor>/
+        home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        work = os.path.join(home, "work", spark.sparkContext.applicationId)
+        spark.stop()
+        result["executors"] = len([e for e in glob.glob(os.path.join(work, "*")) if os.path.isdir(e)])
+        result["pool"] = pool_figures(work)
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        spark.stop()
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump(result, f)
+
+
+LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_creates=(\d+)")
+
+
+def pool_figures(work: str) -> dict[str, float]:
+    """Sum the last pool figures each Python worker process logged across all executors."""
+    last: dict[str, tuple[int, int, int]] = {}
+    for path in glob.glob(os.path.join(work, "*", "stderr")):
+        with open(path, errors="replace") as f:
+            for line in f:
+                m = LINE.search(line)
+                if m:
+                    last[f"{path}:{m.group(1)}"] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    hits = sum(v[0] for v in last.values())
+    used = sum(sum(v) for v in last.values())
+    return {"tasks": used, "hits": hits, "reuse_rate": hits / used if used else 0.0, "workers": len(last)}
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
