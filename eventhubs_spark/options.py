@@ -204,6 +204,7 @@ RETIRED = {
 }
 
 BY_KEY = {spec.key.lower(): spec for spec in SPECS}
+SPARK_OWNED = {"checkpointlocation"}
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,8 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
     connection: str | None = None
     for key, value in raw.items():
         lower = key.lower()
+        if lower in SPARK_OWNED:
+            continue  # Spark's own option, consumed by Spark (it passes it on to sources and sinks too)
         if lower == "path":  # spark.read.load(path) passes it; we take no path
             raise OptionError("the eventhubs source takes no path: pass eventhubs.connectionString instead")
         if lower in RETIRED:

@@ -388,3 +388,20 @@ class EventHubsDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return EventHubsStreamReader(self.options)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        from .sink import batch_writer
+
+        _append_only(overwrite)
+        return batch_writer(self.options, schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        from .sink import stream_writer
+
+        _append_only(overwrite)
+        return stream_writer(self.options, schema)
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("an event hub is append-only: write with mode('append') (or outputMode('append'))")

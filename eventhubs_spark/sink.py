@@ -1,0 +1,407 @@
+"""The sink: ``df.writeStream.format("eventhubs")`` and ``df.write.format("eventhubs")``.
+
+Rows become events packed into batches up to the hub's maximum message size, grouped by target:
+an explicit ``partitionId``, a ``partitionKey`` (the service routes each key to one partition), or
+neither, in which case the connector spreads batches over the partitions round-robin itself so it
+can count events per partition. Targets are sent concurrently through a producer pooled per
+executor process. Delivery is at least once: a failed task is retried by Spark and sends again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+
+from .client.settings import ConnectionSettings, parse_connection_string
+from .errors import EventHubsTimeoutError, SinkError
+from .options import WRITE, parse_options
+
+try:  # Spark 4.1+
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+
+    HAS_STREAM_ARROW_WRITER = True
+except ImportError:  # Spark 4.0: the stream sink takes rows
+    HAS_STREAM_ARROW_WRITER = False
+    DataSourceStreamArrowWriter = DataSourceStreamWriter  # type: ignore[misc,assignment]
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+COLUMNS_HELP = (
+    "the eventhubs sink takes the columns body (string or binary, required), and optionally partitionKey "
+    "(string) or partitionId (string or int; 'partition' is accepted too), and properties (map<string,string>)"
+)
+
+
+@dataclass(frozen=True)
+class SinkLayout:
+    """Which input column plays which role, validated on the driver from the DataFrame's schema."""
+
+    body: int
+    body_is_text: bool
+    partition_key: int | None = None
+    partition_id: int | None = None
+    properties: int | None = None
+
+
+def layout_for(schema: Any) -> SinkLayout:
+    """Check the DataFrame's columns; any other column or a wrong type is an error naming it."""
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType
+
+    names = [f.name for f in schema.fields]
+    roles: dict[str, int] = {}
+    for index, f in enumerate(schema.fields):
+        name = f.name.lower()
+        if name == "body":
+            if not isinstance(f.dataType, StringType | BinaryType):
+                raise SinkError(
+                    f"column 'body' must be string or binary, got {f.dataType.simpleString()}; {COLUMNS_HELP}"
+                )
+            roles["body"] = index
+        elif name == "partitionkey":
+            if not isinstance(f.dataType, StringType):
+                raise SinkError(f"column 'partitionKey' must be string, got {f.dataType.simpleString()}")
+            roles["partitionkey"] = index
+        elif name in ("partitionid", "partition"):
+            if not isinstance(f.dataType, StringType | IntegerType | LongType | ShortType):
+                raise SinkError(f"column '{f.name}' must be string or int, got {f.dataType.simpleString()}")
+            if "partitionid" in roles:
+                raise SinkError("give either 'partitionId' or 'partition', not both")
+            roles["partitionid"] = index
+        elif name == "properties":
+            ok = (
+                isinstance(f.dataType, MapType)
+                and isinstance(f.dataType.keyType, StringType)
+                and isinstance(f.dataType.valueType, StringType)
+            )
+            if not ok:
+                raise SinkError(f"column 'properties' must be map<string,string>, got {f.dataType.simpleString()}")
+            roles["properties"] = index
+        else:
+            raise SinkError(f"unexpected column {f.name!r}: {COLUMNS_HELP}. Select only those columns.")
+    if "body" not in roles:
+        raise SinkError(f"no 'body' column among {names}: {COLUMNS_HELP}")
+    return SinkLayout(
+        body=roles["body"],
+        body_is_text=isinstance(schema.fields[roles["body"]].dataType, StringType),
+        partition_key=roles.get("partitionkey"),
+        partition_id=roles.get("partitionid"),
+        properties=roles.get("properties"),
+    )
+
+
+@dataclass
+class SendReport(WriterCommitMessage):
+    """A task's commit message: events sent per partition, and per partition key (routed by the service)."""
+
+    by_partition: dict[str, int] = field(default_factory=dict)
+    by_key: int = 0
+    batches: int = 0
+
+
+class _ProducerPool:
+    """One producer client per (namespace, hub, credentials) per process, reused across tasks."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, settings: ConnectionSettings) -> Any:
+        from azure.eventhub import EventHubProducerClient
+
+        key = settings.pool_key()
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = EventHubProducerClient.from_connection_string(settings.connection_string.reveal())
+                self._clients[key] = client
+            return client
+
+    def invalidate(self, settings: ConnectionSettings) -> None:
+        with self._lock:
+            client = self._clients.pop(settings.pool_key(), None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                _LOG.debug("closing a producer failed", exc_info=True)
+
+
+PRODUCERS = _ProducerPool()
+
+
+class EventSender:
+    """Executor side: turn rows into events, pack batches per target, send them concurrently."""
+
+    def __init__(self, settings: ConnectionSettings, layout: SinkLayout, timeout: float) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.timeout = timeout
+        self.report = SendReport()
+        self._client = PRODUCERS.get(settings)
+        self._partition_ids: list[str] | None = None
+        self._next_partition = 0
+        self._pending: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        self._pending_count = 0
+        self._row = 0
+
+    def add_columns(self, columns: list[list[Any]]) -> None:
+        """Add rows given column-wise (as Arrow's ``to_pylist`` returns them), in the input's order."""
+        from azure.eventhub import EventData
+
+        layout = self.layout
+        bodies = columns[layout.body]
+        keys = columns[layout.partition_key] if layout.partition_key is not None else None
+        pids = columns[layout.partition_id] if layout.partition_id is not None else None
+        props = columns[layout.properties] if layout.properties is not None else None
+        for i, body in enumerate(bodies):
+            self._row += 1
+            if body is None:
+                raise SinkError(f"row {self._row}: column 'body' is null; every event needs a string or binary body")
+            key = keys[i] if keys is not None else None
+            pid = pids[i] if pids is not None else None
+            if key is not None and pid is not None:
+                raise SinkError(
+                    f"row {self._row}: both 'partitionKey' ({key!r}) and 'partitionId' ({pid!r}) are set; give one"
+                )
+            event = EventData(body)
+            if props is not None and props[i]:
+                prop = props[i]
+                event.properties = dict(prop) if not isinstance(prop, dict) else prop
+            if pid is not None:
+                target = ("partition", str(pid))
+            elif key is not None:
+                target = ("key", key)
+            else:
+                target = ("partition", "")  # assigned round-robin when sent
+            self._pending[target].append(event)
+            self._pending_count += 1
+        if self._pending_count >= 20_000:
+            self.flush()
+
+    def add_rows(self, rows: Iterable[Any]) -> None:
+        """Row path (Spark 4.0 stream sink): rows are transposed and go through :meth:`add_columns`."""
+        chunk: list[Any] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) >= 5000:
+                self._add_row_chunk(chunk)
+                chunk = []
+        if chunk:
+            self._add_row_chunk(chunk)
+
+    def _add_row_chunk(self, rows: list[Any]) -> None:
+        width = len(rows[0])
+        self.add_columns([[row[c] for row in rows] for c in range(width)])
+
+    def _round_robin(self) -> str:
+        if self._partition_ids is None:
+            self._partition_ids = self._client.get_partition_ids()
+            self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones
+        pid = self._partition_ids[self._next_partition % len(self._partition_ids)]
+        self._next_partition += 1
+        return pid
+
+    def flush(self) -> None:
+        """Pack the pending events into batches and send them, targets concurrently."""
+        pending, self._pending, self._pending_count = self._pending, defaultdict(list), 0
+        work: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        for target, events in pending.items():
+            if target == ("partition", ""):
+                # deal unaddressed events over the partitions, so batches go out to all of them at once
+                dealt: dict[str, list[Any]] = defaultdict(list)
+                for event in events:
+                    dealt[self._round_robin()].append(event)
+                for pid, share in dealt.items():
+                    work[("partition", pid)].extend(self._pack(share, partition_id=pid, key=None))
+            else:
+                kind, value = target
+                batches = self._pack(
+                    events, partition_id=value if kind == "partition" else None, key=value if kind == "key" else None
+                )
+                work[target].extend(batches)
+        if not work:
+            return
+        with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
+            results = list(pool.map(lambda item: self._send_all(*item), work.items()))
+        for (kind, value), sent in zip(work, results, strict=True):
+            if kind == "partition":
+                self.report.by_partition[value] = self.report.by_partition.get(value, 0) + sent
+            else:
+                self.report.by_key += sent
+
+    def _pack(self, events: list[Any], partition_id: str | None, key: str | None) -> list[tuple[Any, int]]:
+        """Pack events into full batches (with their event counts), checking each against the limit."""
+        out: list[tuple[Any, int]] = []
+        batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
+        count = 0
+        for event in events:
+            try:
+                batch.add(event)
+            except ValueError:
+                if count == 0:
+                    raise self._too_large(event, batch.max_size_in_bytes) from None
+                out.append((batch, count))
+                batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
+                count = 0
+                try:
+                    batch.add(event)
+                except ValueError:
+                    raise self._too_large(event, batch.max_size_in_bytes) from None
+            count += 1
+        if count:
+            out.append((batch, count))
+        return out
+
+    def _too_large(self, event: Any, limit: int) -> SinkError:
+        size = len(b"".join(event.body)) if not isinstance(event.body, bytes | str) else len(event.body)
+        return SinkError(
+            f"an event of {size} bytes (body, plus properties and AMQP overhead) exceeds the hub's maximum message "
+            f"size of {limit} bytes; split or compress the body. Nothing was dropped: the write fails instead."
+        )
+
+    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> int:
+        sent = 0
+        for batch, count in batches:
+            self._send_with_retry(batch, count, target)
+            sent += count
+            self.report.batches += 1
+        return sent
+
+    def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
+        """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
+        from azure.eventhub.exceptions import AuthenticationError, EventHubError
+
+        deadline = time.monotonic() + self.timeout
+        delay = 0.2
+        while True:
+            try:
+                self._client.send_batch(batch, timeout=max(1.0, deadline - time.monotonic()))
+                return
+            except AuthenticationError:
+                raise
+            except (EventHubError, OSError) as exc:
+                if "message-size-exceeded" in str(exc):
+                    raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
+                if time.monotonic() + delay >= deadline:
+                    raise EventHubsTimeoutError(
+                        f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r}) did not "
+                        f"succeed within eventhubs.operationTimeout ({self.timeout:g} s): {exc}"
+                    ) from exc
+                _LOG.warning("send to hub %s failed, retrying in %.1f s: %s", self.settings.hub, delay, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def _write_batches(settings: ConnectionSettings, layout: SinkLayout, timeout: float,
+                   batches: Iterator[Any]) -> SendReport:  # fmt: skip
+    sender = EventSender(settings, layout, timeout)
+    try:
+        for batch in batches:
+            sender.add_columns([column.to_pylist() for column in batch.columns])
+        sender.flush()
+    except Exception:
+        PRODUCERS.invalidate(settings)
+        raise
+    return sender.report
+
+
+def _write_rows(settings: ConnectionSettings, layout: SinkLayout, timeout: float, rows: Iterator[Any]) -> SendReport:
+    sender = EventSender(settings, layout, timeout)
+    try:
+        sender.add_rows(rows)
+        sender.flush()
+    except Exception:
+        PRODUCERS.invalidate(settings)
+        raise
+    return sender.report
+
+
+def _summarize(messages: Iterable[Any]) -> tuple[int, dict[str, int], int]:
+    by_partition: dict[str, int] = {}
+    by_key = 0
+    for m in messages:
+        if isinstance(m, SendReport):
+            for p, n in m.by_partition.items():
+                by_partition[p] = by_partition.get(p, 0) + n
+            by_key += m.by_key
+    return sum(by_partition.values()) + by_key, by_partition, by_key
+
+
+class _SinkBase:
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        parsed, connection = parse_options(dict(options), WRITE)
+        self.settings = parse_connection_string(connection)
+        self.timeout = float(parsed["eventhubs.operationTimeout"])
+        self.layout = layout_for(schema)
+
+    def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
+        total, by_partition, by_key = _summarize(messages)
+        detail = ", ".join(f"{p}:{n}" for p, n in sorted(by_partition.items(), key=lambda kv: int(kv[0])))
+        _LOG.info(
+            "eventhubs sink hub=%s batch=%s sent %d events (per partition: %s; routed by partition key: %d)",
+            self.settings.hub, "-" if batch_id is None else batch_id, total, detail or "none", by_key,
+        )  # fmt: skip
+
+
+class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
+    """``df.write.format("eventhubs")``: Arrow batches in, events out."""
+
+    def write(self, iterator: Iterator[Any]) -> SendReport:
+        return _write_batches(self.settings, self.layout, self.timeout, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        self._log_commit(messages, None)
+
+    def abort(self, messages: list[Any]) -> None:
+        total, _, _ = _summarize(messages)
+        _LOG.warning("eventhubs sink hub=%s: write aborted after %d events were sent (at least once)",
+                     self.settings.hub, total)  # fmt: skip
+
+
+class EventHubsStreamArrowWriter(_SinkBase, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("eventhubs")`` on Spark 4.1+: Arrow batches per micro-batch."""
+
+    def write(self, iterator: Iterator[Any]) -> SendReport:
+        return _write_batches(self.settings, self.layout, self.timeout, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        self._log_commit(messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        total, _, _ = _summarize(messages)
+        _LOG.warning("eventhubs sink hub=%s batch=%d aborted after %d events were sent; Spark re-runs it "
+                     "(at least once)", self.settings.hub, batchId, total)  # fmt: skip
+
+
+class EventHubsStreamRowWriter(_SinkBase, DataSourceStreamWriter):
+    """``df.writeStream.format("eventhubs")`` on Spark 4.0, which has no Arrow stream writer."""
+
+    def write(self, iterator: Iterator[Any]) -> SendReport:
+        return _write_rows(self.settings, self.layout, self.timeout, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        self._log_commit(messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        total, _, _ = _summarize(messages)
+        _LOG.warning("eventhubs sink hub=%s batch=%d aborted after %d events were sent", self.settings.hub,
+                     batchId, total)  # fmt: skip
+
+
+def batch_writer(options: Mapping[str, str], schema: Any) -> DataSourceWriter:
+    return EventHubsBatchWriter(options, schema)
+
+
+def stream_writer(options: Mapping[str, str], schema: Any) -> DataSourceStreamWriter:
+    if HAS_STREAM_ARROW_WRITER:
+        return EventHubsStreamArrowWriter(options, schema)
+    return EventHubsStreamRowWriter(options, schema)
