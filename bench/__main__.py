@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk
+from . import emulator_sdk, sink
 
-BENCHMARKS = {"emulator_sdk": emulator_sdk.run}
+BENCHMARKS = {"emulator_sdk": emulator_sdk.run, "sink": sink.run}
 
 
 def main() -> int:

@@ -126,7 +126,7 @@ SPECS: tuple[Spec, ...] = (
         "maxEventsPerTrigger",
         None,
         _int(1),
-        "Most events per micro-batch, split across partitions by backlog (default: 1000 per partition).",
+        "Most events per micro-batch, split across partitions by backlog (default on Spark 4.2+: 1000 per partition).",
         "10000",
         frozenset({STREAM}),
     ),

@@ -265,8 +265,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             latest = {pid: min(latest[pid], self._target.get(pid, begin[pid])) for pid in latest}
         latest = {pid: max(latest[pid], begin[pid]) for pid in latest}
         self._latest = latest
-        if limit is None:  # Spark 4.0/4.1, or no admission control
-            max_events: int | None = None if self._target is not None else self._max_events()
+        if limit is None:
+            # Spark 4.0/4.1: no admission control. Only an explicit maxEventsPerTrigger applies, because
+            # Trigger.AvailableNow there takes this answer as the end of the whole run.
+            max_events: int | None = self.planner.options.get("maxEventsPerTrigger")
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             max_events = limit.max_rows
         else:

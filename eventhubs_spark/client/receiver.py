@@ -93,22 +93,27 @@ class PartitionReceiver:
         expected = start
         last_progress = time.monotonic()
         reconnected_after_steal = False
+        last_error: str | None = None
         while expected < end:
             events = self._next_events(end - expected)
             if events is None:
                 error = self._link_error()
-                if error is not None and "stolen" in error and not reconnected_after_steal and result.read == 0:
-                    # An idle pooled receiver was replaced by a newer reader of this query: reopen once.
-                    reconnected_after_steal = True
-                    self.open_at(expected)
-                    continue
-                if error is not None:
+                if error is not None and _is_stolen(error):
+                    if not reconnected_after_steal and result.read == 0:
+                        # An idle pooled receiver was replaced by a newer reader of this query: reopen once.
+                        reconnected_after_steal = True
+                        self.open_at(expected)
+                        continue
                     raise _link_failure(self, error, expected, end)
+                # Other link errors (a dropped connection, a forced detach) the SDK recovers from on the
+                # next receive, from the last event it delivered; only lasting silence fails the task.
+                last_error = error or last_error
                 if time.monotonic() - last_progress > self.config.receiver_timeout:
+                    cause = f"; last error: {last_error}" if last_error else ""
                     raise EventHubsTimeoutError(
                         f"no event from hub {self.settings.hub!r} partition {self.partition} for "
                         f"{self.config.receiver_timeout:g} s (eventhubs.receiverTimeout) while reading sequence "
-                        f"numbers [{expected}, {end}); the partition may be stalled or unavailable"
+                        f"numbers [{expected}, {end}); the partition may be stalled or unavailable{cause}"
                     )
                 continue
             out = []
@@ -156,7 +161,7 @@ class PartitionReceiver:
             self._consumer.receive(batch=True, max_batch_size=min(wanted, self.config.prefetch), max_wait_time=None)
         except Exception as exc:
             text = str(exc)
-            if "stolen" in text or "epoch" in text.lower():
+            if _is_stolen(text):
                 self._consumer_error = text
                 return None
             raise
@@ -188,15 +193,17 @@ class PartitionReceiver:
             _LOG.debug("closing a consumer client failed", exc_info=True)
 
 
+def _is_stolen(error: str) -> bool:
+    return "stolen" in error or "epoch" in error.lower()
+
+
 def _link_failure(receiver: PartitionReceiver, error: str, start: int, end: int) -> Exception:
     where = f"hub {receiver.settings.hub!r} partition {receiver.partition} (sequence numbers [{start}, {end}))"
-    if "epoch" in error.lower() or "stolen" in error:
-        return ReceiverDisconnectedError(
-            f"{where}: another reader with an equal or higher owner level (epoch) took this partition in consumer "
-            f"group {receiver.config.consumer_group!r}. Give each query its own consumer group, or stop the other "
-            f"reader. Service said: {error}"
-        )
-    return EventHubsTimeoutError(f"{where}: the receiver could not attach: {error}")
+    return ReceiverDisconnectedError(
+        f"{where}: another reader with an equal or higher owner level (epoch) took this partition in consumer "
+        f"group {receiver.config.consumer_group!r}. Give each query its own consumer group, or stop the other "
+        f"reader. Service said: {error}"
+    )
 
 
 @dataclass

@@ -55,7 +55,8 @@ def output(spark, tmp: Path, files: bool = False) -> list[str]:
     try:
         return [r.body for r in spark.read.parquet(path).collect()]
     except AnalysisException as exc:  # nothing committed yet
-        if "UNABLE_TO_INFER_SCHEMA" in str(exc) or "PATH_NOT_FOUND" in str(exc):
+        text = str(exc)
+        if "UNABLE_TO_INFER_SCHEMA" in text or "Unable to infer schema" in text or "PATH_NOT_FOUND" in text:
             return []
         raise
 
@@ -123,10 +124,21 @@ def test_default_stream_start_is_the_end_of_the_stream(spark, eventhub, tmp_path
 
 
 def test_available_now_reads_what_was_there_in_limited_batches(spark, eventhub, tmp_path):
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL
+
     expected = fill(eventhub, {0: 120, 1: 60, 2: 20, 3: 0})
     progress = run_available_now(
         spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}', maxEventsPerTrigger="50"
     )
+    if not HAS_ADMISSION_CONTROL:
+        # Spark 4.0/4.1: AvailableNow takes the first limited answer as the end of the run; each run
+        # reads one batch of at most maxEventsPerTrigger and the next run goes on from there.
+        runs = [progress]
+        for _ in range(3):
+            runs.append(run_available_now(spark, eventhub, tmp_path, maxEventsPerTrigger="50"))
+        assert [[p["numInputRows"] for p in run] for run in runs] == [[50], [50], [50], [50]]
+        assert sorted(output(spark, tmp_path)) == sorted(expected)
+        return
     assert [p["numInputRows"] for p in progress] == [50, 50, 50, 50]
     assert sorted(output(spark, tmp_path)) == sorted(expected)
     # the last batch's end offsets name every partition's end
@@ -135,19 +147,37 @@ def test_available_now_reads_what_was_there_in_limited_batches(spark, eventhub, 
     assert end == {eventhub.name: {"0": 120, "1": 60, "2": 20, "3": 0}}
 
 
-def test_rate_limit_splits_by_backlog(spark, eventhub, tmp_path):
+def test_rate_limit_splits_by_backlog_and_progress_shows_the_lag(spark, eventhub, tmp_path):
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL
+
     fill(eventhub, {0: 300, 1: 100, 2: 1})
-    query = stream(spark, eventhub, tmp_path, trigger={"availableNow": True},
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
                    eventhubs__startingPosition='{"offset": "-1"}', maxEventsPerTrigger="40")  # fmt: skip
-    query.awaitTermination(180)
-    first = next(p for p in query.recentProgress if p["numInputRows"] > 0)
-    assert first["numInputRows"] == 40
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) == 401, timeout=120, message="all events")
+    finally:
+        query.stop()
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert all(p["numInputRows"] <= 40 for p in batches) and len(batches) >= 10
     rows = spark.read.parquet(str(tmp_path / "data")).groupBy("partition").count().collect()
     assert {r.partition: r["count"] for r in rows} == {"0": 300, "1": 100, "2": 1}
-    start = json.loads(first["sources"][0]["endOffset"]) if isinstance(first["sources"][0]["endOffset"], str) \
-        else first["sources"][0]["endOffset"]  # fmt: skip
-    taken = start[eventhub.name]
-    assert taken["2"] == 1 and taken["0"] > taken["1"] > 0
+
+    def as_dict(value):
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:  # Spark 4.0 shows the source's dict as Python text
+            import ast
+
+            return ast.literal_eval(value)
+
+    source = batches[0]["sources"][0]
+    taken = as_dict(source["endOffset"])[eventhub.name]
+    assert taken["2"] == 1 and taken["0"] > taken["1"] > 0  # proportional to backlog, nobody starved
+    if HAS_ADMISSION_CONTROL:
+        # the latest available offsets travel in the progress, so the lag is end vs latest
+        assert as_dict(source["latestOffset"])[eventhub.name] == {"0": 300, "1": 100, "2": 1, "3": 0}
 
 
 def test_min_events_per_trigger_waits_then_max_trigger_delay_releases(spark, eventhub, tmp_path):
@@ -256,8 +286,7 @@ def test_resume_from_an_old_connector_shaped_checkpoint(spark, eventhub, tmp_pat
 
 def test_data_loss_fails_or_continues(spark, eventhub, tmp_path):
     fill(eventhub, {0: 10})
-    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
-                      maxEventsPerTrigger="4")  # fmt: skip
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
     assert len(output(spark, tmp_path)) == 10
     fill(eventhub, {0: 10}, "gone")
     eventhub.emulator.trim(eventhub.name, 0, 15)
