@@ -194,6 +194,33 @@ SPECS: tuple[Spec, ...] = (
         "60s",
         frozenset({STREAM}),
     ),
+    Spec(
+        "eventhubs.checkpointStore.connectionString",
+        None,
+        _text,
+        "Blob storage connection string: mirror each committed batch into the checkpoint store every Event Hubs "
+        "SDK shares.",
+        "DefaultEndpointsProtocol=https;AccountName=ACCOUNT;AccountKey=KEY",
+        READ,
+        secret=True,
+    ),
+    Spec(
+        "eventhubs.checkpointStore.container",
+        None,
+        _text,
+        "Blob container of the checkpoint store (one per consumer group is usual).",
+        "eventhubs-checkpoints",
+        READ,
+    ),
+    Spec(
+        "eventhubs.startFromCheckpointStore",
+        False,
+        parse_bool,
+        "With no Spark checkpoint yet, start each partition after its checkpoint in the store (partitions without "
+        "one use eventhubs.startingPosition(s)).",
+        "true",
+        READ,
+    ),
 )
 
 RETIRED = {
@@ -254,8 +281,13 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             raise OptionError(
                 f"{spec.key} applies to {' and '.join(where[m] for m in sorted(spec.modes))}, not to {where[mode]}"
             )
-        if spec.secret:
+        if spec.key == "eventhubs.connectionString":
             connection = str(value)
+            continue
+        if spec.secret:
+            from .client.settings import Secret
+
+            values[lower] = Secret(spec.parse(spec.key, value))
             continue
         values[lower] = spec.parse(spec.key, value)
     if not connection:
@@ -263,6 +295,18 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             "eventhubs.connectionString is required, e.g. .option('eventhubs.connectionString', "
             "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
             "EntityPath=HUB')"
+        )
+    if bool(values.get("eventhubs.checkpointstore.connectionstring")) != bool(
+        values.get("eventhubs.checkpointstore.container")
+    ):
+        raise OptionError(
+            "eventhubs.checkpointStore.connectionString and eventhubs.checkpointStore.container go together, e.g. "
+            ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
+        )
+    if values.get("eventhubs.startfromcheckpointstore") and not values.get("eventhubs.checkpointstore.container"):
+        raise OptionError(
+            "eventhubs.startFromCheckpointStore needs eventhubs.checkpointStore.connectionString and "
+            "eventhubs.checkpointStore.container"
         )
     low, high = values.get("mineventspertrigger"), values.get("maxeventspertrigger")
     if low and high and low > high:
@@ -275,7 +319,8 @@ def options_table() -> str:
     where = {STREAM: "stream", BATCH: "batch", WRITE: "write"}
     rows = ["| option | default | applies to | meaning | example |", "|---|---|---|---|---|"]
     for spec in SPECS:
-        default = "required" if spec.secret else "" if spec.default is None else str(spec.default)
+        required = spec.key == "eventhubs.connectionString"
+        default = "required" if required else "" if spec.default is None else str(spec.default)
         if isinstance(spec.default, bool):
             default = str(spec.default).lower()
         modes = ", ".join(where[m] for m in (STREAM, BATCH, WRITE) if m in spec.modes)

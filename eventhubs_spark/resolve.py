@@ -69,12 +69,23 @@ def _past_end(pos: Position, info: PartitionInfo) -> bool:
 def _first_sequence(
     settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position, timeout: float
 ) -> int | None:
+    return int(first_event(settings, config, partition, pos, timeout).sequence_number)
+
+
+def offset_of(settings: ConnectionSettings, config: ReceiverConfig, partition: str, sequence_number: int,
+              timeout: float) -> str:  # fmt: skip
+    """The offset of one event, read from the hub (there is no management call for it)."""
+    return str(first_event(settings, config, partition, SequenceNumber(sequence_number, True), timeout).offset)
+
+
+def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position,
+                timeout: float) -> Any:  # fmt: skip
     """Read the first event at ``pos``. With exclusive receivers the lookup uses the query's owner level
     too: a plain receiver would be refused while the query's own pooled receivers hold the partition."""
-    consumer_group = config.consumer_group
     from azure.eventhub import EventHubConsumerClient
 
-    value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime) else None
+    consumer_group = config.consumer_group
+    value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime | SequenceNumber) else None
     inclusive = bool(getattr(pos, "inclusive", False))
     got: list[Any] = []
     client = EventHubConsumerClient.from_connection_string(
@@ -108,7 +119,7 @@ def _first_sequence(
                 f"no event at {pos} in partition {partition} of hub {settings.hub!r} within {timeout:g} s "
                 f"(eventhubs.receiverTimeout), although the partition has events past it"
             )
-        return int(got[0].sequence_number)
+        return got[0]
     finally:
         consumer.close()
         client.close()

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,79 @@ class _Planner:
         )
         self._ids: list[str] | None = None
         self._ids_at = 0.0
+        self._store: Any = None
+        self._mirrored: dict[str, int] = {}
+
+    # -- the blob checkpoint store mirror --
+    def checkpoint_store(self) -> Any:
+        """The configured blob checkpoint store, or None."""
+        container = self.options.get("eventhubs.checkpointStore.container")
+        if self._store is None and container:
+            from .checkpoints.blob import BlobCheckpointStore
+
+            secret = self.options["eventhubs.checkpointStore.connectionString"]
+            store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
+            store.ensure_container()
+            self._store = store
+        return self._store
+
+    def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
+        positions = self.positions_for(
+            infos, "eventhubs.startingPosition", "eventhubs.startingPositions", self.options.starting_position
+        )
+        if self.options.get("eventhubs.startFromCheckpointStore"):
+            listed = self.checkpoint_store().list_checkpoints(
+                self.settings.namespace, self.settings.hub, self.config.consumer_group
+            )
+            found = {}
+            for c in listed:
+                if c.partition_id in infos and (c.sequence_number is not None or c.offset is not None):
+                    # a checkpoint names the last processed event: start just after it
+                    found[c.partition_id] = (
+                        SequenceNumber(c.sequence_number) if c.sequence_number is not None else Offset(str(c.offset))
+                    )
+            _LOG.info("hub %s: starting %d partition(s) from checkpoint store checkpoints %s", self.settings.hub,
+                      len(found), found)  # fmt: skip
+            positions.update(found)
+        return positions
+
+    def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
+        """Write completed progress to the checkpoint store; failures are logged and caught up later.
+
+        A checkpoint names the last processed event (``next - 1``) with that event's own offset, which the
+        Python SDK needs to resume; it comes from the partition's properties when the query is caught up,
+        and is read from the hub otherwise.
+        """
+        if not self.options.get("eventhubs.checkpointStore.container"):
+            return
+        todo = {p: n for p, n in positions.items() if n > 0 and self._mirrored.get(p) != n}
+        if not todo:
+            return
+        from .checkpoints import Checkpoint
+        from .resolve import offset_of
+
+        def one(item: tuple[str, int]) -> Any:
+            pid, nxt = item
+            info = infos.get(pid)
+            if info is not None and info.end == nxt:
+                offset = info.last_enqueued_offset
+            else:
+                offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
+            return Checkpoint(self.settings.namespace, self.settings.hub, self.config.consumer_group, pid, nxt - 1,
+                              offset)  # fmt: skip
+
+        try:
+            store = self.checkpoint_store()
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                checkpoints = list(pool.map(one, todo.items()))
+            store.update_checkpoints(checkpoints)
+        except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
+            _LOG.warning("hub %s: could not mirror progress to the checkpoint store (will retry at the next "
+                         "commit): %s", self.settings.hub, exc)  # fmt: skip
+            return
+        self._mirrored.update(todo)
+        _LOG.info("hub %s: mirrored checkpoints %s to the checkpoint store", self.settings.hub,
+                  {p: n - 1 for p, n in todo.items()})  # fmt: skip
 
     @property
     def management(self) -> ManagementClient:
@@ -226,13 +300,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
             infos = self._refresh()
-            positions = self.planner.positions_for(
-                infos,
-                "eventhubs.startingPosition",
-                "eventhubs.startingPositions",
-                self.planner.options.starting_position,
-            )
-            self._initial = self.planner.resolve(infos, positions)
+            self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
         return SourceOffset(self.hub, self._initial).to_json()
 
     def getDefaultReadLimit(self) -> Any:
@@ -255,8 +323,11 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         latest = {pid: info.end for pid, info in infos.items()}
         if start is not None:
             begin = dict(SourceOffset.from_json(start, self.hub).positions)
+            # every batch that ended at or before ``start`` is committed (Spark plans one batch at a time)
+            self.planner.mirror(begin, infos)
         elif self._last_end is not None:
             begin = dict(self._last_end)
+            self.planner.mirror(begin, infos)  # Spark 4.0/4.1: the previous answer's batch has completed
         else:
             begin = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions)
         for pid in latest:
@@ -324,7 +395,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
 
     def commit(self, end: dict[str, Any]) -> None:
-        _LOG.info("hub %s: committed %s", self.hub, SourceOffset.from_json(end, self.hub).to_json())
+        positions = SourceOffset.from_json(end, self.hub).positions
+        _LOG.info("hub %s: committed %s", self.hub, dict(positions))
+        self.planner.mirror(positions, self._infos)
 
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
@@ -345,12 +418,7 @@ class EventHubsBatchReader(DataSourceReader):
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner
         infos = planner.partition_infos()
-        starts = planner.resolve(
-            infos,
-            planner.positions_for(
-                infos, "eventhubs.startingPosition", "eventhubs.startingPositions", planner.options.starting_position
-            ),
-        )
+        starts = planner.resolve(infos, planner.starting_positions(infos))
         ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
         # An ending position names the first event *not* read, unless isInclusive includes it.
         ends = planner.resolve(infos, {p: _flip_inclusive(pos) for p, pos in ending.items()})
