@@ -44,13 +44,16 @@ def _start_emulator() -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(1)
 
 
-def _send(conn: str, events: int, size: int) -> float:
+def _send(conn: str, events: int, size: int, round_robin: bool = False) -> float:
+    """Send with full ``send_batch`` batches: all to partition 0, or round-robin over the partitions."""
     body = b"x" * size
     with EventHubProducerClient.from_connection_string(conn) as producer:
+        ids = producer.get_partition_ids() if round_robin else ["0"]
         started = time.perf_counter()
-        sent = 0
+        sent, turn = 0, 0
         while sent < events:
-            batch = producer.create_batch(partition_id="0")
+            batch = producer.create_batch(partition_id=ids[turn % len(ids)])
+            turn += 1
             while sent < events:
                 try:
                     batch.add(EventData(body))

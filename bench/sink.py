@@ -13,31 +13,10 @@ import sys
 import time
 from typing import Any
 
-from .emulator_sdk import _start_emulator
+from .emulator_sdk import _send, _start_emulator
 from .results import record
 
 PARTITIONS = 4
-
-
-def _sdk_send(conn: str, events: int, size: int) -> float:
-    from azure.eventhub import EventData, EventHubProducerClient
-
-    body = b"x" * size
-    with EventHubProducerClient.from_connection_string(conn) as producer:
-        ids = producer.get_partition_ids()
-        started = time.perf_counter()
-        sent, turn = 0, 0
-        while sent < events:
-            batch = producer.create_batch(partition_id=ids[turn % len(ids)])
-            turn += 1
-            while sent < events:
-                try:
-                    batch.add(EventData(body))
-                except ValueError:
-                    break
-                sent += 1
-            producer.send_batch(batch)
-        return time.perf_counter() - started
 
 
 def _hub_total(conn: str) -> int:
@@ -57,7 +36,7 @@ def run(events: int = 200_000, size: int = 200) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     rows: list[dict[str, Any]] = []
     try:
-        sdk_seconds = _sdk_send(conn, events, size)
+        sdk_seconds = _send(conn, events, size, round_robin=True)
         rows.append({"writer": "SDK send_batch (one process)", "events": events, "seconds": round(sdk_seconds, 2),
                      "events/s": events / sdk_seconds})  # fmt: skip
         df = spark.range(events).selectExpr(f"repeat('x', {size}) as body").cache()

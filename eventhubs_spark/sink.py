@@ -367,34 +367,32 @@ class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
                      self.settings.hub, total)  # fmt: skip
 
 
-class EventHubsStreamArrowWriter(_SinkBase, DataSourceStreamArrowWriter):
+class _StreamCommits(_SinkBase):
+    """Commit and abort of both stream writers: log the batch's counts (delivery is at least once)."""
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        self._log_commit(messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        total, _, _ = _summarize(messages)
+        _LOG.warning(
+            "eventhubs sink hub=%s batch=%d aborted after %d events were sent; Spark re-runs it (at least once)",
+            self.settings.hub, batchId, total,
+        )  # fmt: skip
+
+
+class EventHubsStreamArrowWriter(_StreamCommits, DataSourceStreamArrowWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.1+: Arrow batches per micro-batch."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
         return _write_batches(self.settings, self.layout, self.timeout, iterator)
 
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        self._log_commit(messages, batchId)
 
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        total, _, _ = _summarize(messages)
-        _LOG.warning("eventhubs sink hub=%s batch=%d aborted after %d events were sent; Spark re-runs it "
-                     "(at least once)", self.settings.hub, batchId, total)  # fmt: skip
-
-
-class EventHubsStreamRowWriter(_SinkBase, DataSourceStreamWriter):
+class EventHubsStreamRowWriter(_StreamCommits, DataSourceStreamWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.0, which has no Arrow stream writer."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
         return _write_rows(self.settings, self.layout, self.timeout, iterator)
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        self._log_commit(messages, batchId)
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        total, _, _ = _summarize(messages)
-        _LOG.warning("eventhubs sink hub=%s batch=%d aborted after %d events were sent", self.settings.hub,
-                     batchId, total)  # fmt: skip
 
 
 def batch_writer(options: Mapping[str, str], schema: Any) -> DataSourceWriter:
