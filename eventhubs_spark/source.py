@@ -259,7 +259,7 @@ class _Planner:
     def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:
         """The start to read from, after checking it against the partition's retained events."""
         begin = info.beginning_sequence_number if not info.is_empty else info.end
-        if start >= begin:
+        if start >= begin or end <= start:  # nothing missing, or nothing to read in this range
             return start
         lost_until = min(begin, end)
         if self.options["failOnDataLoss"]:
