@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import OptionError
-from .positions import Latest, Position, parse_position, parse_positions
+from .positions import Earliest, Latest, Position, parse_position, parse_positions
 
 STREAM, BATCH, WRITE = "stream", "batch", "write"
 READ = frozenset({STREAM, BATCH})
@@ -252,8 +252,6 @@ class Options:
         pos = self.get("eventhubs.startingPosition")
         if pos is not None:
             return pos
-        from .positions import Earliest
-
         return Latest() if self.mode == STREAM else Earliest()
 
 

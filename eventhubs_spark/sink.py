@@ -301,23 +301,16 @@ class EventSender:
                 delay = min(delay * 2, 5.0)
 
 
-def _write_batches(settings: ConnectionSettings, layout: SinkLayout, timeout: float,
-                   batches: Iterator[Any]) -> SendReport:  # fmt: skip
+def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
+           arrow: bool) -> SendReport:  # fmt: skip
+    """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
     sender = EventSender(settings, layout, timeout)
     try:
-        for batch in batches:
-            sender.add_columns([column.to_pylist() for column in batch.columns])
-        sender.flush()
-    except Exception:
-        PRODUCERS.invalidate(settings)
-        raise
-    return sender.report
-
-
-def _write_rows(settings: ConnectionSettings, layout: SinkLayout, timeout: float, rows: Iterator[Any]) -> SendReport:
-    sender = EventSender(settings, layout, timeout)
-    try:
-        sender.add_rows(rows)
+        if arrow:
+            for batch in items:
+                sender.add_columns([column.to_pylist() for column in batch.columns])
+        else:
+            sender.add_rows(items)
         sender.flush()
     except Exception:
         PRODUCERS.invalidate(settings)
@@ -356,7 +349,7 @@ class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
     """``df.write.format("eventhubs")``: Arrow batches in, events out."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write_batches(self.settings, self.layout, self.timeout, iterator)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True)
 
     def commit(self, messages: list[Any]) -> None:
         self._log_commit(messages, None)
@@ -385,14 +378,14 @@ class EventHubsStreamArrowWriter(_StreamCommits, DataSourceStreamArrowWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.1+: Arrow batches per micro-batch."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write_batches(self.settings, self.layout, self.timeout, iterator)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True)
 
 
 class EventHubsStreamRowWriter(_StreamCommits, DataSourceStreamWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.0, which has no Arrow stream writer."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write_rows(self.settings, self.layout, self.timeout, iterator)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=False)
 
 
 def batch_writer(options: Mapping[str, str], schema: Any) -> DataSourceWriter:

@@ -50,8 +50,6 @@ DEFAULT_EVENTS_PER_PARTITION = 1000
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
@@ -63,7 +61,7 @@ except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in so the reader's class definition works on Spark 4.0 and 4.1."""
 
-    ReadLimit = ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
+    ReadMaxRows = None  # type: ignore[assignment,misc]
 
 
 @dataclass(frozen=True)

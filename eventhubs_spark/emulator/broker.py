@@ -88,7 +88,7 @@ def parse_batch(payload: bytes) -> tuple[list[IncomingMessage], str | None]:
     """Unpack an Event Hubs batch (message format 0x80013700): one data section per event."""
     outer_key = None
     events = []
-    for descriptor, start, end in amqp.split_sections(payload):
+    for descriptor, start, _end in amqp.split_sections(payload):
         if descriptor == amqp.DATA:
             inner = amqp.section_value(payload, start)
             events.append(parse_message(inner))
@@ -96,7 +96,6 @@ def parse_batch(payload: bytes) -> tuple[list[IncomingMessage], str | None]:
             annotations = amqp.section_value(payload, start) or {}
             value = annotations.get("x-opt-partition-key")
             outer_key = value if isinstance(value, str) else None
-        del end
     if outer_key is None:
         outer_key = next((e.partition_key for e in events if e.partition_key is not None), None)
     return events, outer_key
