@@ -69,6 +69,12 @@ def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: 
         exact = max_events * n / total
         quota[p] = min(n, max(1, math.floor(exact)))
         remainders.append((exact - math.floor(exact), p))
+    # The one-event minimum can overshoot the budget: take the excess back from the largest shares.
+    excess = sum(quota.values()) - max(max_events, len(remainders))
+    while excess > 0:
+        largest = min((p for p in quota if quota[p] > 1), key=lambda p: (-quota[p], int(p)))
+        quota[largest] -= 1
+        excess -= 1
     leftover = max_events - sum(quota.values())
     for _, p in sorted(remainders, key=lambda r: (-r[0], int(r[1]))):
         if leftover <= 0:

@@ -62,6 +62,19 @@ def parse_duration(option: str, value: str) -> float:
     raise OptionError(f"{option}: expected a duration such as '60s', '500ms', '15m' or 'PT1M', got {value!r}")
 
 
+def _choice(*allowed: str) -> Callable[[str, str], str]:
+    def parse(option: str, value: str) -> str:
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise OptionError(
+                f"{option}: expected one of {', '.join(allowed)}, got {value!r}. Example: .option({option!r}, "
+                f"{allowed[0]!r})"
+            )
+        return text
+
+    return parse
+
+
 def _text(option: str, value: str) -> str:
     if not str(value).strip():
         raise OptionError(f"{option}: must not be empty")
@@ -221,6 +234,56 @@ SPECS: tuple[Spec, ...] = (
         "true",
         READ,
     ),
+    Spec(
+        "eventhubs.ownership",
+        False,
+        parse_bool,
+        "Share the consumer group with other queries and processors: read only the partitions this query owns in "
+        "the checkpoint store, balancing them with the other owners (needs the checkpoint store).",
+        "true",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "eventhubs.ownerId",
+        None,
+        _text,
+        "This query's owner id in the checkpoint store (default: random per run). A stable one lets a restarted "
+        "query take its partitions back at once.",
+        "orders-query-1",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "eventhubs.loadBalancing.strategy",
+        "greedy",
+        _choice("greedy", "balanced"),
+        "greedy claims a fair share at once; balanced claims one partition per cycle (the SDKs' default).",
+        "balanced",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "eventhubs.loadBalancing.updateInterval",
+        10.0,
+        parse_duration,
+        "How often ownership is renewed and rebalanced.",
+        "10s",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "eventhubs.loadBalancing.ownershipExpiration",
+        60.0,
+        parse_duration,
+        "How long an ownership not renewed stays valid; a stopped query's partitions are taken over after it.",
+        "60s",
+        frozenset({STREAM}),
+    ),
+    Spec(
+        "eventhubs.loadBalancing.maxPartitions",
+        None,
+        _int(1),
+        "The most partitions this query owns at once.",
+        "8",
+        frozenset({STREAM}),
+    ),
 )
 
 RETIRED = {
@@ -305,6 +368,20 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
         raise OptionError(
             "eventhubs.startFromCheckpointStore needs eventhubs.checkpointStore.connectionString and "
             "eventhubs.checkpointStore.container"
+        )
+    if values.get("eventhubs.ownership") and not values.get("eventhubs.checkpointstore.container"):
+        raise OptionError(
+            "eventhubs.ownership keeps partition ownership in the checkpoint store: also set "
+            "eventhubs.checkpointStore.connectionString and eventhubs.checkpointStore.container, e.g. "
+            ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
+        )
+    interval = values.get("eventhubs.loadbalancing.updateinterval")
+    expiry = values.get("eventhubs.loadbalancing.ownershipexpiration")
+    if interval is not None and expiry is not None and expiry <= 2 * interval:
+        raise OptionError(
+            f"eventhubs.loadBalancing.ownershipExpiration ({expiry:g}s) must be more than twice "
+            f"eventhubs.loadBalancing.updateInterval ({interval:g}s), or ownership lapses between renewals, e.g. "
+            "updateInterval=10s with ownershipExpiration=60s"
         )
     low, high = values.get("mineventspertrigger"), values.get("maxeventspertrigger")
     if low and high and low > high:

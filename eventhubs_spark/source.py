@@ -141,6 +141,7 @@ class _Planner:
         self._ids_at = 0.0
         self._store: Any = None
         self._mirrored: dict[str, int] = {}
+        self._ownership: Any = None
 
     # -- the blob checkpoint store mirror --
     def checkpoint_store(self) -> Any:
@@ -155,25 +156,70 @@ class _Planner:
             self._store = store
         return self._store
 
-    def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
-        positions = self.positions_for(
+    def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
+        """eventhubs.startingPosition(s) per partition."""
+        return self.positions_for(
             infos, "eventhubs.startingPosition", "eventhubs.startingPositions", self.options.starting_position
         )
+
+    def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
+        positions = self.configured_starts(infos)
         if self.options.get("eventhubs.startFromCheckpointStore"):
-            listed = self.checkpoint_store().list_checkpoints(
-                self.settings.namespace, self.settings.hub, self.config.consumer_group
-            )
-            found = {}
-            for c in listed:
-                if c.partition_id in infos and (c.sequence_number is not None or c.offset is not None):
-                    # a checkpoint names the last processed event: start just after it
-                    found[c.partition_id] = (
-                        SequenceNumber(c.sequence_number) if c.sequence_number is not None else Offset(str(c.offset))
-                    )
+            from .ownership import checkpoint_position
+
+            found = {
+                pid: checkpoint_position(c, positions[pid])
+                for pid, c in self.store_checkpoints().items()
+                if pid in infos and (c.sequence_number is not None or c.offset is not None)
+            }
             _LOG.info("hub %s: starting %d partition(s) from checkpoint store checkpoints %s", self.settings.hub,
                       len(found), found)  # fmt: skip
             positions.update(found)
         return positions
+
+    def store_checkpoints(self) -> dict[str, Any]:
+        """The store's checkpoints of this hub and consumer group, by partition."""
+        listed = self.checkpoint_store().list_checkpoints(
+            self.settings.namespace, self.settings.hub, self.config.consumer_group
+        )
+        return {c.partition_id: c for c in listed}
+
+    def ownership(self) -> Any:
+        """Ownership mode's cycle for this query (built once, in the stream runner process), or None."""
+        if not self.options.get("eventhubs.ownership"):
+            return None
+        if self._ownership is None:
+            from .checkpoints.balancer import BalancerConfig
+            from .ownership import QueryOwnership, default_owner_id
+
+            config = BalancerConfig(
+                strategy=self.options["eventhubs.loadBalancing.strategy"],
+                interval=self.options["eventhubs.loadBalancing.updateInterval"],
+                expiry=self.options["eventhubs.loadBalancing.ownershipExpiration"],
+                max_partitions=self.options.get("eventhubs.loadBalancing.maxPartitions"),
+            )
+            owner = self.options.get("eventhubs.ownerId") or default_owner_id()
+            self._ownership = QueryOwnership(
+                self.checkpoint_store(), self.settings.namespace, self.settings.hub, self.config.consumer_group,
+                owner, lambda: list(self._ids or []), config,
+            )  # fmt: skip
+            _LOG.info("hub %s: ownership mode as owner %s (%s)", self.settings.hub, owner, config)
+        return self._ownership
+
+    def _checkpoint(self, pid: str, nxt: int, infos: Mapping[str, PartitionInfo], released_by: str | None) -> Any:
+        """The checkpoint for a partition whose next event is ``nxt``: it names event ``nxt - 1``."""
+        from .checkpoints import Checkpoint
+        from .resolve import offset_of
+
+        info = infos.get(pid)
+        if nxt <= 0:  # nothing read yet: .NET and Java resume after -1, i.e. from the first event
+            offset = None
+        elif info is not None and info.end == nxt:
+            offset = info.last_enqueued_offset
+        else:
+            offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
+        ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
+        return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)
 
     def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         """Write completed progress to the checkpoint store; failures are logged and caught up later.
@@ -187,31 +233,35 @@ class _Planner:
         todo = {p: n for p, n in positions.items() if n > 0 and self._mirrored.get(p) != n}
         if not todo:
             return
-        from .checkpoints import Checkpoint
-        from .resolve import offset_of
-
-        def one(item: tuple[str, int]) -> Any:
-            pid, nxt = item
-            info = infos.get(pid)
-            if info is not None and info.end == nxt:
-                offset = info.last_enqueued_offset
-            else:
-                offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
-            return Checkpoint(self.settings.namespace, self.settings.hub, self.config.consumer_group, pid, nxt - 1,
-                              offset)  # fmt: skip
-
         try:
-            store = self.checkpoint_store()
-            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                checkpoints = list(pool.map(one, todo.items()))
-            store.update_checkpoints(checkpoints)
+            self._write_checkpoints(todo, infos, None)
         except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
             _LOG.warning("hub %s: could not mirror progress to the checkpoint store (will retry at the next "
                          "commit): %s", self.settings.hub, exc)  # fmt: skip
             return
-        self._mirrored.update(todo)
         _LOG.info("hub %s: mirrored checkpoints %s to the checkpoint store", self.settings.hub,
                   {p: n - 1 for p, n in todo.items()})  # fmt: skip
+
+    def release(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo], owner: str) -> bool:
+        """Hand partitions over: their final checkpoints, marked as released by ``owner``."""
+        try:
+            self._write_checkpoints(dict(positions), infos, owner)
+        except Exception as exc:
+            _LOG.warning("hub %s: could not hand over partitions %s (retrying at the next trigger): %s",
+                         self.settings.hub, sorted(positions, key=int), exc)  # fmt: skip
+            return False
+        _LOG.info("hub %s: handed over partitions %s at checkpoints %s", self.settings.hub,
+                  sorted(positions, key=int), {p: n - 1 for p, n in positions.items()})  # fmt: skip
+        return True
+
+    def _write_checkpoints(
+        self, todo: dict[str, int], infos: Mapping[str, PartitionInfo], released: str | None
+    ) -> None:
+        store = self.checkpoint_store()
+        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+            checkpoints = list(pool.map(lambda item: self._checkpoint(item[0], item[1], infos, released), todo.items()))
+        store.update_checkpoints(checkpoints)
+        self._mirrored.update(todo)
 
     @property
     def management(self) -> ManagementClient:
@@ -282,6 +332,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """``spark.readStream.format("eventhubs")``."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
+        _worker_logging()  # the stream runner is a Python worker process too
         self.planner = _Planner(options, STREAM)
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
@@ -290,6 +341,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: dict[str, int] | None = None
         self._infos: dict[str, PartitionInfo] = {}
         self._last_batch_at = time.monotonic()
+        self._tenures: dict[str, Any] = {}  # ownership mode: the tenure each planned partition was read under
+        self._handover: dict[str, int] = {}  # ownership mode: lost partitions whose hand-over is not written yet
+        self._waiting: dict[str, Any] = {}  # ownership mode: partitions gained, waiting for their hand-over
 
     def _refresh(self) -> dict[str, PartitionInfo]:
         self._infos = self.planner.partition_infos(self.planner.options["eventhubs.partitionDiscoveryInterval"])
@@ -298,8 +352,55 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
             infos = self._refresh()
-            self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
+            if self.planner.options.get("eventhubs.ownership"):
+                self._initial = {}  # partitions join the offsets as this query gains them
+            else:
+                self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
         return SourceOffset(self.hub, self._initial).to_json()
+
+    def _owned(
+        self, begin: dict[str, int], infos: dict[str, PartitionInfo], ownership: Any
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Ownership mode: (positions of owned partitions read on from ``begin``, starts of partitions gained).
+
+        Partitions no longer owned are handed over at their completed positions; a partition gained
+        starts after the store's checkpoint, once its previous owner has handed it over or expired.
+        """
+        from .ownership import takeover_start
+
+        tenures = ownership.tenures()
+        keep: dict[str, int] = {}
+        for pid, n in begin.items():
+            tenure = tenures.get(pid)
+            planned = self._tenures.get(pid)
+            if tenure is None:
+                self._handover[pid] = n
+            elif (planned is None and tenure.resumed) or (planned is not None and planned == tenure):
+                keep[pid] = n
+            # else: owned again after someone else held it, so its position is stale: start over below
+        if self._handover and self.planner.release(self._handover, infos, ownership.owner_id):
+            self._handover = {}
+        gained = [pid for pid in tenures if pid not in keep and pid in infos]
+        fresh: dict[str, int] = {}
+        if gained:
+            checkpoints = self.planner.store_checkpoints()
+            configured = self.planner.configured_starts(infos)
+            expiry, now = ownership.config.expiry, time.time()
+            starts = {}
+            for pid in gained:
+                pos = takeover_start(tenures[pid], checkpoints.get(pid), configured[pid], now, expiry)
+                if pos is None:
+                    if self._waiting.get(pid) != tenures[pid]:
+                        self._waiting[pid] = tenures[pid]
+                        _LOG.info("hub %s partition %s: waiting for %s to hand it over", self.hub, pid,
+                                  tenures[pid].taken_from)  # fmt: skip
+                else:
+                    starts[pid] = pos
+            fresh = self.planner.resolve({p: infos[p] for p in starts}, starts) if starts else {}
+            if fresh:
+                _LOG.info("hub %s: took over partitions %s starting at %s", self.hub, sorted(fresh, key=int), fresh)
+        self._tenures = {pid: tenures[pid] for pid in (*keep, *fresh)}
+        return keep, fresh
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self._max_events())
@@ -319,17 +420,24 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         infos = self._refresh()
         latest = {pid: info.end for pid, info in infos.items()}
+        # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
+        # Spark 4.0/4.1 the same holds for this reader's previous answer.
         if start is not None:
-            begin = dict(SourceOffset.from_json(start, self.hub).positions)
-            # every batch that ended at or before ``start`` is committed (Spark plans one batch at a time)
-            self.planner.mirror(begin, infos)
+            begin, completed = dict(SourceOffset.from_json(start, self.hub).positions), True
         elif self._last_end is not None:
-            begin = dict(self._last_end)
-            self.planner.mirror(begin, infos)  # Spark 4.0/4.1: the previous answer's batch has completed
+            begin, completed = dict(self._last_end), True
         else:
-            begin = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions)
-        for pid in latest:
-            begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
+            begin, completed = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions), False
+        fresh: dict[str, int] = {}
+        ownership = self.planner.ownership()
+        if ownership is not None:
+            begin, fresh = self._owned(begin, infos, ownership)
+            latest = {pid: latest[pid] for pid in begin}
+        else:
+            for pid in latest:
+                begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
+        if completed:
+            self.planner.mirror(begin, infos)
         if self._target is not None:
             latest = {pid: min(latest[pid], self._target.get(pid, begin[pid])) for pid in latest}
         latest = {pid: max(latest[pid], begin[pid]) for pid in latest}
@@ -359,12 +467,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         end = rate_limit(begin, latest, max_events)
         if end != begin:
             self._last_batch_at = now
+        end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
         self._last_end = end
         behind = {p: latest[p] - end[p] for p in latest}
         _LOG.info(
             "hub %s: planned %d events; events behind latest: total=%d max=%d (%s)",
             self.hub,
-            sum(end[p] - begin[p] for p in end),
+            sum(end[p] - begin[p] for p in begin),
             sum(behind.values()),
             max(behind.values(), default=0),
             ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),
@@ -382,7 +491,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = []
         for pid in sorted(e, key=int):
             first = s.get(pid)
-            if first is None:  # new partition: from its first retained event, no data loss to report
+            if first is None and self.planner.options.get("eventhubs.ownership"):
+                first = e[pid]  # just gained: the offset records where it starts, read from the next batch
+            elif first is None:  # new partition: from its first retained event, no data loss to report
                 first = infos[pid].beginning_sequence_number if pid in infos else 0
             elif pid in infos:
                 first = self.planner.check_data_loss(pid, first, e[pid], infos[pid])

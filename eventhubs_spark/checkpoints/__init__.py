@@ -27,6 +27,11 @@ class Checkpoint:
     partition_id: str
     sequence_number: int | None
     offset: str | None = None
+    # Not part of the shared layout; other SDKs ignore the extra metadata and drop it when they write.
+    # ``released_by`` marks the final checkpoint an owner wrote when it handed the partition over (see
+    # :mod:`eventhubs_spark.ownership`); ``last_modified_time`` is the store's clock, as for ownership.
+    released_by: str | None = None
+    last_modified_time: float | None = None
 
 
 @dataclass(frozen=True)
@@ -117,4 +122,4 @@ class InMemoryCheckpointStore(CheckpointStore):
             checkpoint.partition_id,
         )  # fmt: skip
         with self._lock:
-            self._checkpoints[key] = checkpoint
+            self._checkpoints[key] = replace(checkpoint, last_modified_time=float(int(self.clock())))

@@ -107,6 +107,21 @@ def _pid_order(pid: str) -> tuple[int, str]:
     return (int(pid), "") if pid.isdigit() else (1 << 62, pid)
 
 
+@dataclass(frozen=True)
+class Tenure:
+    """One uninterrupted holding of a partition by this owner, as the cycles saw it.
+
+    ``since`` is the store's time of the claim that began it. ``taken_from`` names the live owner it
+    was stolen from (that owner may still be reading it), None when it was unowned, released or
+    expired. ``resumed`` says the store already named this owner when the tenure began (a restart
+    under the same owner id), so nobody else held it in between.
+    """
+
+    since: float
+    taken_from: str | None = None
+    resumed: bool = False
+
+
 @dataclass
 class CycleResult:
     owned: list[str]
@@ -137,6 +152,7 @@ class OwnershipManager:
         self.rng = rng or random.Random()
         self.template = Ownership(namespace, hub, consumer_group, "", owner_id)
         self.owned: dict[str, Ownership] = {}
+        self.tenures: dict[str, Tenure] = {}
 
     def _list(self) -> list[Ownership]:
         t = self.template
@@ -145,10 +161,25 @@ class OwnershipManager:
     def cycle(self) -> CycleResult:
         ids = list(self.partition_ids())
         current = self._list()
-        claims = plan(current, ids, self.owner_id, self.template, self.clock(), self.config, self.rng)
+        now = self.clock()
+        claims = plan(current, ids, self.owner_id, self.template, now, self.config, self.rng)
         won = self.store.claim_ownership(claims)
         gained = len(set(o.partition_id for o in won) - set(self.owned))
+        listed = {o.partition_id: o for o in current}
+        live = active_ownerships(current, now, self.config.expiry)
+        tenures = {}
+        for o in won:
+            held = self.tenures.get(o.partition_id)
+            if held is None:
+                before = listed.get(o.partition_id)
+                resumed = before is not None and before.owner_id == self.owner_id
+                victim = live.get(o.partition_id)
+                taken_from = victim.owner_id if victim is not None and victim.owner_id != self.owner_id else None
+                since = o.last_modified_time if o.last_modified_time is not None else now
+                held = Tenure(since, taken_from, resumed)
+            tenures[o.partition_id] = held
         self.owned = {o.partition_id: o for o in won}
+        self.tenures = tenures
         after = active_ownerships(self._list(), self.clock(), self.config.expiry)
         owners = {o.owner_id for o in after.values()} | {self.owner_id}
         floor, ceiling = fair_share(len(ids), len(owners), self.config.max_partitions)
@@ -162,3 +193,4 @@ class OwnershipManager:
         """Give up every partition (on shutdown), so others take them without waiting for expiry."""
         self.store.claim_ownership([replace(o, owner_id="") for o in self.owned.values()])
         self.owned = {}
+        self.tenures = {}

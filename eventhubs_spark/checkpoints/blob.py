@@ -137,6 +137,8 @@ class BlobCheckpointStore(CheckpointStore):
                     partition_id=blob.name[len(prefix) :],
                     sequence_number=int(seq) if seq not in (None, "") else None,
                     offset=_offset(_meta(blob.metadata, "offset")),
+                    released_by=_meta(blob.metadata, "releasedby") or None,
+                    last_modified_time=_seconds(blob.last_modified),
                 )
             )
         return out
@@ -152,6 +154,8 @@ class BlobCheckpointStore(CheckpointStore):
             "sequencenumber": "" if c.sequence_number is None else str(int(c.sequence_number)),
             "offset": "" if c.offset is None else str(c.offset),
         }
+        if c.released_by:
+            metadata["releasedby"] = c.released_by
         blob = self._container.get_blob_client(name)
         try:
             blob.set_blob_metadata(metadata)

@@ -180,3 +180,55 @@ def test_max_partitions_caps_an_owner():
 def test_bad_strategy():
     with pytest.raises(ValueError, match="balanced' or 'greedy"):
         BalancerConfig(strategy="fast")
+
+
+# -- ownership mode: tenures and hand-over --
+def test_tenures_say_who_a_partition_was_taken_from_and_whether_it_was_ours():
+    from eventhubs_spark.checkpoints.balancer import BalancerConfig, OwnershipManager
+
+    clock = Clock()
+    store = InMemoryCheckpointStore(clock)
+    config = BalancerConfig(strategy="greedy", interval=10, expiry=60)
+
+    def manager(name: str) -> OwnershipManager:
+        return OwnershipManager(store, "ns", "hub", "$default", name, lambda: ["0", "1"], config, clock=clock)
+
+    a = manager("a")
+    a.cycle()
+    assert set(a.tenures) == {"0", "1"} and all(t.taken_from is None and not t.resumed for t in a.tenures.values())
+    first = dict(a.tenures)
+    clock.now += 5
+    a.cycle()
+    assert a.tenures == first, "a renewal continues the tenure"
+    b = manager("b")
+    clock.now += 1
+    b.cycle()
+    (stolen,) = b.tenures.values()
+    assert stolen.taken_from == "a" and stolen.since == float(int(clock.now))
+    # a restarted "a" (new manager, same owner id) resumes what the store still names it owner of
+    again = manager("a")
+    clock.now += 1
+    again.cycle()
+    (kept,) = again.tenures.values()
+    assert kept.resumed and kept.taken_from is None
+
+
+def test_takeover_waits_for_the_hand_over_or_the_expiry():
+    from eventhubs_spark.checkpoints import Checkpoint
+    from eventhubs_spark.checkpoints.balancer import Tenure
+    from eventhubs_spark.ownership import takeover_start
+    from eventhubs_spark.positions import Earliest, Offset, SequenceNumber
+
+    stolen = Tenure(since=1000.0, taken_from="a")
+    plain = Checkpoint("ns", "hub", "$default", "0", 41, "4100", last_modified_time=1001.0)
+    marked = Checkpoint("ns", "hub", "$default", "0", 41, "4100", released_by="a", last_modified_time=1001.0)
+    old_mark = Checkpoint("ns", "hub", "$default", "0", 41, "4100", released_by="a", last_modified_time=999.0)
+    other = Checkpoint("ns", "hub", "$default", "0", 41, "4100", released_by="c", last_modified_time=1001.0)
+    for checkpoint in (None, plain, old_mark, other):
+        assert takeover_start(stolen, checkpoint, Earliest(), now=1010.0, expiry=60) is None
+    assert takeover_start(stolen, marked, Earliest(), now=1001.0, expiry=60) == SequenceNumber(41)
+    assert takeover_start(stolen, plain, Earliest(), now=1060.0, expiry=60) == SequenceNumber(41), "owner expired"
+    unowned = Tenure(since=1000.0)
+    assert takeover_start(unowned, None, Earliest(), now=1000.0, expiry=60) == Earliest()
+    by_offset = Checkpoint("ns", "hub", "$default", "0", None, "4100")
+    assert takeover_start(unowned, by_offset, Earliest(), now=1000.0, expiry=60) == Offset("4100")
