@@ -287,10 +287,14 @@ SPECS: tuple[Spec, ...] = (
 )
 
 RETIRED = {
-    "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it",
-    "eventhubs.slowpartitionadjustment": "backlog-proportional rate limits replace it; remove it",
-    "eventhubs.dynamicpartitiondiscovery": "partitions added at runtime are always picked up; remove it",
-    "eventhubs.threadpoolsize": "not needed: partitions are read by Spark tasks; remove it",
+    "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it "
+    "(e.g. .option('eventhubs.receiverTimeout', '60s') bounds the wait instead)",
+    "eventhubs.slowpartitionadjustment": "backlog-proportional rate limits replace it; remove it (e.g. "
+    ".option('maxEventsPerTrigger', '10000') is split across partitions by backlog)",
+    "eventhubs.dynamicpartitiondiscovery": "partitions added at runtime are always picked up; remove it (e.g. "
+    ".option('eventhubs.partitionDiscoveryInterval', '60s') sets how often)",
+    "eventhubs.threadpoolsize": "not needed: partitions are read by Spark tasks; remove it (e.g. "
+    ".option('eventhubs.prefetchCount', '500') tunes each task's receiver)",
 }
 
 BY_KEY = {spec.key.lower(): spec for spec in SPECS}
@@ -327,31 +331,41 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
         if lower in SPARK_OWNED:
             continue  # Spark's own option, consumed by Spark (it passes it on to sources and sinks too)
         if lower == "path":  # spark.read.load(path) passes it; we take no path
-            raise OptionError("the eventhubs source takes no path: pass eventhubs.connectionString instead")
+            raise OptionError(
+                "the eventhubs source takes no path: pass eventhubs.connectionString instead, e.g. "
+                "spark.read.format('eventhubs').option('eventhubs.connectionString', conn).load()"
+            )
         if lower in RETIRED:
             raise OptionError(f"{key}: not supported by eventhubs-spark: {RETIRED[lower]}")
         spec = BY_KEY.get(lower)
         if spec is None:
-            close = [s.key for s in SPECS if lower.split(".")[-1][:5] in s.key.lower()]
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            import difflib
+
+            usable = {s.key.lower(): s for s in SPECS if mode in s.modes}
+            close = difflib.get_close_matches(lower, list(usable), n=1, cutoff=0.6)
+            hint = f" Did you mean {usable[close[0]].key!r}, e.g. {_example(usable[close[0]])}?" if close else ""
             raise OptionError(
-                f"unknown option {key!r}.{hint} Known options: {', '.join(s.key for s in SPECS if mode in s.modes)}"
+                f"unknown option {key!r}.{hint} Known options (e.g. "
+                f"{_example(BY_KEY['eventhubs.consumergroup'])}): {', '.join(s.key for s in usable.values())}"
             )
         if mode not in spec.modes:
             where = {STREAM: "streaming reads", BATCH: "batch reads", WRITE: "writes"}
+            api = {STREAM: "spark.readStream", BATCH: "spark.read", WRITE: "df.write"}[min(spec.modes)]
             raise OptionError(
-                f"{spec.key} applies to {' and '.join(where[m] for m in sorted(spec.modes))}, not to {where[mode]}"
+                f"{spec.key} applies to {' and '.join(where[m] for m in sorted(spec.modes))}, not to {where[mode]}, "
+                f"e.g. {api}.format('eventhubs').option({spec.key!r}, {spec.example!r})"
             )
+        value = _with_example(spec, value)
         if spec.key == "eventhubs.connectionString":
             connection = str(value)
             continue
         if spec.secret:
             from .client.settings import Secret
 
-            values[lower] = Secret(spec.parse(spec.key, value))
+            values[lower] = Secret(value)
             continue
-        values[lower] = spec.parse(spec.key, value)
-    if not connection:
+        values[lower] = value
+    if not connection or not connection.strip():
         raise OptionError(
             "eventhubs.connectionString is required, e.g. .option('eventhubs.connectionString', "
             "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
@@ -367,7 +381,8 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
     if values.get("eventhubs.startfromcheckpointstore") and not values.get("eventhubs.checkpointstore.container"):
         raise OptionError(
             "eventhubs.startFromCheckpointStore needs eventhubs.checkpointStore.connectionString and "
-            "eventhubs.checkpointStore.container"
+            "eventhubs.checkpointStore.container, e.g. .option('eventhubs.checkpointStore.container', "
+            "'eventhubs-checkpoints')"
         )
     if values.get("eventhubs.ownership") and not values.get("eventhubs.checkpointstore.container"):
         raise OptionError(
@@ -385,8 +400,32 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
         )
     low, high = values.get("mineventspertrigger"), values.get("maxeventspertrigger")
     if low and high and low > high:
-        raise OptionError(f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high})")
+        raise OptionError(
+            f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. minEventsPerTrigger=1000 "
+            "with maxEventsPerTrigger=10000"
+        )
+    if mode != WRITE and values.get("maxeventsperpartition") and values.get("eventhubs.useexclusivereceiver"):
+        raise OptionError(
+            "maxEventsPerPartition splits one partition over several concurrent tasks, and owner-level receivers "
+            "would take the partition from each other: also set eventhubs.useExclusiveReceiver=false, e.g. "
+            ".option('eventhubs.useExclusiveReceiver', 'false')"
+        )
     return Options(mode, values), connection
+
+
+def _example(spec: Spec) -> str:
+    return f".option({spec.key!r}, {spec.example!r})"
+
+
+def _with_example(spec: Spec, value: str) -> Any:
+    """Parse one value; an error without an example gets the option's own."""
+    try:
+        return spec.parse(spec.key, value)
+    except OptionError as exc:
+        text = str(exc)
+        if not re.search(r"e\.g\.|[Ee]xample|such as", text):
+            raise OptionError(f"{text}. Example: {_example(spec)}") from None
+        raise
 
 
 def options_table() -> str:

@@ -122,7 +122,10 @@ def parse_time(value: Any, option: str) -> dt.datetime:
             f'{option}: expected an ISO-8601 time, e.g. {{"enqueuedTime": "2024-05-01T00:00:00Z"}}, got {value!r}'
         )
     if isinstance(value, (int, float)):
-        return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
+        try:
+            return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
+        except (OverflowError, ValueError, OSError):
+            pass  # out of the representable range: answered below
     if isinstance(value, str):
         try:
             parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))

@@ -126,11 +126,6 @@ class _Planner:
         self.options, connection = parse_options(dict(raw), mode)
         self.settings = parse_connection_string(connection)
         exclusive = self.options["eventhubs.useExclusiveReceiver"]
-        if self.options.get("maxEventsPerPartition") and exclusive:
-            raise OptionError(
-                "maxEventsPerPartition splits one partition over several concurrent tasks, and owner-level receivers "
-                "would take the partition from each other: also set eventhubs.useExclusiveReceiver=false"
-            )
         self.config = ReceiverConfig(
             consumer_group=self.options["eventhubs.consumerGroup"],
             prefetch=self.options["eventhubs.prefetchCount"],

@@ -47,11 +47,16 @@ class Azurite:
         binary = ROOT / "node_modules" / ".bin" / "azurite-blob"
         if not binary.exists():
             raise RuntimeError(f"{binary} is missing: run `npm install` in {ROOT} (the README's test command does)")
+        self.binary = binary
         self.port = free_port()
         self.location = tempfile.mkdtemp(prefix="azurite-")
+        self.start()
+
+    def start(self) -> None:
+        """Start (or start again, on the same port and data) the blob service."""
         self.process = subprocess.Popen(
             [
-                str(binary),
+                str(self.binary),
                 "--blobHost",
                 "127.0.0.1",
                 "--blobPort",
@@ -75,7 +80,8 @@ class Azurite:
             f"BlobEndpoint=http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT};"
         )
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """Stop the service, keeping its data (``start()`` brings it back)."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -83,6 +89,9 @@ class Azurite:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+    def stop(self) -> None:
+        self.kill()
         shutil.rmtree(self.location, ignore_errors=True)
 
 

@@ -44,6 +44,19 @@ def _seconds(when: Any) -> float | None:
     return None
 
 
+# The storage SDK's default retries wait 15 s, 18 s and 24 s: a minute per call while the service is
+# down, and the connector calls the store while it plans a batch. Short retries keep the query going
+# (a failed mirror write is caught up at the next commit); an ownership cycle simply runs again.
+_CLIENT_DEFAULTS: dict[str, Any] = {
+    "retry_total": 2,
+    "initial_backoff": 1,
+    "increment_base": 2,
+    "random_jitter_range": 1,
+    "connection_timeout": 5,
+    "read_timeout": 20,
+}
+
+
 class BlobCheckpointStore(CheckpointStore):
     """Checkpoints and ownership in one blob container (one container per consumer group is usual)."""
 
@@ -54,13 +67,15 @@ class BlobCheckpointStore(CheckpointStore):
     def from_connection_string(cls, connection_string: str, container: str, **kwargs: Any) -> BlobCheckpointStore:
         from azure.storage.blob import ContainerClient
 
-        return cls(ContainerClient.from_connection_string(connection_string, container, **kwargs))
+        return cls(
+            ContainerClient.from_connection_string(connection_string, container, **{**_CLIENT_DEFAULTS, **kwargs})
+        )
 
     @classmethod
     def from_account_url(cls, account_url: str, container: str, credential: Any, **kwargs: Any) -> BlobCheckpointStore:
         from azure.storage.blob import ContainerClient
 
-        return cls(ContainerClient(account_url, container, credential=credential, **kwargs))
+        return cls(ContainerClient(account_url, container, credential=credential, **{**_CLIENT_DEFAULTS, **kwargs}))
 
     def ensure_container(self) -> None:
         from azure.core.exceptions import ResourceExistsError

@@ -1,0 +1,141 @@
+"""Bad input: every bad option value or position is answered with its option's name and a valid example.
+
+Each case injects one bad value through ``parse_options`` (what Spark hands the source) and checks
+the message names the option and shows what a valid value looks like. The property tests feed the
+parsers arbitrary text and JSON: they either accept it or raise ``OptionError``, never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.options import SPECS, parse_options
+from eventhubs_spark.positions import parse_position, parse_positions
+
+CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
+STORE = {
+    "eventhubs.checkpointStore.connectionString": "UseDevelopmentStorage=true",
+    "eventhubs.checkpointStore.container": "c",
+}
+EXAMPLE = re.compile(r"e\.g\.|[Ee]xample|such as|\.option\(")
+
+# (option named in the message, raw options, mode)
+CASES = [
+    ("eventhubs.connectionString", {}, "stream"),
+    ("eventhubs.connectionString", {"eventhubs.connectionString": " "}, "stream"),
+    ("eventhubs.conectionString", {"eventhubs.conectionString": CONN}, "stream"),
+    ("eventhubs.consumerGroup", {"eventhubs.consumerGroup": ""}, "stream"),
+    ("maxEventsPerTrigger", {"maxEventsPerTrigger": "lots"}, "stream"),
+    ("maxEventsPerTrigger", {"maxEventsPerTrigger": "0"}, "stream"),
+    ("maxEventsPerTrigger", {"maxEventsPerTrigger": "1.5"}, "stream"),
+    ("maxEventsPerTrigger", {"maxEventsPerTrigger": "10"}, "batch"),
+    ("minEventsPerTrigger", {"minEventsPerTrigger": "-3"}, "stream"),
+    ("minEventsPerTrigger", {"minEventsPerTrigger": "100", "maxEventsPerTrigger": "10"}, "stream"),
+    ("maxTriggerDelay", {"maxTriggerDelay": "5 fortnights"}, "stream"),
+    ("maxTriggerDelay", {"maxTriggerDelay": "-1s"}, "stream"),
+    ("failOnDataLoss", {"failOnDataLoss": "maybe"}, "stream"),
+    ("failOnDataLoss", {"failOnDataLoss": "1"}, "batch"),
+    ("maxEventsPerPartition", {"maxEventsPerPartition": "none"}, "batch"),
+    ("eventhubs.prefetchCount", {"eventhubs.prefetchCount": "-1"}, "stream"),
+    ("eventhubs.receiverTimeout", {"eventhubs.receiverTimeout": "soon"}, "stream"),
+    ("eventhubs.operationTimeout", {"eventhubs.operationTimeout": "PT"}, "write"),
+    ("eventhubs.useExclusiveReceiver", {"eventhubs.useExclusiveReceiver": "yes"}, "stream"),
+    ("eventhubs.useExclusiveReceiver", {"maxEventsPerPartition": "100"}, "stream"),
+    ("eventhubs.partitionDiscoveryInterval", {"eventhubs.partitionDiscoveryInterval": "often"}, "stream"),
+    ("eventhubs.endingPosition", {"eventhubs.endingPosition": '{"offset": "@latest"}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": "{"}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": "[1]"}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": "{}"}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"offset": "-1", "seqNo": 4}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"seqNo": -5}'}, "batch"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"seqNo": "ten"}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"offset": "abc"}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"enqueuedTime": "yesterday"}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"seqNo": 1, "isInclusive": "yes"}'}, "stream"),
+    ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"sequence": 1}'}, "stream"),
+    ("eventhubs.startingPositions", {"eventhubs.startingPositions": '{"zero": {"seqNo": 1}}'}, "stream"),
+    ("eventhubs.startingPositions", {"eventhubs.startingPositions": '[{"seqNo": 1}]'}, "stream"),
+    ("eventhubs.startingPositions", {"eventhubs.startingPositions": '{"0": {"seqNo": true}}'}, "stream"),
+    ("eventhubs.endingPositions", {"eventhubs.endingPositions": '{"1": "end"}'}, "batch"),
+    ("eventhubs.endingPosition", {"eventhubs.endingPosition": '{"enqueuedTime": [2024]}'}, "batch"),
+    ("eventhubs.maxSilentTime", {"eventhubs.maxSilentTime": "PT60S"}, "stream"),
+    ("eventhubs.checkpointStore.container", {"eventhubs.checkpointStore.connectionString": "x"}, "stream"),
+    ("eventhubs.checkpointStore.connectionString", {"eventhubs.checkpointStore.container": "c"}, "batch"),
+    ("eventhubs.startFromCheckpointStore", {"eventhubs.startFromCheckpointStore": "true"}, "stream"),
+    ("eventhubs.ownership", {"eventhubs.ownership": "true"}, "stream"),
+    ("eventhubs.ownership", {"eventhubs.ownership": "true", **STORE}, "batch"),
+    ("eventhubs.loadBalancing.strategy", {"eventhubs.loadBalancing.strategy": "fair", **STORE}, "stream"),
+    (
+        "eventhubs.loadBalancing.ownershipExpiration",
+        {"eventhubs.loadBalancing.ownershipExpiration": "10s", "eventhubs.loadBalancing.updateInterval": "10s"},
+        "stream",
+    ),
+    ("eventhubs.loadBalancing.maxPartitions", {"eventhubs.loadBalancing.maxPartitions": "0"}, "stream"),
+    ("path", {"path": "/tmp/x"}, "batch"),
+]
+
+
+@pytest.mark.parametrize(("option", "raw", "mode"), CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(CASES)])
+def test_bad_option_values_name_the_option_and_show_an_example(option, raw, mode):
+    if "eventhubs.connectionString" not in raw and option not in ("eventhubs.connectionString", "path"):
+        raw = {"eventhubs.connectionString": CONN, **raw}
+    with pytest.raises(OptionError) as info:
+        parse_options(raw, mode)
+    message = str(info.value)
+    assert option.lower() in message.lower(), message
+    assert EXAMPLE.search(message), f"no example in: {message}"
+    assert "TOPSECRET" not in message
+
+
+def test_there_are_at_least_thirty_cases():
+    assert len(CASES) >= 30
+
+
+_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.from_regex(r"-?[0-9]{1,6}(\.[0-9])?\s?(ms|s|m|h|min|x)?", fullmatch=True),
+    st.sampled_from(["true", "false", "TRUE", " 10s ", "PT1M", "@latest", "-1", "", "{}", "null"]),
+)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=8,
+)
+_POSITION_KEYS = st.sampled_from(["offset", "seqNo", "enqueuedTime", "isInclusive", "Offset", "SEQNO", "other"])
+_POSITION = st.dictionaries(_POSITION_KEYS, _JSON, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([s.key for s in SPECS if s.key != "eventhubs.connectionString"]), _TEXT,
+       st.sampled_from(["stream", "batch", "write"]))  # fmt: skip
+def test_any_option_value_is_accepted_or_refused_clearly(key, value, mode):
+    try:
+        parse_options({"eventhubs.connectionString": CONN, key: value}, mode)
+    except OptionError as exc:
+        assert str(exc), "an empty message"
+        assert "TOPSECRET" not in str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_POSITION.map(json.dumps), _JSON.map(json.dumps), st.text(max_size=30)))
+def test_any_position_is_accepted_or_refused_naming_the_option(text):
+    try:
+        parse_position(text, "eventhubs.startingPosition")
+    except OptionError as exc:
+        assert "eventhubs.startingPosition" in str(exc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.one_of(st.from_regex(r"[0-9]{1,3}", fullmatch=True), st.text(max_size=8)), _POSITION,
+                       max_size=3).map(json.dumps))  # fmt: skip
+def test_any_per_partition_positions_are_accepted_or_refused_naming_the_option(text):
+    try:
+        parse_positions(text, "eventhubs.startingPositions")
+    except OptionError as exc:
+        assert "eventhubs.startingPositions" in str(exc)
