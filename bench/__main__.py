@@ -5,16 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, sink
+from . import emulator_sdk, latency, planning, pool_memory, read, sink, soak
 
-BENCHMARKS = {"emulator_sdk": emulator_sdk.run, "sink": sink.run}
+BENCHMARKS = {
+    "emulator_sdk": emulator_sdk.run,
+    "read": read.run,
+    "sink": sink.run,
+    "planning": planning.run,
+    "latency": latency.run,
+    "pool_memory": pool_memory.run,
+    "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
+}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="./dev bench")
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="benchmarks to run (default: all)")
     args = parser.parse_args()
-    for name in args.names or list(BENCHMARKS):
+    for name in args.names or [n for n in BENCHMARKS if n != "soak"]:
         print(f"running {name} ...", flush=True)
         BENCHMARKS[name]()
     print("results in bench/results.json and bench/RESULTS.md")

@@ -32,16 +32,25 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _start_emulator() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eventhubs_spark.emulator", "--port", "0", "--hub", f"{HUB}:{PARTITIONS}"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc, conns = start_emulator({HUB: PARTITIONS})
+    return proc, conns[HUB]
+
+
+def start_emulator(hubs: dict[str, int]) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """The emulator in its own process with these hubs; returns it and each hub's connection string."""
+    args = [sys.executable, "-m", "eventhubs_spark.emulator", "--port", "0"]
+    for name, partitions in hubs.items():
+        args += ["--hub", f"{name}:{partitions}"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     proc.stdout.readline()
-    match = re.search(r"(Endpoint=\S+)", proc.stdout.readline())
-    assert match, "the emulator did not print a connection string"
-    return proc, match.group(1)
+    conns = {}
+    for _ in hubs:
+        line = proc.stdout.readline()
+        match = re.search(r"^\s*(\S+) \(.*(Endpoint=\S+)", line)
+        assert match, f"the emulator did not print a connection string: {line!r}"
+        conns[match.group(1)] = match.group(2)
+    return proc, conns
 
 
 def _send(conn: str, events: int, size: int, round_robin: bool = False) -> float:

@@ -1,0 +1,148 @@
+"""Reading: the connector against the plain SDK draining the same partitions, same emulator, one run.
+
+For each case (4 and 32 partitions, 200-byte and 2 KB events) one hub is filled round-robin, then:
+
+* SDK: one ``EventHubConsumerClient.receive_batch`` over all partitions in one process (the SDK
+  starts a consumer per partition), timed from the call until every event has arrived.
+* Connector: ``spark.readStream.format("eventhubs")`` in ``local[2]`` with ``Trigger.AvailableNow``
+  into the ``noop`` sink, one micro-batch, timed from ``start()`` until the query ends (planning and
+  task start-up included). The session is warmed up first on another hub, so Python workers exist.
+
+The emulator runs in its own process, so neither side shares its GIL with the server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from .emulator_sdk import start_emulator
+from .results import record
+
+CASES = [(4, 200, 200_000), (32, 200, 200_000), (4, 2048, 60_000), (32, 2048, 60_000)]
+
+
+def fill(conn: str, events: int, size: int) -> None:
+    """Round-robin over every partition with full batches, as fast as the SDK sends."""
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    body = b"x" * size
+    with EventHubProducerClient.from_connection_string(conn) as producer:
+        ids = producer.get_partition_ids()
+        per = events // len(ids)
+        for pid in ids:
+            left = per + (1 if int(pid) < events % len(ids) else 0)
+            while left:
+                batch = producer.create_batch(partition_id=pid)
+                while left:
+                    try:
+                        batch.add(EventData(body))
+                    except ValueError:
+                        break
+                    left -= 1
+                producer.send_batch(batch)
+
+
+def sdk_drain(conn: str, events: int, prefetch: int = 1000) -> float:
+    from azure.eventhub import EventHubConsumerClient
+
+    client = EventHubConsumerClient.from_connection_string(conn, consumer_group="$Default")
+    count = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def on_batch(ctx: Any, batch: list[Any]) -> None:
+        nonlocal count
+        with lock:
+            count += len(batch)
+            if count >= events:
+                done.set()
+
+    started = time.perf_counter()
+    thread = threading.Thread(
+        target=client.receive_batch,
+        kwargs={
+            "on_event_batch": on_batch,
+            "starting_position": "-1",
+            "prefetch": prefetch,
+            "max_batch_size": prefetch,
+            "max_wait_time": 1,
+        },
+        daemon=True,
+    )
+    thread.start()
+    if not done.wait(900):
+        raise RuntimeError(f"the SDK received {count} of {events} events")
+    elapsed = time.perf_counter() - started
+    client.close()
+    thread.join(60)
+    return elapsed
+
+
+def connector_drain(spark: Any, conn: str, events: int, tmp: str, **options: str) -> float:
+    reader = spark.readStream.format("eventhubs").option("eventhubs.connectionString", conn)
+    reader = reader.option("eventhubs.startingPosition", '{"offset": "-1"}').option("maxEventsPerTrigger", events)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    started = time.perf_counter()
+    query = (
+        reader.load().writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    if read != events:
+        raise RuntimeError(f"the connector read {read} of {events} events")
+    return elapsed
+
+
+def run() -> None:
+    import tempfile
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    hubs = {f"p{p}s{s}": p for p, s, _ in CASES} | {"warmup": 4}
+    proc, conns = start_emulator(hubs)
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    rows: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            fill(conns["warmup"], 20_000, 200)
+            connector_drain(spark, conns["warmup"], 20_000, os.path.join(tmp, "warmup"))
+            for partitions, size, events in CASES:
+                conn = conns[f"p{partitions}s{size}"]
+                fill(conn, events, size)
+                sdk = sdk_drain(conn, events)
+                spark_s = connector_drain(spark, conn, events, os.path.join(tmp, f"{partitions}-{size}"))
+                rows.append({
+                    "partitions": partitions, "event bytes": size, "events": events,
+                    "SDK receive_batch events/s": events / sdk, "connector events/s": events / spark_s,
+                    "ratio": round(sdk / spark_s, 2),
+                })  # fmt: skip
+                print(rows[-1], flush=True)
+    finally:
+        spark.stop()
+        proc.terminate()
+        proc.wait(30)
+    worst = min(r["ratio"] for r in rows)
+    record(
+        "read_vs_sdk",
+        {
+            "target": "connector >= 1.5x the plain SDK consumer's events/s",
+            "worst ratio (connector / SDK)": worst,
+            "target met": worst >= 1.5,
+        },
+        rows,
+        notes=(
+            "SDK: one EventHubConsumerClient.receive_batch over all partitions (prefetch 1000), timed from the "
+            "call to the last event. Connector: local[2], Trigger.AvailableNow, one micro-batch into the noop "
+            "sink, timed from start() to the end of the query (planning and task start-up included)."
+        ),
+    )
