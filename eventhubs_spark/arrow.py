@@ -58,7 +58,18 @@ def to_text(value: Any) -> str | None:
         return json.dumps(value)
     if isinstance(value, uuid.UUID):
         return str(value)
-    return json.dumps(value, default=_json_default, sort_keys=True)
+    return json.dumps(_plain(value), default=_json_default, sort_keys=True)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: AMQP strings and symbols arrive as bytes, map keys included."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -86,6 +97,98 @@ def body_bytes(event: Any) -> bytes:
         return body.encode("utf-8")
     text = to_text(list(body) if not isinstance(body, dict | list) and hasattr(body, "__iter__") else body)
     return (text or "").encode("utf-8")
+
+
+# The AMQP properties section's fields, named as the SDKs name them among an event's system properties.
+_PROPERTY_KEYS = (
+    ("message_id", "message-id"),
+    ("user_id", "user-id"),
+    ("to", "to"),
+    ("subject", "subject"),
+    ("reply_to", "reply-to"),
+    ("correlation_id", "correlation-id"),
+    ("content_type", "content-type"),
+    ("content_encoding", "content-encoding"),
+    ("absolute_expiry_time", "absolute-expiry-time"),
+    ("creation_time", "creation-time"),
+    ("group_id", "group-id"),
+    ("group_sequence", "group-sequence"),
+    ("reply_to_group_id", "reply-to-group-id"),
+)
+
+
+def _message_body(message: Any) -> bytes:
+    data = message.data
+    if data is not None:
+        if isinstance(data, bytes):
+            return data
+        return data[0] if len(data) == 1 else b"".join(data)
+    body = message.value if message.sequence is None else message.sequence
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return (to_text(body) or "").encode("utf-8")
+
+
+def _map_array(rows: list[list[tuple[str, str | None]]]) -> pa.Array:
+    """A map<string,string> column from per-row pairs, built from flat arrays (no per-row Arrow objects)."""
+    offsets = [0]
+    keys: list[str] = []
+    values: list[str | None] = []
+    for pairs in rows:
+        for k, v in pairs:
+            keys.append(k)
+            values.append(v)
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
+    )
+
+
+def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
+    """Build one record batch straight from received AMQP messages (``azure.eventhub._pyamqp`` ``Message``).
+
+    This skips the SDK's ``EventData`` (and its dict views) per event, which cost more than the AMQP
+    decoding itself; column by column, the result is what :func:`events_to_batch` makes of the same events.
+    """
+    if messages and hasattr(messages[0], "_raw_amqp_message"):
+        return events_to_batch(messages, partition)  # the SDK's uamqp transport: EventData as delivered
+    n = len(messages)
+    annotations = [m.message_annotations or {} for m in messages]
+    seqs = [a[b"x-opt-sequence-number"] for a in annotations]
+    offsets = [_offset_text(a.get(b"x-opt-offset")) for a in annotations]
+    times = [None if (ms := a.get(b"x-opt-enqueued-time")) is None else int(ms) * 1000 for a in annotations]
+    publishers = [None if (v := a.get(b"x-opt-publisher")) is None else _key(v) for a in annotations]
+    keys = [None if (v := a.get(b"x-opt-partition-key")) is None else _key(v) for a in annotations]
+    props = [
+        [(_key(k), to_text(v)) for k, v in app.items()] if (app := m.application_properties) else [] for m in messages
+    ]
+    sysprops: list[list[tuple[str, str | None]]] = []
+    for m, a in zip(messages, annotations, strict=True):
+        system = [(_key(k), to_text(v)) for k, v in a.items() if k not in _COLUMN_ANNOTATIONS]
+        section = m.properties
+        if section is not None:
+            system.extend((name, to_text(v)) for field, name in _PROPERTY_KEYS if (v := getattr(section, field)))
+        sysprops.append(system)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([_message_body(m) for m in messages], pa.binary()),
+            pa.array([partition] * n, pa.string()),
+            pa.array(offsets, pa.string()),
+            pa.array(seqs, pa.int64()),
+            pa.array(times, pa.timestamp("us", tz="UTC")),
+            pa.array(publishers, pa.string()),
+            pa.array(keys, pa.string()),
+            _map_array(props),
+            _map_array(sysprops),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _offset_text(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
 
 
 def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:

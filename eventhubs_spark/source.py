@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from .arrow import SCHEMA_DDL, events_to_batch
+from .arrow import SCHEMA_DDL, messages_to_batch
 from .client.management import ManagementClient, PartitionInfo
 from .client.receiver import POOL, RangeResult, ReceiverConfig
 from .client.settings import ConnectionSettings, parse_connection_string
@@ -95,7 +95,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     started = time.monotonic()
     try:
         for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
-            yield events_to_batch(events, split.partition)
+            yield messages_to_batch(events, split.partition)
         healthy = True
     finally:
         POOL.release(receiver, healthy)

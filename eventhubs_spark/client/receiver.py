@@ -64,6 +64,7 @@ class PartitionReceiver:
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
         self._consumer_error: str | None = None
+        self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see _deliver_raw)
 
     def _on_events(self, events: Any) -> None:
         if isinstance(events, list):
@@ -82,6 +83,7 @@ class PartitionReceiver:
             owner_level=self.config.owner_level if self.config.exclusive else None,
             prefetch=self.config.prefetch,
         )
+        self._raw = _deliver_raw(self._consumer)
         self._carry = []
         self.position = sequence_number
         self.opens += 1
@@ -118,7 +120,7 @@ class PartitionReceiver:
                 continue
             out = []
             for event in events:
-                seq = event.sequence_number
+                seq = event.message_annotations[_SEQ] if self._raw else event.sequence_number
                 if seq < expected:
                     continue  # a reconnect re-delivered what was already read
                 if seq > expected:
@@ -191,6 +193,43 @@ class PartitionReceiver:
             self._client.close()
         except Exception:
             _LOG.debug("closing a consumer client failed", exc_info=True)
+
+
+_SEQ = b"x-opt-sequence-number"
+
+
+class _Delivered:
+    """What the SDK consumer remembers of the last event handed out: its offset, to reconnect after it."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset: str | None = None
+
+
+def _deliver_raw(consumer: Any) -> bool:
+    """Make an SDK consumer hand out the received AMQP messages themselves instead of ``EventData``.
+
+    Building an ``EventData`` per event costs more CPU than decoding the AMQP frame; the Arrow batch is
+    built straight from the messages instead (:func:`eventhubs_spark.arrow.messages_to_batch`). The
+    consumer still needs the last delivered event's offset to reconnect after it, which is kept.
+    Only for the SDK's own (pyamqp) transport; with another one, events stay ``EventData``.
+    """
+    transport = getattr(consumer, "_amqp_transport", None)
+    buffer = getattr(consumer, "_message_buffer", None)
+    if getattr(transport, "KIND", None) != "pyamqp" or buffer is None:
+        return False
+    last = _Delivered()
+
+    def next_message() -> Any:
+        message = buffer.popleft()
+        offset = (message.message_annotations or {}).get(b"x-opt-offset")
+        last.offset = offset.decode() if isinstance(offset, bytes) else None if offset is None else str(offset)
+        consumer._last_received_event = last
+        return message
+
+    consumer._next_message_in_buffer = next_message
+    return True
 
 
 def _is_stolen(error: str) -> bool:
