@@ -145,6 +145,8 @@ def run() -> None:
         notes=(
             f"local[2], {PER_PARTITION} events of 200 bytes per partition per micro-batch, noop sink; memory sampled "
             f"{samples} times. Tasks land on whichever Python worker is free, so a partition's receiver is reused "
-            "only when its next range runs on the same worker."
+            "only when its next range runs on the same worker. The RSS sum adds up every Spark Python process "
+            "(daemons, the stream runner, forked workers) and counts pages they share more than once; the "
+            "one-worker peak is the figure to watch for growth."
         ),
     )

@@ -84,6 +84,7 @@ class PartitionReceiver:
             prefetch=self.config.prefetch,
         )
         self._raw = _deliver_raw(self._consumer)
+        _bounded_reads(self._consumer, self.config.prefetch)
         self._carry = []
         self.position = sequence_number
         self.opens += 1
@@ -159,14 +160,23 @@ class PartitionReceiver:
             taken, self._carry = self._carry[:wanted], self._carry[wanted:]
             return taken
         self._received = []
+        consumer = self._consumer
+        frames = max(1, min(wanted, self.config.prefetch))
+        # The SDK reads up to ``_prefetch`` frames per call and returns early only when the socket goes quiet,
+        # so under a steady trickle of new events it would wait for a whole prefetch window (500 events at
+        # 50 events/s: 10 s) although the range needs far fewer. Read no more frames than the range needs;
+        # the link credit stays the full prefetch (see _bounded_reads).
+        consumer._prefetch = frames
         try:
-            self._consumer.receive(batch=True, max_batch_size=min(wanted, self.config.prefetch), max_wait_time=None)
+            consumer.receive(batch=True, max_batch_size=frames, max_wait_time=None)
         except Exception as exc:
             text = str(exc)
             if _is_stolen(text):
                 self._consumer_error = text
                 return None
             raise
+        finally:
+            consumer._prefetch = self.config.prefetch
         return self._received or None
 
     def _link_error(self) -> str | None:
@@ -230,6 +240,21 @@ def _deliver_raw(consumer: Any) -> bool:
 
     consumer._next_message_in_buffer = next_message
     return True
+
+
+def _bounded_reads(consumer: Any, prefetch: int) -> None:
+    """Links are always created with the full prefetch as their credit, whatever a read asks for."""
+    create = consumer._create_handler
+
+    def create_with_full_credit(auth: Any) -> None:
+        asked = consumer._prefetch
+        consumer._prefetch = prefetch
+        try:
+            create(auth)
+        finally:
+            consumer._prefetch = asked
+
+    consumer._create_handler = create_with_full_credit
 
 
 def _is_stolen(error: str) -> bool:
