@@ -1,32 +1,43 @@
-"""The ``eventhubs-spark`` command: ``demo`` and ``emulator`` (more verbs come with the connector).
+"""The ``eventhubs-spark`` command: ``demo``, ``emulator``, ``send`` and ``checkpoints``.
 
-``demo`` is the README's first command. Until the Spark reader lands it streams sample events
-through the embedded emulator with the plain SDK and shows a live per-partition table, which proves
-the set-up (Python, packages, emulator) on a fresh machine.
+``demo`` is the README's first command: it starts the embedded emulator, produces sample events and
+runs a Spark streaming query on them with ``spark.readStream.format("eventhubs")``, showing a live
+per-partition table of events read, rate and lag. Connection strings can come from the environment
+(``EVENTHUBS_CONNECTION_STRING``, ``CHECKPOINT_STORE_CONNECTION_STRING``) so they stay out of shell
+history; they are never printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
 from .emulator import Emulator
 from .emulator import __main__ as emulator_cli
 
 
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
+    lines = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+# -- demo --------------------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+    from azure.eventhub import EventData, EventHubProducerClient
 
     hub = "demo"
-    with Emulator({hub: args.partitions}) as emu:
+    with Emulator({hub: args.partitions}) as emu, tempfile.TemporaryDirectory() as tmp:
         conn = emu.connection_string(hub)
-        print(f"emulator on {emu.host}:{emu.port}; hub '{hub}' with {args.partitions} partitions")
-        counts = {str(p): 0 for p in range(args.partitions)}
-        latest = {str(p): -1 for p in range(args.partitions)}
-        lock = threading.Lock()
+        print(f"emulator on {emu.host}:{emu.port}; hub '{hub}' with {args.partitions} partitions", flush=True)
         stop = threading.Event()
 
         def produce() -> None:
@@ -34,66 +45,219 @@ def _demo(args: argparse.Namespace) -> int:
                 n = 0
                 while not stop.is_set() and n < args.events:
                     batch = producer.create_batch()
-                    for _ in range(min(args.rate // 10 or 1, args.events - n)):
-                        batch.add(EventData(f'{{"id": {n}, "temperature": {20 + n % 7}}}'))
+                    for _ in range(min(max(1, args.rate // 10), args.events - n)):
+                        batch.add(EventData(json.dumps({"id": n, "temperature": 20 + n % 7})))
                         n += 1
                     producer.send_batch(batch)
                     time.sleep(0.1)
 
-        def on_event_batch(ctx: object, events: list[object]) -> None:
-            with lock:
-                for ev in events:
-                    pid = ctx.partition_id  # type: ignore[attr-defined]
-                    counts[pid] += 1
-                    latest[pid] = ev.sequence_number  # type: ignore[attr-defined]
+        from .localspark import local_session
 
-        consumer = EventHubConsumerClient.from_connection_string(conn, consumer_group="$Default")
-        threads = [
-            threading.Thread(target=produce, daemon=True),
-            threading.Thread(
-                target=consumer.receive_batch,
-                kwargs={"on_event_batch": on_event_batch, "starting_position": "-1", "max_wait_time": 0.5},
-                daemon=True,
-            ),
-        ]
-        for t in threads:
-            t.start()
+        spark = local_session("eventhubs-spark demo")  # conf/spark-defaults.conf
+        spark.sparkContext.setLogLevel("ERROR")
+        read: dict[str, int] = {str(p): 0 for p in range(args.partitions)}
+        last_seq: dict[str, int] = {str(p): -1 for p in range(args.partitions)}
+        lock = threading.Lock()
+
+        def on_batch(df: Any, batch_id: int) -> None:
+            rows = df.groupBy("partition").agg({"sequenceNumber": "max", "*": "count"}).collect()
+            with lock:
+                for r in rows:
+                    read[r["partition"]] += r["count(1)"]
+                    last_seq[r["partition"]] = max(last_seq[r["partition"]], r["max(sequenceNumber)"])
+
+        query = (
+            spark.readStream.format("eventhubs")
+            .option("eventhubs.connectionString", conn)
+            .option("eventhubs.startingPosition", '{"offset": "-1"}')
+            .load()
+            .selectExpr("partition", "sequenceNumber", "cast(body as string) as body")
+            .writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", os.path.join(tmp, "checkpoint"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
         started = time.monotonic()
-        last_total = 0
+        before = dict(read)
+        live = sys.stdout.isatty()
         try:
             while time.monotonic() - started < args.seconds:
                 time.sleep(1.0)
+                if query.exception() is not None:
+                    print(f"the query failed: {query.exception()}", file=sys.stderr)
+                    return 1
                 with lock:
-                    total = sum(counts.values())
-                    rows = [(p, counts[p], latest[p]) for p in sorted(counts, key=int)]
-                lag = {p: emu.partition_properties(hub, p)["last_enqueued_sequence_number"] - s for p, _, s in rows}
-                print(f"\n{time.monotonic() - started:5.1f}s  {total - last_total} events/s")
-                print(f"  {'partition':>9} {'read':>8} {'lag':>6}")
-                for p, n, _ in rows:
-                    print(f"  {p:>9} {n:>8} {lag[p]:>6}")
-                last_total = total
+                    now = dict(read)
+                    seqs = dict(last_seq)
+                props = {p: emu.partition_properties(hub, p) for p in now}
+                rows = [
+                    (p, now[p], now[p] - before[p], props[p]["last_enqueued_sequence_number"] - seqs[p])
+                    for p in sorted(now, key=int)
+                ]
+                before = now
+                total = sum(now.values())
+                text = _table(("partition", "events read", "events/s", "lag"), rows)
+                header = f"{time.monotonic() - started:5.1f} s   {total} of {args.events} events read"
+                print(("\033[H\033[J" if live else "\n") + header + "\n" + text, flush=True)
                 if total >= args.events:
                     break
         finally:
             stop.set()
-            consumer.close()
-        print(f"\nread {sum(counts.values())} of {args.events} events")
-        return 0 if sum(counts.values()) == args.events else 1
+            query.stop()
+            spark.stop()
+        total = sum(read.values())
+        print(f"\nthe Spark query read {total} of {args.events} events")
+        return 0 if total == args.events else 1
+
+
+# -- send --------------------------------------------------------------------------------------------
+def _bodies(args: argparse.Namespace) -> tuple[int | None, Iterator[str]]:
+    if args.file:
+        handle: TextIO = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
+        count = None
+        if handle is not sys.stdin:
+            count = sum(1 for line in handle if line.strip())
+            handle.seek(0)
+        return count, (line.rstrip("\n") for line in handle if line.strip())
+
+    def generated() -> Iterator[str]:
+        for i in range(args.count):
+            yield json.dumps({"id": i, "ts": time.time(), "pad": "x" * max(0, args.size - 40)})
+
+    return args.count, generated()
+
+
+def _progress(done: int, total: int | None, out: TextIO) -> None:
+    if total:
+        filled = int(30 * done / total)
+        out.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+    else:
+        out.write(f"\r{done} events")
+    out.flush()
+
+
+def _send(args: argparse.Namespace) -> int:
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    total, bodies = _bodies(args)
+    options: dict[str, Any] = {}
+    if args.partition is not None:
+        options["partition_id"] = args.partition
+    if args.partition_key is not None:
+        options["partition_key"] = args.partition_key
+    sent = 0
+    started = time.monotonic()
+    with EventHubProducerClient.from_connection_string(conn) as producer:
+        batch = producer.create_batch(**options)
+        for body in bodies:
+            event = EventData(body)
+            try:
+                batch.add(event)
+            except ValueError:
+                producer.send_batch(batch)
+                sent += len(batch)
+                _progress(sent, total, sys.stderr)
+                batch = producer.create_batch(**options)
+                batch.add(event)
+        if len(batch):
+            producer.send_batch(batch)
+            sent += len(batch)
+    _progress(sent, total, sys.stderr)
+    elapsed = time.monotonic() - started
+    print(f"\nsent {sent} events in {elapsed:.1f} s", file=sys.stderr)
+    return 0
+
+
+# -- checkpoints -------------------------------------------------------------------------------------
+def checkpoints_report(
+    connection_string: str, store_connection_string: str, container: str, consumer_group: str
+) -> list[dict[str, Any]]:
+    """Per partition: the store's checkpoint, owner and ownership age, the partition's end, and the lag."""
+    from .checkpoints.blob import BlobCheckpointStore
+    from .client.management import ManagementClient
+    from .client.settings import parse_connection_string
+
+    settings = parse_connection_string(connection_string)
+    store = BlobCheckpointStore.from_connection_string(store_connection_string, container)
+    management = ManagementClient.get(settings, 60.0)
+    infos = management.partition_properties(management.partition_ids())
+    ns, hub = settings.namespace, settings.hub
+    checkpoints = {c.partition_id: c for c in store.list_checkpoints(ns, hub, consumer_group)}
+    owners = {o.partition_id: o for o in store.list_ownership(ns, hub, consumer_group)}
+    now = time.time()
+    rows = []
+    for pid in sorted(infos, key=int):
+        info, checkpoint, owner = infos[pid], checkpoints.get(pid), owners.get(pid)
+        seq = checkpoint.sequence_number if checkpoint else None
+        last = info.last_enqueued_sequence_number if not info.is_empty else None
+        rows.append(
+            {
+                "partition": pid,
+                "checkpoint": "" if seq is None else seq,
+                "offset": (checkpoint.offset or "") if checkpoint else "",
+                "owner": (owner.owner_id or "(released)") if owner else "",
+                "owned for": "" if owner is None or owner.last_modified_time is None
+                else f"{now - owner.last_modified_time:.0f} s ago",
+                "last enqueued": "" if last is None else last,
+                "lag": "" if last is None else last - (seq if seq is not None else info.beginning_sequence_number - 1),
+            }
+        )  # fmt: skip
+    return rows
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    store = _secret(args.storage_connection_string, "CHECKPOINT_STORE_CONNECTION_STRING", "--storage-connection-string")
+    rows = checkpoints_report(conn, store, args.container, args.consumer_group)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"consumer group {args.consumer_group!r}, container {args.container!r}")
+        print(_table(list(rows[0]) if rows else ["partition"], [list(r.values()) for r in rows]))
+    return 0
+
+
+def _secret(value: str | None, env: str, flag: str) -> str:
+    found = value or os.environ.get(env)
+    if not found:
+        raise SystemExit(f"error: pass {flag} or set {env}")
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eventhubs-spark", description="Azure Event Hubs for Spark 4")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="stream sample events through the embedded emulator")
+    demo = sub.add_parser("demo", help="a Spark streaming query on sample events in the embedded emulator")
     demo.add_argument("--partitions", type=int, default=4)
     demo.add_argument("--events", type=int, default=2000)
     demo.add_argument("--rate", type=int, default=500, help="events per second to produce")
-    demo.add_argument("--seconds", type=float, default=30.0, help="stop after this long")
+    demo.add_argument("--seconds", type=float, default=90.0, help="stop after this long")
     emu = sub.add_parser("emulator", help="run the local Event Hubs emulator")
     emulator_cli.add_arguments(emu)
+    send = sub.add_parser("send", help="send generated events, or the lines of a JSON-lines file, to a hub")
+    send.add_argument("--connection-string", help="with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    send.add_argument("--file", help="a JSON-lines file (one event body per line; - for stdin)")
+    send.add_argument("--count", type=int, default=1000, help="generated events (without --file)")
+    send.add_argument("--size", type=int, default=100, help="approximate bytes per generated event")
+    target = send.add_mutually_exclusive_group()
+    target.add_argument("--partition", help="send every event to this partition id")
+    target.add_argument("--partition-key", help="send every event with this partition key")
+    cps = sub.add_parser("checkpoints", help="a consumer group's checkpoints, owners and lag, from the blob store")
+    cps.add_argument("--connection-string", help="Event Hubs, with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    cps.add_argument("--storage-connection-string", help="blob storage (default: $CHECKPOINT_STORE_CONNECTION_STRING)")
+    cps.add_argument("--container", required=True, help="the checkpoint store's blob container")
+    cps.add_argument("--consumer-group", default="$Default")
+    cps.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "send":
+        return _send(args)
+    if args.command == "checkpoints":
+        return _checkpoints(args)
     try:
         emulator = emulator_cli.build(args)
     except (ValueError, OSError) as exc:

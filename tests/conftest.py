@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -107,18 +106,9 @@ def azurite() -> Iterator[Azurite]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local Spark session for the whole run (starting one costs about 6 s)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from eventhubs_spark.localspark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("eventhubs-spark-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    session = local_session("eventhubs-spark-tests")  # conf/spark-defaults.conf and conf/log4j2.properties
     session.sparkContext.setLogLevel("WARN")
     try:
         yield session

@@ -1,0 +1,79 @@
+"""The ``eventhubs-spark`` command: send, checkpoints and the demo, against the emulator and Azurite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from eventhubs_spark.checkpoints import Checkpoint, Ownership
+from eventhubs_spark.checkpoints.blob import BlobCheckpointStore
+from eventhubs_spark.cli import main
+
+from .sdk_helpers import receive, send
+
+
+def _ends(eventhub) -> dict[str, int]:
+    props = eventhub.emulator.partition_properties
+    return {str(p): props(eventhub.name, p)["last_enqueued_sequence_number"] + 1 for p in range(eventhub.partitions)}
+
+
+def test_send_generated_events_to_a_partition(eventhub, capsys):
+    assert main(["send", "--connection-string", eventhub.connection_string, "--count", "250", "--size", "300",
+                 "--partition", "2"]) == 0  # fmt: skip
+    assert _ends(eventhub) == {"0": 0, "1": 0, "2": 250, "3": 0}
+    err = capsys.readouterr().err
+    assert "250/250" in err and "sent 250 events" in err
+    assert "SharedAccessKey" not in err
+
+
+def test_send_a_json_lines_file_with_the_connection_string_from_the_environment(eventhub, tmp_path, monkeypatch):
+    lines = [json.dumps({"id": i, "city": "Oslo"}) for i in range(7)]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n\n")
+    monkeypatch.setenv("EVENTHUBS_CONNECTION_STRING", eventhub.connection_string)
+    assert main(["send", "--file", str(path), "--partition-key", "oslo"]) == 0
+    got = receive(eventhub.connection_string, 7, starting_position="-1")
+    assert sorted(e.body_as_str() for e in got) == sorted(lines)
+    assert {e.partition_key for e in got} == {b"oslo"}
+
+
+def test_send_without_a_connection_string_says_how_to_give_one(monkeypatch):
+    monkeypatch.delenv("EVENTHUBS_CONNECTION_STRING", raising=False)
+    with pytest.raises(SystemExit, match="--connection-string or set EVENTHUBS_CONNECTION_STRING"):
+        main(["send", "--count", "1"])
+
+
+@pytest.mark.azurite
+def test_checkpoints_shows_checkpoints_owners_and_lag(eventhub, azurite, capsys):
+    for p in range(4):
+        send(eventhub.connection_string, [f"e{i}" for i in range(10)], partition_id=str(p))
+    store = BlobCheckpointStore.from_connection_string(azurite.connection_string, "cli-checkpoints")
+    store.ensure_container()
+    ns, hub = eventhub.emulator.fully_qualified_namespace, eventhub.name
+    store.update_checkpoint(Checkpoint(ns, hub, "$Default", "0", 4, "400"))
+    store.update_checkpoint(Checkpoint(ns, hub, "$Default", "1", 9, "900"))
+    store.claim_ownership([Ownership(ns, hub, "$Default", "0", "query-a")])
+    args = ["checkpoints", "--connection-string", eventhub.connection_string, "--storage-connection-string",
+            azurite.connection_string, "--container", "cli-checkpoints"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    rows = {r["partition"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["0"]["checkpoint"] == 4 and rows["0"]["lag"] == 5 and rows["0"]["owner"] == "query-a"
+    assert rows["1"]["lag"] == 0 and rows["1"]["owner"] == ""
+    assert rows["2"]["checkpoint"] == "" and rows["2"]["lag"] == 10, "no checkpoint: the whole partition is lag"
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert "query-a" in table and "lag" in table and "AccountKey" not in table
+
+
+@pytest.mark.slow
+def test_the_demo_runs_a_spark_query_to_the_end(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "eventhubs_spark.cli", "demo", "--events", "400", "--rate", "400", "--seconds", "120"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "the Spark query read 400 of 400 events" in proc.stdout
+    assert "events/s" in proc.stdout and "lag" in proc.stdout

@@ -1,0 +1,104 @@
+"""Every notebook in ``notebooks/`` runs end to end against the emulator (and Azurite where it needs one)."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from .notebook_runner import cells, run_notebook
+from .sdk_helpers import receive, send
+
+pytestmark = pytest.mark.spark
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def test_every_notebook_is_in_databricks_source_format_and_tested():
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.py"))
+    assert len(names) >= 4
+    tested = {"01_stream_json_to_table.py", "02_write_to_event_hubs.py", "03_backfill_between_times.py",
+              "04_scale_out_with_ownership.py"}  # fmt: skip
+    assert set(names) == tested, "a new notebook needs a test here"
+    for name in names:
+        assert cells(NOTEBOOKS / name), name
+
+
+def test_stream_json_to_table(spark, eventhub, tmp_path):
+    for p, device in enumerate(["a", "b", "c", "d"]):
+        bodies = [json.dumps({"device": device, "temperature": 20.0 + i, "ts": "2024-05-01T00:00:00Z"})
+                  for i in range(5)]  # fmt: skip
+        send(eventhub.connection_string, [*bodies, "not json"], partition_id=str(p))
+    run = run_notebook(
+        NOTEBOOKS / "01_stream_json_to_table.py", spark,
+        secrets={("eventhubs", "connection-string"): eventhub.connection_string},
+        widgets={"output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"),
+                 "available_now": "true"},
+    )  # fmt: skip
+    (table,) = run.tables()
+    got = {r["device"]: (r["readings"], r["avg_temperature"]) for r in table}
+    assert got == {"a": (5, 22.0), "b": (5, 22.0), "c": (5, 22.0), "d": (5, 22.0), None: (4, None)}
+    (figure,) = run.figures()
+    assert type(figure).__name__ == "Figure" and figure.axes, "events per second and lag are plotted"
+
+
+def test_write_to_event_hubs(spark, eventhubs_emulator, eventhub, tmp_path):
+    source = f"{eventhub.name}src"
+    eventhubs_emulator.add_hub(source, 2)
+    source_conn = eventhubs_emulator.connection_string(source)
+    send(source_conn, [f"raw-{i}" for i in range(5)])
+    run_notebook(
+        NOTEBOOKS / "02_write_to_event_hubs.py", spark,
+        secrets={("eventhubs", "connection-string"): eventhub.connection_string,
+                 ("eventhubs", "source-connection-string"): source_conn},
+        widgets={"checkpoint_path": str(tmp_path / "cp"), "available_now": "true"},
+    )  # fmt: skip
+    events = receive(eventhub.connection_string, 9, starting_position="-1")
+    bodies = [e.body_as_str() for e in events]
+    orders = [json.loads(b) for b in bodies if b.startswith('{"order_id"')]
+    assert sorted(o["order_id"] for o in orders) == [1, 2, 3, 4]
+    enriched = [json.loads(b) for b in bodies if b.startswith('{"seen_at"')]
+    assert sorted(e["event"] for e in enriched) == [f"raw-{i}" for i in range(5)]
+    assert len(bodies) == 9
+
+
+def test_backfill_between_times(spark, eventhub):
+    send(eventhub.connection_string, [f"before-{i}" for i in range(6)])
+    time.sleep(1.1)
+    start = dt.datetime.now(dt.timezone.utc)
+    send(eventhub.connection_string, [f"inside-{i}" for i in range(8)])
+    time.sleep(0.5)
+    end = dt.datetime.now(dt.timezone.utc)
+    time.sleep(0.6)
+    send(eventhub.connection_string, [f"after-{i}" for i in range(4)])
+    run = run_notebook(
+        NOTEBOOKS / "03_backfill_between_times.py", spark,
+        secrets={("eventhubs", "connection-string"): eventhub.connection_string},
+        widgets={"start": start.isoformat().replace("+00:00", "Z"), "end": end.isoformat().replace("+00:00", "Z")},
+    )  # fmt: skip
+    per_minute, per_partition = run.tables()
+    assert sum(r["events"] for r in per_minute) == 8
+    assert sum(r["events"] for r in per_partition) == 8
+    backfill = run.namespace["backfill"]
+    assert sorted(r.body.decode() for r in backfill.select("body").collect()) == [f"inside-{i}" for i in range(8)]
+
+
+@pytest.mark.azurite
+def test_scale_out_with_ownership(spark, eventhub, azurite, tmp_path):
+    for p in range(4):
+        send(eventhub.connection_string, [f"o-{p}-{i}" for i in range(10)], partition_id=str(p))
+    run = run_notebook(
+        NOTEBOOKS / "04_scale_out_with_ownership.py", spark,
+        secrets={("eventhubs", "connection-string"): eventhub.connection_string,
+                 ("eventhubs", "checkpoint-store-connection-string"): azurite.connection_string},
+        widgets={"container": "notebook-owners", "output_path": str(tmp_path / "out"), "run_seconds": "12"},
+    )  # fmt: skip
+    (owners,) = run.tables()
+    counts = collections.Counter(r["owner"] for r in owners)
+    assert counts == {"orders-query-1": 2, "orders-query-2": 2}
+    read = [r.body for q in ("orders-query-1", "orders-query-2")
+            for r in spark.read.parquet(str(tmp_path / "out" / q)).collect()]  # fmt: skip
+    assert sorted(read) == sorted(f"o-{p}-{i}" for p in range(4) for i in range(10))
