@@ -54,6 +54,9 @@ def _demo(args: argparse.Namespace) -> int:
         from .localspark import local_session
 
         spark = local_session("eventhubs-spark demo")  # conf/spark-defaults.conf
+        from . import register
+
+        register(spark)  # found without it once installed; explicit, so a development checkout works anywhere
         spark.sparkContext.setLogLevel("ERROR")
         read: dict[str, int] = {str(p): 0 for p in range(args.partitions)}
         last_seq: dict[str, int] = {str(p): -1 for p in range(args.partitions)}

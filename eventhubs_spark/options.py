@@ -218,6 +218,24 @@ SPECS: tuple[Spec, ...] = (
         secret=True,
     ),
     Spec(
+        "eventhubs.checkpointStore.accountUrl",
+        None,
+        _text,
+        "Instead of the connection string: the storage account's blob URL, with eventhubs.checkpointStore.sasToken "
+        "or, without one, Microsoft Entra ID through azure-identity's DefaultAzureCredential.",
+        "https://ACCOUNT.blob.core.windows.net",
+        READ,
+    ),
+    Spec(
+        "eventhubs.checkpointStore.sasToken",
+        None,
+        _text,
+        "A SAS token for eventhubs.checkpointStore.accountUrl (read, write, list, create on the container).",
+        "sv=2022-11-02&ss=b&srt=co&sp=rwlc&se=2030-01-01T00:00:00Z&sig=SIGNATURE",
+        READ,
+        secret=True,
+    ),
+    Spec(
         "eventhubs.checkpointStore.container",
         None,
         _text,
@@ -371,11 +389,22 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
             "EntityPath=HUB')"
         )
-    if bool(values.get("eventhubs.checkpointstore.connectionstring")) != bool(
-        values.get("eventhubs.checkpointstore.container")
-    ):
+    store_conn = values.get("eventhubs.checkpointstore.connectionstring")
+    store_url = values.get("eventhubs.checkpointstore.accounturl")
+    if store_conn and store_url:
         raise OptionError(
-            "eventhubs.checkpointStore.connectionString and eventhubs.checkpointStore.container go together, e.g. "
+            "set eventhubs.checkpointStore.connectionString or eventhubs.checkpointStore.accountUrl, not both, e.g. "
+            ".option('eventhubs.checkpointStore.accountUrl', 'https://ACCOUNT.blob.core.windows.net')"
+        )
+    if values.get("eventhubs.checkpointstore.sastoken") and not store_url:
+        raise OptionError(
+            "eventhubs.checkpointStore.sasToken goes with eventhubs.checkpointStore.accountUrl, e.g. "
+            ".option('eventhubs.checkpointStore.accountUrl', 'https://ACCOUNT.blob.core.windows.net')"
+        )
+    if bool(store_conn or store_url) != bool(values.get("eventhubs.checkpointstore.container")):
+        raise OptionError(
+            "the checkpoint store needs eventhubs.checkpointStore.container and either "
+            "eventhubs.checkpointStore.connectionString or eventhubs.checkpointStore.accountUrl, e.g. "
             ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
         )
     if values.get("eventhubs.startfromcheckpointstore") and not values.get("eventhubs.checkpointstore.container"):

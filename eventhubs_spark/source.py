@@ -145,8 +145,14 @@ class _Planner:
         if self._store is None and container:
             from .checkpoints.blob import BlobCheckpointStore
 
-            secret = self.options["eventhubs.checkpointStore.connectionString"]
-            store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
+            url = self.options.get("eventhubs.checkpointStore.accountUrl")
+            if url:
+                sas = self.options.get("eventhubs.checkpointStore.sasToken")
+                credential = sas.reveal() if sas else _entra_credential("eventhubs.checkpointStore.accountUrl")
+                store = BlobCheckpointStore.from_account_url(url, container, credential)
+            else:
+                secret = self.options["eventhubs.checkpointStore.connectionString"]
+                store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
             store.ensure_container()
             self._store = store
         return self._store
@@ -505,6 +511,19 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
+
+
+def _entra_credential(option: str) -> Any:
+    """Microsoft Entra ID through azure-identity's DefaultAzureCredential (environment, workload or
+    managed identity, Azure CLI...), built where it is used and never pickled."""
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError:
+        raise OptionError(
+            f"{option} without a SAS token signs in with Microsoft Entra ID, which needs azure-identity: "
+            "pip install 'eventhubs-spark[aad]', e.g. on Databricks %pip install 'eventhubs-spark[aad]'"
+        ) from None
+    return DefaultAzureCredential()
 
 
 def _flip_inclusive(pos: Position) -> Position:

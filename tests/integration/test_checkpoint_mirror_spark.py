@@ -100,3 +100,27 @@ def test_a_new_query_starts_from_the_store(spark, azurite, eventhub, tmp_path, s
     run_available_now(spark, eventhub, tmp_path, eventhubs__startFromCheckpointStore="true",
                       eventhubs__startingPosition='{"offset": "-1"}', **store_options)  # fmt: skip
     assert sorted(output(spark, tmp_path)) == ["a4", "a5", "b0", "b1", "b2"]
+
+
+def test_store_by_account_url_and_sas_token(spark, azurite, eventhub, tmp_path):
+    import datetime as dt
+
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    from eventhubs_spark.checkpoints.blob import BlobCheckpointStore
+
+    from ..conftest import AZURITE_ACCOUNT, AZURITE_KEY
+
+    sas = generate_account_sas(
+        AZURITE_ACCOUNT, AZURITE_KEY, ResourceTypes(service=True, container=True, object=True),
+        AccountSasPermissions(read=True, write=True, list=True, create=True, add=True),
+        expiry=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1),
+    )  # fmt: skip
+    send(eventhub.connection_string, [f"u{i}" for i in range(5)], partition_id="1")
+    url = f"http://127.0.0.1:{azurite.port}/{AZURITE_ACCOUNT}"
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
+                      eventhubs__checkpointStore__accountUrl=url, eventhubs__checkpointStore__sasToken=sas,
+                      eventhubs__checkpointStore__container="by-url")  # fmt: skip
+    store = BlobCheckpointStore.from_connection_string(azurite.connection_string, "by-url")
+    listed = store.list_checkpoints(eventhub.emulator.fully_qualified_namespace, eventhub.name, "$Default")
+    assert {c.partition_id: c.sequence_number for c in listed} == {"1": 4}

@@ -68,6 +68,8 @@ CASES = [
     ("eventhubs.checkpointStore.container", {"eventhubs.checkpointStore.connectionString": "x"}, "stream"),
     ("eventhubs.checkpointStore.connectionString", {"eventhubs.checkpointStore.container": "c"}, "batch"),
     ("eventhubs.startFromCheckpointStore", {"eventhubs.startFromCheckpointStore": "true"}, "stream"),
+    ("eventhubs.checkpointStore.accountUrl", {**STORE, "eventhubs.checkpointStore.accountUrl": "https://a"}, "stream"),
+    ("eventhubs.checkpointStore.sasToken", {**STORE, "eventhubs.checkpointStore.sasToken": "sv=1&sig=x"}, "batch"),
     ("eventhubs.ownership", {"eventhubs.ownership": "true"}, "stream"),
     ("eventhubs.ownership", {"eventhubs.ownership": "true", **STORE}, "batch"),
     ("eventhubs.loadBalancing.strategy", {"eventhubs.loadBalancing.strategy": "fair", **STORE}, "stream"),
