@@ -33,6 +33,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+Pairs = list[tuple[str, str | None]]  # a map<string,string> value, as key-value pairs
+
 # System properties that have columns of their own, or describe the message body itself.
 _COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
 
@@ -154,7 +156,6 @@ def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
     """
     if messages and hasattr(messages[0], "_raw_amqp_message"):
         return events_to_batch(messages, partition)  # the SDK's uamqp transport: EventData as delivered
-    n = len(messages)
     annotations = [m.message_annotations or {} for m in messages]
     seqs = [a[b"x-opt-sequence-number"] for a in annotations]
     offsets = [_offset_text(a.get(b"x-opt-offset")) for a in annotations]
@@ -164,17 +165,33 @@ def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
     props = [
         [(_key(k), to_text(v)) for k, v in app.items()] if (app := m.application_properties) else [] for m in messages
     ]
-    sysprops: list[list[tuple[str, str | None]]] = []
+    sysprops: list[Pairs] = []
     for m, a in zip(messages, annotations, strict=True):
         system = [(_key(k), to_text(v)) for k, v in a.items() if k not in _COLUMN_ANNOTATIONS]
         section = m.properties
         if section is not None:
             system.extend((name, to_text(v)) for field, name in _PROPERTY_KEYS if (v := getattr(section, field)))
         sysprops.append(system)
+    bodies = [_message_body(m) for m in messages]
+    return _batch(partition, bodies, offsets, seqs, times, publishers, keys, props, sysprops)
+
+
+def _batch(
+    partition: str,
+    bodies: list[bytes],
+    offsets: list[str | None],
+    seqs: list[int],
+    times: list[int | None],
+    publishers: list[str | None],
+    keys: list[str | None],
+    props: list[Pairs],
+    sysprops: list[Pairs],
+) -> pa.RecordBatch:
+    """The record batch of one partition's events, column by column, in the source schema."""
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([_message_body(m) for m in messages], pa.binary()),
-            pa.array([partition] * n, pa.string()),
+            pa.array(bodies, pa.binary()),
+            pa.array([partition] * len(seqs), pa.string()),
             pa.array(offsets, pa.string()),
             pa.array(seqs, pa.int64()),
             pa.array(times, pa.timestamp("us", tz="UTC")),
@@ -199,14 +216,13 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
     times: list[int | None] = []
     publishers: list[str | None] = []
     keys: list[str | None] = []
-    props: list[list[tuple[str, str | None]] | None] = []
-    sysprops: list[list[tuple[str, str | None]]] = []
+    props: list[Pairs] = []
+    sysprops: list[Pairs] = []
     for event in events:
         message = event._raw_amqp_message
         annotations = message.annotations or {}
         bodies.append(body_bytes(event))
-        offset = annotations.get(b"x-opt-offset")
-        offsets.append(offset.decode() if isinstance(offset, bytes) else None if offset is None else str(offset))
+        offsets.append(_offset_text(annotations.get(b"x-opt-offset")))
         seqs.append(annotations[b"x-opt-sequence-number"])
         ms = annotations.get(b"x-opt-enqueued-time")
         times.append(None if ms is None else int(ms) * 1000)
@@ -219,18 +235,4 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
         system = [(_key(k), to_text(v)) for k, v in annotations.items() if k not in _COLUMN_ANNOTATIONS]
         system.extend((_key(k), to_text(v)) for k, v in event.system_properties.items() if k not in annotations)
         sysprops.append(system)
-    n = len(seqs)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(bodies, pa.binary()),
-            pa.array([partition] * n, pa.string()),
-            pa.array(offsets, pa.string()),
-            pa.array(seqs, pa.int64()),
-            pa.array(times, pa.timestamp("us", tz="UTC")),
-            pa.array(publishers, pa.string()),
-            pa.array(keys, pa.string()),
-            pa.array(props, pa.map_(pa.string(), pa.string())),
-            pa.array(sysprops, pa.map_(pa.string(), pa.string())),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    return _batch(partition, bodies, offsets, seqs, times, publishers, keys, props, sysprops)
