@@ -133,7 +133,7 @@ def _message_body(message: Any) -> bytes:
     return (to_text(body) or "").encode("utf-8")
 
 
-def _map_array(rows: list[list[tuple[str, str | None]]]) -> pa.Array:
+def _map_array(rows: list[Pairs]) -> pa.Array:
     """A map<string,string> column from per-row pairs, built from flat arrays (no per-row Arrow objects)."""
     offsets = [0]
     keys: list[str] = []
@@ -158,7 +158,7 @@ def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
         return events_to_batch(messages, partition)  # the SDK's uamqp transport: EventData as delivered
     annotations = [m.message_annotations or {} for m in messages]
     seqs = [a[b"x-opt-sequence-number"] for a in annotations]
-    offsets = [_offset_text(a.get(b"x-opt-offset")) for a in annotations]
+    offsets = [offset_text(a.get(b"x-opt-offset")) for a in annotations]
     times = [None if (ms := a.get(b"x-opt-enqueued-time")) is None else int(ms) * 1000 for a in annotations]
     publishers = [None if (v := a.get(b"x-opt-publisher")) is None else _key(v) for a in annotations]
     keys = [None if (v := a.get(b"x-opt-partition-key")) is None else _key(v) for a in annotations]
@@ -204,7 +204,8 @@ def _batch(
     )
 
 
-def _offset_text(value: Any) -> str | None:
+def offset_text(value: Any) -> str | None:
+    """An ``x-opt-offset`` annotation as text (it arrives as bytes)."""
     return value.decode() if isinstance(value, bytes) else None if value is None else str(value)
 
 
@@ -222,7 +223,7 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
         message = event._raw_amqp_message
         annotations = message.annotations or {}
         bodies.append(body_bytes(event))
-        offsets.append(_offset_text(annotations.get(b"x-opt-offset")))
+        offsets.append(offset_text(annotations.get(b"x-opt-offset")))
         seqs.append(annotations[b"x-opt-sequence-number"])
         ms = annotations.get(b"x-opt-enqueued-time")
         times.append(None if ms is None else int(ms) * 1000)

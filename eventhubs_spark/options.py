@@ -407,18 +407,13 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             "eventhubs.checkpointStore.connectionString or eventhubs.checkpointStore.accountUrl, e.g. "
             ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
         )
-    if values.get("eventhubs.startfromcheckpointstore") and not values.get("eventhubs.checkpointstore.container"):
-        raise OptionError(
-            "eventhubs.startFromCheckpointStore needs eventhubs.checkpointStore.connectionString and "
-            "eventhubs.checkpointStore.container, e.g. .option('eventhubs.checkpointStore.container', "
-            "'eventhubs-checkpoints')"
-        )
-    if values.get("eventhubs.ownership") and not values.get("eventhubs.checkpointstore.container"):
-        raise OptionError(
-            "eventhubs.ownership keeps partition ownership in the checkpoint store: also set "
-            "eventhubs.checkpointStore.connectionString and eventhubs.checkpointStore.container, e.g. "
-            ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
-        )
+    for needs_store in ("eventhubs.startFromCheckpointStore", "eventhubs.ownership"):
+        if values.get(needs_store.lower()) and not values.get("eventhubs.checkpointstore.container"):
+            raise OptionError(
+                f"{needs_store} works on the checkpoint store: also set eventhubs.checkpointStore.container and "
+                "eventhubs.checkpointStore.connectionString (or eventhubs.checkpointStore.accountUrl), e.g. "
+                ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
+            )
     interval = values.get("eventhubs.loadbalancing.updateinterval")
     expiry = values.get("eventhubs.loadbalancing.ownershipexpiration")
     if interval is not None and expiry is not None and expiry <= 2 * interval:

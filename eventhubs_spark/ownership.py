@@ -25,8 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from .checkpoints import Checkpoint, CheckpointStore
 from .checkpoints.balancer import BalancerConfig, OwnershipManager, Tenure
@@ -57,7 +56,6 @@ class QueryOwnership:
     ) -> None:
         self.owner_id = owner_id
         self.config = config
-        self.clock = clock
         self.manager = OwnershipManager(
             store, namespace, hub, consumer_group, owner_id, partition_ids, config, clock=clock
         )
@@ -143,10 +141,3 @@ def checkpoint_position(checkpoint: Checkpoint | None, configured: Position) -> 
     if checkpoint is not None and checkpoint.offset is not None:
         return Offset(str(checkpoint.offset))
     return configured
-
-
-def by_partition(checkpoints: Sequence[Checkpoint]) -> Mapping[str, Checkpoint]:
-    return {c.partition_id: c for c in checkpoints}
-
-
-__all__: list[Any] = ["QueryOwnership", "by_partition", "checkpoint_position", "default_owner_id", "takeover_start"]

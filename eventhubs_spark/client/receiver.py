@@ -209,12 +209,21 @@ _SEQ = b"x-opt-sequence-number"
 
 
 class _Delivered:
-    """What the SDK consumer remembers of the last event handed out: its offset, to reconnect after it."""
+    """What the SDK consumer remembers of the last event handed out: its offset, to reconnect after it.
 
-    __slots__ = ("offset",)
+    The SDK reads ``offset`` only when it reconnects, so it is decoded then, not for every event.
+    """
+
+    __slots__ = ("message",)
 
     def __init__(self) -> None:
-        self.offset: str | None = None
+        self.message: Any = None
+
+    @property
+    def offset(self) -> str | None:
+        from ..arrow import offset_text
+
+        return offset_text((self.message.message_annotations or {}).get(b"x-opt-offset"))
 
 
 def _deliver_raw(consumer: Any) -> bool:
@@ -233,8 +242,7 @@ def _deliver_raw(consumer: Any) -> bool:
 
     def next_message() -> Any:
         message = buffer.popleft()
-        offset = (message.message_annotations or {}).get(b"x-opt-offset")
-        last.offset = offset.decode() if isinstance(offset, bytes) else None if offset is None else str(offset)
+        last.message = message
         consumer._last_received_event = last
         return message
 
