@@ -37,3 +37,11 @@ class TransientError(EventHubsError):
 
 class SinkError(EventHubsError, ValueError):
     """Rows the sink cannot send: the message names the column or the event and what is expected."""
+
+
+class AuthenticationFailedError(EventHubsError, PermissionError):
+    """Signing in failed: the message names ``eventhubs.auth`` and the options to check, never a secret.
+
+    Not retriable: a wrong key or a missing role assignment does not heal by itself, and retrying
+    until ``eventhubs.operationTimeout`` would only hide the cause for minutes.
+    """

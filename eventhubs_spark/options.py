@@ -8,11 +8,19 @@ shows a valid example. Nothing is silently ignored.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client.settings import (
+    ENTRA_METHODS,
+    ConnectionSettings,
+    EntraSettings,
+    Secret,
+    parse_connection_string,
+)
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 
@@ -75,6 +83,73 @@ def _choice(*allowed: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _auth_method(option: str, value: str) -> str:
+    from .client.settings import AUTH_METHODS
+
+    by_lower = {m.lower(): m for m in AUTH_METHODS}
+    text = str(value).strip().lower()
+    if text not in by_lower:
+        raise OptionError(
+            f"{option}: expected one of {', '.join(AUTH_METHODS)}, got {value!r}. Example: .option({option!r}, "
+            "'servicePrincipal')"
+        )
+    return by_lower[text]
+
+
+def _namespace(option: str, value: str) -> str:
+    """``NAMESPACE.servicebus.windows.net`` (host[:port]); a pasted ``sb://.../`` endpoint is accepted."""
+    from urllib.parse import urlparse
+
+    text = str(value).strip()
+    parsed = urlparse(text if "://" in text else "sb://" + text)
+    if not parsed.hostname or parsed.path.strip("/"):
+        raise OptionError(
+            f"{option}: expected a fully qualified namespace, got {value!r}. Example: .option({option!r}, "
+            "'NAMESPACE.servicebus.windows.net')"
+        )
+    return parsed.hostname + (f":{parsed.port}" if parsed.port else "")
+
+
+def _sas_token(option: str, value: str) -> str:
+    """A ``SharedAccessSignature sr=..&sig=..&se=..&skn=..`` token; the prefix may be left out. An
+    expired token is refused here, not after a minute of failed connection attempts."""
+    import time
+    import urllib.parse
+
+    text = str(value).strip()
+    body = text.removeprefix("SharedAccessSignature").strip()
+    fields = dict(urllib.parse.parse_qsl(body, keep_blank_values=True))
+    example = "SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen"
+    missing = [f for f in ("sr", "sig", "se") if not fields.get(f)]
+    if missing:
+        raise OptionError(
+            f"{option}: the token lacks {', '.join(missing)} (the token is not shown). Example: "
+            f".option({option!r}, {example!r})"
+        )
+    try:
+        expiry = int(fields["se"])
+    except ValueError:
+        raise OptionError(f"{option}: se= must be a Unix time in seconds. Example: .option({option!r}, "
+                          f"{example!r})") from None  # fmt: skip
+    if expiry <= time.time():
+        import datetime as dt
+
+        when = dt.datetime.fromtimestamp(expiry, tz=dt.timezone.utc).isoformat()
+        raise OptionError(
+            f"{option}: the token expired at {when} (se={expiry}); issue one that outlives the query, or sign in "
+            f"with Microsoft Entra ID, e.g. .option('eventhubs.auth', 'managedIdentity')"
+        )
+    return "SharedAccessSignature " + body
+
+
+def _authority(option: str, value: str) -> str:
+    text = str(value).strip().rstrip("/")
+    if "://" in text and not text.startswith("https://"):
+        raise OptionError(f"{option}: the authority must be https, got {value!r}. Example: "
+                          f".option({option!r}, 'https://login.microsoftonline.us')")  # fmt: skip
+    return text
+
+
 def _text(option: str, value: str) -> str:
     if not str(value).strip():
         raise OptionError(f"{option}: must not be empty")
@@ -97,9 +172,110 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.connectionString",
         None,
         _text,
-        "Event Hubs connection string with EntityPath (required).",
+        "Event Hubs connection string (shared access key or SharedAccessSignature). Without EntityPath, name the "
+        "hub with eventhubs.name. Either this or eventhubs.namespace is required.",
         "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB",
         secret=True,
+    ),
+    Spec(
+        "eventhubs.namespace",
+        None,
+        _namespace,
+        "Instead of a connection string: the fully qualified namespace, signed in with eventhubs.sasToken or "
+        "Microsoft Entra ID (eventhubs.auth).",
+        "NAMESPACE.servicebus.windows.net",
+    ),
+    Spec(
+        "eventhubs.name",
+        None,
+        _text,
+        "The event hub (with eventhubs.namespace, or a namespace-level connection string).",
+        "telemetry",
+    ),
+    Spec(
+        "eventhubs.auth",
+        None,
+        _auth_method,
+        "How to sign in: connectionString, sasToken, servicePrincipal (secret or certificate), managedIdentity, "
+        "workloadIdentity or defaultAzureCredential. Default: what the other options imply (a namespace alone "
+        "uses defaultAzureCredential).",
+        "servicePrincipal",
+    ),
+    Spec(
+        "eventhubs.sasToken",
+        None,
+        _sas_token,
+        "A shared access signature for the namespace or hub, with eventhubs.namespace. It cannot be renewed: "
+        "it must outlive the query.",
+        "SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen",
+        secret=True,
+    ),
+    Spec(
+        "eventhubs.entra.tenantId",
+        None,
+        _text,
+        "Microsoft Entra tenant (directory) ID of the service principal or workload identity.",
+        "00000000-0000-0000-0000-000000000000",
+    ),
+    Spec(
+        "eventhubs.entra.clientId",
+        None,
+        _text,
+        "Application (client) ID of the service principal or workload "
+        "identity, or of a user-assigned managed identity.",
+        "00000000-0000-0000-0000-000000000000",
+    ),
+    Spec("eventhubs.entra.clientSecret", None, _text, "Service principal client secret.", "CLIENT_SECRET", secret=True),
+    Spec(
+        "eventhubs.entra.certificatePath",
+        None,
+        _text,
+        "Service principal certificate: a PEM or PKCS12 file present on every node (e.g. a Unity Catalog volume path).",
+        "/Volumes/main/secrets/certs/sp.pem",
+    ),
+    Spec(
+        "eventhubs.entra.certificate",
+        None,
+        _text,
+        "Service principal certificate as PEM text (private key and certificate), e.g. from a secret scope.",
+        "-----BEGIN PRIVATE KEY-----...",
+        secret=True,
+    ),
+    Spec(
+        "eventhubs.entra.certificatePassword",
+        None,
+        _text,
+        "Password of the certificate's private key, if any.",
+        "PASSWORD",
+        secret=True,
+    ),
+    Spec(
+        "eventhubs.entra.federatedTokenFile",
+        None,
+        _text,
+        "Workload identity: the federated token file (default: AZURE_FEDERATED_TOKEN_FILE).",
+        "/var/run/secrets/azure/tokens/azure-identity-token",
+    ),
+    Spec(
+        "eventhubs.entra.authorityHost",
+        None,
+        _authority,
+        "Microsoft Entra authority for sovereign or private clouds (default: login.microsoftonline.com).",
+        "https://login.microsoftonline.us",
+    ),
+    Spec(
+        "eventhubs.entra.disableInstanceDiscovery",
+        False,
+        parse_bool,
+        "Skip Entra instance discovery (private clouds, Azure Stack).",
+        "true",
+    ),
+    Spec(
+        "eventhubs.useDevelopmentEmulator",
+        False,
+        parse_bool,
+        "Plain AMQP without TLS to a local emulator, as UseDevelopmentEmulator=true in a connection string.",
+        "true",
     ),
     Spec("eventhubs.consumerGroup", "$Default", _text, "Consumer group to read with.", "$Default", READ),
     Spec(
@@ -340,8 +516,9 @@ class Options:
         return Latest() if self.mode == STREAM else Earliest()
 
 
-def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
-    """Validate ``raw`` for ``mode``; returns the options and the connection string (kept apart)."""
+def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, ConnectionSettings]:
+    """Validate ``raw`` for ``mode``; returns the options and the connection settings, where the
+    secrets live (wrapped in :class:`~eventhubs_spark.client.settings.Secret`)."""
     values: dict[str, Any] = {spec.key.lower(): spec.default for spec in SPECS if mode in spec.modes}
     connection: str | None = None
     for key, value in raw.items():
@@ -378,17 +555,10 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             connection = str(value)
             continue
         if spec.secret:
-            from .client.settings import Secret
-
             values[lower] = Secret(value)
             continue
         values[lower] = value
-    if not connection or not connection.strip():
-        raise OptionError(
-            "eventhubs.connectionString is required, e.g. .option('eventhubs.connectionString', "
-            "'Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;"
-            "EntityPath=HUB')"
-        )
+    settings = connection_settings(values, connection)
     store_conn = values.get("eventhubs.checkpointstore.connectionstring")
     store_url = values.get("eventhubs.checkpointstore.accounturl")
     if store_conn and store_url:
@@ -434,7 +604,156 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, str]:
             "would take the partition from each other: also set eventhubs.useExclusiveReceiver=false, e.g. "
             ".option('eventhubs.useExclusiveReceiver', 'false')"
         )
-    return Options(mode, values), connection
+    return Options(mode, values), settings
+
+
+_CONN_EXAMPLE = (
+    ".option('eventhubs.connectionString', 'Endpoint=sb://NAMESPACE.servicebus.windows.net/;"
+    "SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB'), or .option('eventhubs.namespace', "
+    "'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB').option('eventhubs.auth', 'managedIdentity')"
+)
+_ENTRA_KEYS = ("tenantId", "clientId", "clientSecret", "certificatePath", "certificate", "certificatePassword",
+               "federatedTokenFile", "authorityHost")  # fmt: skip
+
+
+def connection_settings(values: Mapping[str, Any], connection: str | None) -> ConnectionSettings:
+    """Where the hub is and how to sign in, from the connection and ``eventhubs.auth`` options.
+
+    Every combination that would leave an option unused, or a method without what it needs, is an
+    error naming the options: a credential mix-up found on the driver costs nothing; found by a
+    failing executor sign-in it costs a stack trace per task.
+    """
+    namespace, name = values.get("eventhubs.namespace"), values.get("eventhubs.name")
+    sas = values.get("eventhubs.sastoken")
+    entra_set = [k for k in _ENTRA_KEYS if values.get(f"eventhubs.entra.{k.lower()}")]
+    method = values.get("eventhubs.auth")
+    if connection and namespace:
+        raise OptionError(
+            "set eventhubs.connectionString or eventhubs.namespace, not both, e.g. "
+            ".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB')"
+        )
+    if not connection and not namespace:
+        raise OptionError(f"eventhubs.connectionString (or eventhubs.namespace) is required, e.g. {_CONN_EXAMPLE}")
+    if method is None:
+        if connection:
+            method = "connectionString"
+        elif sas:
+            method = "sasToken"
+        else:
+            method = _implied_entra_method(values)
+    if (method == "connectionString") != bool(connection):
+        raise OptionError(
+            "eventhubs.auth=connectionString signs in with eventhubs.connectionString, and a connection string "
+            "carries its own credentials: drop eventhubs.auth or the connection string, e.g. "
+            f"{_CONN_EXAMPLE}"
+        )
+    if sas and method != "sasToken":
+        raise OptionError(
+            "eventhubs.sasToken goes with eventhubs.namespace (and eventhubs.auth=sasToken, or no eventhubs.auth), "
+            "e.g. .option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.sasToken', "
+            "'SharedAccessSignature sr=...&sig=...&se=...&skn=...')"
+        )
+    if method == "sasToken" and not sas:
+        raise OptionError(
+            "eventhubs.auth=sasToken needs eventhubs.sasToken, e.g. .option('eventhubs.sasToken', "
+            "'SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen')"
+        )
+    store_uses_entra = bool(
+        values.get("eventhubs.checkpointstore.accounturl") and not values.get("eventhubs.checkpointstore.sastoken")
+    )
+    entra = None
+    if method in ENTRA_METHODS or store_uses_entra:
+        entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))
+    elif entra_set:
+        raise OptionError(
+            f"{', '.join('eventhubs.entra.' + k for k in entra_set)} would be unused: eventhubs.auth is {method} "
+            "and nothing else signs in with Microsoft Entra ID. Use the identity with e.g. "
+            ".option('eventhubs.auth', 'servicePrincipal'), or drop the option"
+        )
+    if connection:
+        settings = parse_connection_string(connection, hub=name)
+        return dataclasses.replace(
+            settings, entra=entra, emulator=settings.emulator or bool(values.get("eventhubs.usedevelopmentemulator"))
+        )
+    if not name:
+        raise OptionError(
+            "eventhubs.namespace needs eventhubs.name (the event hub), e.g. .option('eventhubs.name', 'telemetry')"
+        )
+    return ConnectionSettings(
+        namespace=str(namespace),
+        hub=name,
+        sas_token=sas if method == "sasToken" else None,
+        entra=entra,
+        emulator=bool(values.get("eventhubs.usedevelopmentemulator")),
+    )
+
+
+def _implied_entra_method(values: Mapping[str, Any]) -> str:
+    if (
+        values.get("eventhubs.entra.clientsecret")
+        or values.get("eventhubs.entra.certificatepath")
+        or values.get("eventhubs.entra.certificate")
+    ):
+        return "servicePrincipal"
+    if values.get("eventhubs.entra.federatedtokenfile"):
+        return "workloadIdentity"
+    return "defaultAzureCredential"
+
+
+def _entra_settings(values: Mapping[str, Any], method: str) -> EntraSettings:
+    def get(key: str) -> Any:
+        return values.get(f"eventhubs.entra.{key.lower()}")
+
+    secret, path, pem = get("clientSecret"), get("certificatePath"), get("certificate")
+    if method == "servicePrincipal":
+        missing = [f"eventhubs.entra.{k}" for k in ("tenantId", "clientId") if not get(k)]
+        if missing:
+            raise OptionError(
+                f"eventhubs.auth=servicePrincipal needs {' and '.join(missing)}, e.g. "
+                ".option('eventhubs.entra.tenantId', 'TENANT_ID').option('eventhubs.entra.clientId', 'CLIENT_ID')"
+            )
+        if sum(1 for v in (secret, path, pem) if v) != 1:
+            raise OptionError(
+                "eventhubs.auth=servicePrincipal needs exactly one of eventhubs.entra.clientSecret, "
+                "eventhubs.entra.certificatePath and eventhubs.entra.certificate, e.g. "
+                ".option('eventhubs.entra.clientSecret', dbutils.secrets.get('scope', 'sp-secret'))"
+            )
+    else:
+        extra = [f"eventhubs.entra.{k}" for k, v in (("clientSecret", secret), ("certificatePath", path),
+                                                     ("certificate", pem)) if v]  # fmt: skip
+        if extra:
+            raise OptionError(
+                f"{', '.join(extra)} belong to a service principal, but eventhubs.auth is {method}: set "
+                ".option('eventhubs.auth', 'servicePrincipal'), or drop them"
+            )
+        if method == "managedIdentity" and (get("tenantId") or get("federatedTokenFile")):
+            raise OptionError(
+                "eventhubs.auth=managedIdentity takes only eventhubs.entra.clientId (a user-assigned identity); "
+                "drop eventhubs.entra.tenantId and eventhubs.entra.federatedTokenFile, e.g. "
+                ".option('eventhubs.entra.clientId', 'CLIENT_ID')"
+            )
+    if get("certificatePassword") and not (path or pem):
+        raise OptionError(
+            "eventhubs.entra.certificatePassword goes with eventhubs.entra.certificatePath or "
+            "eventhubs.entra.certificate, e.g. .option('eventhubs.entra.certificatePath', '/Volumes/main/certs/sp.pfx')"
+        )
+    if get("federatedTokenFile") and method not in ("workloadIdentity", "defaultAzureCredential"):
+        raise OptionError(
+            "eventhubs.entra.federatedTokenFile belongs to a workload identity: set "
+            ".option('eventhubs.auth', 'workloadIdentity')"
+        )
+    return EntraSettings(
+        method=method,
+        tenant_id=get("tenantId"),
+        client_id=get("clientId"),
+        client_secret=secret,
+        certificate_path=path,
+        certificate=pem,
+        certificate_password=get("certificatePassword"),
+        federated_token_file=get("federatedTokenFile"),
+        authority_host=get("authorityHost"),
+        disable_instance_discovery=bool(values.get("eventhubs.entra.disableinstancediscovery")),
+    )
 
 
 def _example(spec: Spec) -> str:
@@ -458,7 +777,7 @@ def options_table() -> str:
     rows = ["| option | default | applies to | meaning | example |", "|---|---|---|---|---|"]
     for spec in SPECS:
         required = spec.key == "eventhubs.connectionString"
-        default = "required" if required else "" if spec.default is None else str(spec.default)
+        default = "this or `eventhubs.namespace`" if required else "" if spec.default is None else str(spec.default)
         if isinstance(spec.default, bool):
             default = str(spec.default).lower()
         modes = ", ".join(where[m] for m in (STREAM, BATCH, WRITE) if m in spec.modes)

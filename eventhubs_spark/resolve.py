@@ -82,15 +82,11 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
                 timeout: float) -> Any:  # fmt: skip
     """Read the first event at ``pos``. With exclusive receivers the lookup uses the query's owner level
     too: a plain receiver would be refused while the query's own pooled receivers hold the partition."""
-    from azure.eventhub import EventHubConsumerClient
-
     consumer_group = config.consumer_group
     value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime | SequenceNumber) else None
     inclusive = bool(getattr(pos, "inclusive", False))
     got: list[Any] = []
-    client = EventHubConsumerClient.from_connection_string(
-        settings.connection_string.reveal(), consumer_group=consumer_group
-    )
+    client = settings.consumer(consumer_group=consumer_group)
 
     def collect(events: Any) -> None:
         got.extend(events or [])
@@ -99,7 +95,7 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
         consumer_group,
         partition,
         value,
-        collect,  # type: ignore[arg-type]
+        collect,
         event_position_inclusive=inclusive,
         prefetch=1,
         owner_level=config.owner_level if config.exclusive else None,
@@ -120,6 +116,11 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
                 f"(eventhubs.receiverTimeout), although the partition has events past it"
             )
         return got[0]
+    except Exception as exc:
+        failure = settings.auth_failure(exc)
+        if failure is not None:
+            raise failure from None
+        raise
     finally:
         consumer.close()
         client.close()

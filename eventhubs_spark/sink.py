@@ -21,7 +21,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from .client.settings import ConnectionSettings, parse_connection_string
+from .client.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError, SinkError
 from .options import WRITE, parse_options
 
@@ -115,13 +115,11 @@ class _ProducerPool:
         self._lock = threading.Lock()
 
     def get(self, settings: ConnectionSettings) -> Any:
-        from azure.eventhub import EventHubProducerClient
-
         key = settings.pool_key()
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = EventHubProducerClient.from_connection_string(settings.connection_string.reveal())
+                client = settings.producer()
                 self._clients[key] = client
             return client
 
@@ -312,8 +310,11 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
         else:
             sender.add_rows(items)
         sender.flush()
-    except Exception:
+    except Exception as exc:
         PRODUCERS.invalidate(settings)
+        failure = settings.auth_failure(exc)
+        if failure is not None:
+            raise failure from None
         raise
     return sender.report
 
@@ -331,8 +332,7 @@ def _summarize(messages: Iterable[Any]) -> tuple[int, dict[str, int], int]:
 
 class _SinkBase:
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        parsed, connection = parse_options(dict(options), WRITE)
-        self.settings = parse_connection_string(connection)
+        parsed, self.settings = parse_options(dict(options), WRITE)
         self.timeout = float(parsed["eventhubs.operationTimeout"])
         self.layout = layout_for(schema)
 

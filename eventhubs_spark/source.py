@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from .arrow import SCHEMA_DDL, messages_to_batch
 from .client.management import ManagementClient, PartitionInfo
 from .client.receiver import POOL, RangeResult, ReceiverConfig
-from .client.settings import ConnectionSettings, parse_connection_string
+from .client.settings import ConnectionSettings, EntraSettings
 from .errors import DataLossError, OptionError
 from .offsets import Range, SourceOffset, rate_limit, split_ranges
 from .options import BATCH, STREAM, Options, parse_options
@@ -97,6 +97,11 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
             yield messages_to_batch(events, split.partition)
         healthy = True
+    except Exception as exc:
+        failure = split.settings.auth_failure(exc)
+        if failure is not None:
+            raise failure from None  # the SDK's chain adds nothing the message lacks
+        raise
     finally:
         POOL.release(receiver, healthy)
         stats = POOL.stats
@@ -123,8 +128,7 @@ class _Planner:
 
     def __init__(self, raw: Mapping[str, str], mode: str) -> None:
         self.options: Options
-        self.options, connection = parse_options(dict(raw), mode)
-        self.settings = parse_connection_string(connection)
+        self.options, self.settings = parse_options(dict(raw), mode)
         exclusive = self.options["eventhubs.useExclusiveReceiver"]
         self.config = ReceiverConfig(
             consumer_group=self.options["eventhubs.consumerGroup"],
@@ -148,7 +152,9 @@ class _Planner:
             url = self.options.get("eventhubs.checkpointStore.accountUrl")
             if url:
                 sas = self.options.get("eventhubs.checkpointStore.sasToken")
-                credential = sas.reveal() if sas else _entra_credential("eventhubs.checkpointStore.accountUrl")
+                # Without a SAS token the store signs in with the same Entra identity as the hub
+                # (or DefaultAzureCredential), built here, in this process.
+                credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
                 store = BlobCheckpointStore.from_account_url(url, container, credential)
             else:
                 secret = self.options["eventhubs.checkpointStore.connectionString"]
@@ -511,19 +517,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
-
-
-def _entra_credential(option: str) -> Any:
-    """Microsoft Entra ID through azure-identity's DefaultAzureCredential (environment, workload or
-    managed identity, Azure CLI...), built where it is used and never pickled."""
-    try:
-        from azure.identity import DefaultAzureCredential
-    except ImportError:
-        raise OptionError(
-            f"{option} without a SAS token signs in with Microsoft Entra ID, which needs azure-identity: "
-            "pip install 'eventhubs-spark[aad]', e.g. on Databricks %pip install 'eventhubs-spark[aad]'"
-        ) from None
-    return DefaultAzureCredential()
 
 
 def _flip_inclusive(pos: Position) -> Position:

@@ -42,7 +42,10 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 class Azurite:
     """Azurite's blob service started from the project's node_modules, stopped by its pid."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: tuple[str, str] | None = None) -> None:
+        """``tls`` = (certificate file, key file): serve https with Azurite's ``basic`` OAuth, so Entra ID
+        tokens (e.g. from :class:`LocalEntra`) are accepted besides the account key."""
+        self.tls = tls
         binary = ROOT / "node_modules" / ".bin" / "azurite-blob"
         if not binary.exists():
             raise RuntimeError(f"{binary} is missing: run `npm install` in {ROOT} (the README's test command does)")
@@ -65,6 +68,7 @@ class Azurite:
                 "--skipApiVersionCheck",
                 "--silent",
                 "--loose",
+                *(["--cert", self.tls[0], "--key", self.tls[1], "--oauth", "basic"] if self.tls else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -75,9 +79,17 @@ class Azurite:
     @property
     def connection_string(self) -> str:
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT};"
+            f"DefaultEndpointsProtocol={self.scheme};AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={self.account_url};"
         )
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def account_url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
 
     def kill(self) -> None:
         """Stop the service, keeping its data (``start()`` brings it back)."""

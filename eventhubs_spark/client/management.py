@@ -172,11 +172,7 @@ class ManagementClient:
         async with self._open_lock:
             if self._mgmt is not None:
                 return
-            from azure.eventhub.aio import EventHubProducerClient
-
-            client = EventHubProducerClient.from_connection_string(
-                self.settings.connection_string.reveal(), retry_total=0
-            )
+            client = self.settings.async_producer(retry_total=0)
             auth = await client._create_auth_async()
             mgmt = client._amqp_transport.create_mgmt_client(client._address, mgmt_auth=auth, config=client._config)
             await mgmt.open_async()
@@ -218,12 +214,17 @@ class ManagementClient:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            failure = self.settings.auth_failure(exc)
+            if failure is not None:
+                raise failure from None
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
         status = int(status)
         if isinstance(description, bytes):
             description = description.decode("utf-8", "replace")
         if status < 400:
             return response.value
+        if status == 401:
+            raise self.settings.auth_error(f"management request refused with status 401: {description}")
         error_cls = TransientError if status >= 500 or status in (408, 429) else EventHubsError
         raise error_cls(f"management request {properties} failed with status {status}: {description}")
 

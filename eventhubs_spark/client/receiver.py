@@ -50,14 +50,10 @@ class PartitionReceiver:
     """One SDK consumer for one partition, positioned by sequence number."""
 
     def __init__(self, settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> None:
-        from azure.eventhub import EventHubConsumerClient
-
         self.settings = settings
         self.config = config
         self.partition = partition
-        self._client = EventHubConsumerClient.from_connection_string(
-            settings.connection_string.reveal(), consumer_group=config.consumer_group
-        )
+        self._client = settings.consumer(consumer_group=config.consumer_group)
         self._consumer: Any = None
         self._received: list[Any] = []
         self._carry: list[Any] = []
@@ -78,7 +74,7 @@ class PartitionReceiver:
             self.config.consumer_group,
             self.partition,
             sequence_number,
-            self._on_events,  # type: ignore[arg-type]
+            self._on_events,
             event_position_inclusive=True,
             owner_level=self.config.owner_level if self.config.exclusive else None,
             prefetch=self.config.prefetch,

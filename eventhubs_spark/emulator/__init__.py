@@ -52,7 +52,11 @@ class Emulator:
         config: EmulatorConfig | None = None,
         keys: Mapping[str, str] | None = None,
         max_message_size: int | None = None,
+        token_verifier: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
+        ``keys`` or a verifier, every link needs a token the emulator accepts."""
+        self.token_verifier = token_verifier
         self.config = config or EmulatorConfig()
         if isinstance(hubs, Mapping):
             self.config.hubs.extend(HubConfig(name, count) for name, count in hubs.items())
@@ -85,7 +89,9 @@ class Emulator:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-        self.server = Server(self.broker, self.host, self._port, keys=self.config.keys)
+        self.server = Server(
+            self.broker, self.host, self._port, keys=self.config.keys, token_verifier=self.token_verifier
+        )
         try:
             loop.run_until_complete(self.server.start())
         except Exception as exc:

@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check SAS tokens against this policy key (repeatable); without it any key is accepted",
     )
     parser.add_argument(
+        "--entra",
+        action="store_true",
+        help="also run a local Microsoft Entra ID token service (needs cryptography, from eventhubs-spark[aad]) "
+        "and accept its tokens; prints a client ID and secret to sign in with",
+    )
+    parser.add_argument(
         "--max-message-size", type=int, default=1024 * 1024, help="largest event or batch in bytes (default 1 MiB)"
     )
 
@@ -46,7 +52,17 @@ def build(args: argparse.Namespace) -> Emulator:
     if not config.hubs:
         raise ValueError("no event hub configured: add --hub NAME:PARTITIONS (e.g. --hub telemetry:4) or --config")
     config.max_message_size = args.max_message_size
-    return Emulator(config=config, host=args.host, port=args.port)
+    if not getattr(args, "entra", False):
+        return Emulator(config=config, host=args.host, port=args.port)
+    import secrets
+
+    from .entra import LocalEntra
+
+    entra = LocalEntra().start()
+    entra.add_secret_client("local-app", secrets.token_urlsafe(16))
+    emulator = Emulator(config=config, host=args.host, port=args.port, token_verifier=entra.verify)
+    emulator.entra = entra  # type: ignore[attr-defined]
+    return emulator
 
 
 def serve(emulator: Emulator) -> int:
@@ -64,9 +80,24 @@ def serve(emulator: Emulator) -> int:
             f"{emulator.connection_string(hub.name, key_name=shown_name, key=shown_key)}",
             flush=True,
         )
+    entra = getattr(emulator, "entra", None)
+    if entra is not None:
+        secret = entra.clients["local-app"].secret
+        print(
+            f"Local Entra ID on {entra.authority} (tenant {entra.tenant_id}); trust it with "
+            f"REQUESTS_CA_BUNDLE={entra.ca_file}\n"
+            f"  sign in with eventhubs.namespace={emulator.fully_qualified_namespace} "
+            f"eventhubs.useDevelopmentEmulator=true eventhubs.entra.authorityHost={entra.authority} "
+            f"eventhubs.entra.disableInstanceDiscovery=true eventhubs.entra.tenantId={entra.tenant_id} "
+            f"eventhubs.entra.clientId=local-app eventhubs.entra.clientSecret={secret}\n"
+            f"  managed identity: IDENTITY_ENDPOINT={entra.identity_endpoint} IDENTITY_HEADER={entra.identity_header}",
+            flush=True,
+        )
     while not stop.wait(0.5):
         pass
     emulator.stop()
+    if entra is not None:
+        entra.stop()
     print("emulator stopped", flush=True)
     return 0
 

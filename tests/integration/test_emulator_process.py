@@ -70,6 +70,34 @@ def test_module_runs_until_sigterm_and_prints_connection_strings(tmp_path):
     assert "emulator stopped" in out
 
 
+def test_entra_flag_runs_a_token_service_the_sdk_signs_in_with(monkeypatch):
+    """``--entra`` prints what to sign in with; azure-identity's real credential gets a token the emulator takes."""
+    from azure.identity import ClientSecretCredential
+
+    from eventhubs_spark.options import parse_options
+
+    proc, lines = _start(["--port", "0", "--hub", "secured:2", "--entra"])
+    try:
+        assert proc.stdout is not None
+        lines += [proc.stdout.readline() for _ in range(4)]
+        text = "".join(lines)
+        pairs = dict(re.findall(r"(eventhubs\.[\w.]+|REQUESTS_CA_BUNDLE)=(\S+)", text))
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", pairs.pop("REQUESTS_CA_BUNDLE"))
+        _, settings = parse_options({**pairs, "eventhubs.name": "secured"}, "batch")
+        assert settings.auth_method == "servicePrincipal"
+        with settings.producer() as producer:
+            assert producer.get_partition_ids() == ["0", "1"]
+        wrong = ClientSecretCredential(pairs["eventhubs.entra.tenantId"], "local-app", "wrong",
+                                       authority=pairs["eventhubs.entra.authorityHost"],
+                                       disable_instance_discovery=True)  # fmt: skip
+        with pytest.raises(Exception, match="AADSTS7000215"):
+            wrong.get_token("https://eventhubs.azure.net/.default")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
+
+
 def test_sigint_stops_it_too():
     proc, _ = _start(["--port", "0", "--hub", "x:1"])
     proc.send_signal(signal.SIGINT)

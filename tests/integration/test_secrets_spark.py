@@ -66,6 +66,24 @@ def test_a_known_secret_appears_nowhere(spark, eventhub, azurite, tmp_path, capf
     batch.explain(mode="extended")
     assert batch.count() == 10
 
+    # A SAS token (this emulator takes any signature) read end to end, and an Entra client secret in a plan.
+    namespace = eventhub.emulator.fully_qualified_namespace
+    sas_read = (
+        spark.read.format("eventhubs").option("eventhubs.namespace", namespace)
+        .option("eventhubs.name", eventhub.name).option("eventhubs.useDevelopmentEmulator", "true")
+        .option("eventhubs.sasToken", f"SharedAccessSignature sr={namespace}&sig={KEY}&se=4102444800&skn=x")
+        .load()
+    )  # fmt: skip
+    seen.append(sas_read._jdf.queryExecution().toString())
+    assert sas_read.count() == 10
+    entra_read = (
+        spark.read.format("eventhubs").option("eventhubs.namespace", "ns.servicebus.windows.net")
+        .option("eventhubs.name", "hub").option("eventhubs.entra.tenantId", "t").option("eventhubs.entra.clientId", "c")
+        .option("eventhubs.entra.clientSecret", KEY).load()
+    )  # fmt: skip
+    seen.append(entra_read._jdf.queryExecution().toString())
+    entra_read.explain(mode="extended")
+
     # writes, and failures: a bad value next to the secret, a hub that does not exist, a bad store
     spark.createDataFrame([("w",)], "body string").write.format("eventhubs").option(
         "eventhubs.connectionString", conn

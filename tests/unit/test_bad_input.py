@@ -141,3 +141,79 @@ def test_any_per_partition_positions_are_accepted_or_refused_naming_the_option(t
         parse_positions(text, "eventhubs.startingPositions")
     except OptionError as exc:
         assert "eventhubs.startingPositions" in str(exc)
+
+
+# --- signing in: each bad combination names the options involved ----------------------------------
+NS = {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub"}
+SP = {"eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c"}
+LIVE_SAS = "SharedAccessSignature sr=ns.servicebus.windows.net%2Fhub&sig=TOPSECRET&se=4102444800&skn=listen"
+AUTH_CASES = [
+    ("eventhubs.namespace", {**NS, "eventhubs.connectionString": CONN}),
+    ("eventhubs.name", {"eventhubs.namespace": "ns.servicebus.windows.net"}),
+    ("eventhubs.namespace", {"eventhubs.namespace": "sb://ns.servicebus.windows.net/hub/extra", "eventhubs.name": "h"}),
+    ("eventhubs.name", {"eventhubs.connectionString": CONN, "eventhubs.name": "other"}),
+    ("eventhubs.auth", {**NS, "eventhubs.auth": "password"}),
+    ("eventhubs.auth", {**NS, "eventhubs.auth": "connectionString"}),
+    ("eventhubs.auth", {"eventhubs.connectionString": CONN, "eventhubs.auth": "managedIdentity"}),
+    ("eventhubs.sasToken", {**NS, "eventhubs.auth": "sasToken"}),
+    ("eventhubs.sasToken", {"eventhubs.connectionString": CONN, "eventhubs.sasToken": LIVE_SAS}),
+    ("eventhubs.sasToken", {**NS, "eventhubs.sasToken": "sr=x&sig=TOPSECRET&se=1000&skn=k"}),  # expired
+    ("eventhubs.sasToken", {**NS, "eventhubs.sasToken": "sig=TOPSECRET"}),
+    ("eventhubs.sasToken", {**NS, "eventhubs.sasToken": "sr=x&sig=TOPSECRET&se=soon"}),
+    ("eventhubs.entra.tenantId", {**NS, "eventhubs.auth": "servicePrincipal",
+                                  "eventhubs.entra.clientSecret": "TOPSECRET"}),
+    ("eventhubs.entra.clientSecret", {**NS, **SP, "eventhubs.auth": "servicePrincipal"}),
+    ("eventhubs.entra.certificatePath", {**NS, **SP, "eventhubs.entra.clientSecret": "TOPSECRET",
+                                         "eventhubs.entra.certificatePath": "/x.pem"}),
+    ("eventhubs.entra.clientSecret", {**NS, **SP, "eventhubs.auth": "managedIdentity",
+                                      "eventhubs.entra.clientSecret": "TOPSECRET"}),
+    ("eventhubs.entra.tenantId", {**NS, **SP, "eventhubs.auth": "managedIdentity"}),
+    ("eventhubs.entra.certificatePassword", {**NS, **SP, "eventhubs.entra.clientSecret": "TOPSECRET",
+                                             "eventhubs.entra.certificatePassword": "TOPSECRET"}),
+    ("eventhubs.entra.federatedTokenFile", {**NS, **SP, "eventhubs.auth": "managedIdentity",
+                                            "eventhubs.entra.federatedTokenFile": "/t"}),
+    ("eventhubs.entra.clientSecret", {"eventhubs.connectionString": CONN, **SP, "eventhubs.entra.clientSecret": "x"}),
+    ("eventhubs.entra.authorityHost", {**NS, "eventhubs.entra.authorityHost": "http://login.local"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("option", "raw"), AUTH_CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(AUTH_CASES)])
+def test_bad_sign_in_options_name_the_option_and_show_an_example(option, raw):
+    with pytest.raises(OptionError) as info:
+        parse_options(raw, "stream")
+    message = str(info.value)
+    assert option.lower() in message.lower(), message
+    assert EXAMPLE.search(message), f"no example in: {message}"
+    assert "TOPSECRET" not in message
+
+
+def test_sign_in_methods_are_implied_by_the_options_given():
+    from eventhubs_spark.client.settings import Secret
+
+    def method(raw):
+        return parse_options(raw, "batch")[1].auth_method
+
+    assert method({"eventhubs.connectionString": CONN}) == "connectionString"
+    assert method({**NS, "eventhubs.sasToken": LIVE_SAS}) == "sasToken"
+    assert method({**NS, **SP, "eventhubs.entra.clientSecret": "s"}) == "servicePrincipal"
+    assert method({**NS, **SP, "eventhubs.entra.certificatePath": "/c.pem"}) == "servicePrincipal"
+    assert method({**NS, "eventhubs.entra.federatedTokenFile": "/t"}) == "workloadIdentity"
+    assert method({**NS}) == "defaultAzureCredential"
+    assert method({**NS, "eventhubs.auth": "MANAGEDIDENTITY"}) == "managedIdentity"
+    _, settings = parse_options({**NS, "eventhubs.sasToken": LIVE_SAS.removeprefix("SharedAccessSignature ")}, "batch")
+    assert settings.sas_token == Secret(LIVE_SAS)  # the prefix is added when left out
+    # The checkpoint store by account URL without a SAS token signs in with the Entra identity too.
+    _, settings = parse_options({"eventhubs.connectionString": CONN, **SP, "eventhubs.entra.clientSecret": "s",
+                                 "eventhubs.checkpointStore.accountUrl": "https://a.blob.core.windows.net",
+                                 "eventhubs.checkpointStore.container": "c"}, "stream")  # fmt: skip
+    assert settings.auth_method == "connectionString" and settings.entra.method == "servicePrincipal"
+
+
+@pytest.mark.parametrize("name", ["connector.example.json", "connector.entra.example.json"])
+def test_the_example_configurations_in_conf_are_valid(name):
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "conf" / name).read_text())
+    raw.pop("_comment")
+    options, settings = parse_options(raw, "stream")
+    assert settings.hub and options["eventhubs.consumerGroup"] == "spark-orders"

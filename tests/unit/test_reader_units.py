@@ -100,7 +100,7 @@ def test_options_are_case_insensitive_and_typed():
         },
         "stream",
     )
-    assert conn == CONN
+    assert conn.connection_string.reveal() == CONN and conn.hub == "hub"
     assert options["maxEventsPerTrigger"] == 500
     assert options["eventhubs.receiverTimeout"] == 30.0
     assert options["failOnDataLoss"] is False
@@ -113,7 +113,7 @@ def test_options_are_case_insensitive_and_typed():
 @pytest.mark.parametrize(
     ("raw", "mode", "message"),
     [
-        ({}, "stream", "eventhubs.connectionString is required"),
+        ({}, "stream", r"eventhubs.connectionString \(or eventhubs.namespace\) is required"),
         ({"eventhubs.conectionString": CONN}, "stream", "unknown option"),
         ({"maxEventsPerTrigger": "lots"}, "stream", "maxEventsPerTrigger: expected a whole number"),
         ({"maxEventsPerTrigger": "0"}, "stream", "maxEventsPerTrigger"),
@@ -310,3 +310,24 @@ def test_pool_reuses_expires_and_invalidates():
     assert len(pool) == 1 and pool.stats.evictions >= 3
     pool.release(d, True)
     assert 0 < pool.stats.reuse_rate() < 1
+
+
+def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_process():
+    """What goes to executors pickles without any azure-identity object; each process builds its own."""
+    import pytest
+
+    pytest.importorskip("azure.identity")
+    _, settings = parse_options(
+        {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub",
+         "eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "TOPSECRET"},
+        "stream",
+    )  # fmt: skip
+    data = pickle.dumps(settings)
+    assert b"azure.identity" not in data and b"TOPSECRET" in data  # the secret travels, in a Secret
+    assert "TOPSECRET" not in repr(settings)
+    copy = pickle.loads(data)
+    credential = copy.entra.credential()
+    assert type(credential).__name__ == "ClientSecretCredential"
+    assert copy.entra.credential() is credential  # one token cache per process
+    assert settings.entra.credential() is credential  # equal settings, same credential
+    assert copy.pool_key() == settings.pool_key()

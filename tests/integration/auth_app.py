@@ -1,0 +1,78 @@
+"""Connector jobs in a Spark driver of its own, for the sign-in tests.
+
+``python -m tests.integration.auth_app JOBS.json RESULTS.json`` runs each job of JOBS.json in one local
+Spark session and writes what happened to RESULTS.json. The test starts this process with the
+environment a cluster node would have (``REQUESTS_CA_BUNDLE``, ``IDENTITY_ENDPOINT``, ``AZURE_*``):
+Spark's Python workers inherit it, so credentials are built and used in the workers, as on a cluster.
+
+A job: ``{"name", "options", "write": [bodies]}`` writes the bodies with ``df.write``, then reads the hub
+back in a batch (``"read": true``) or streams it once with ``Trigger.AvailableNow`` (``"stream": DIR``
+as checkpoint location). Each result: ``{"name", "read": [bodies], "written": n}`` or ``{"name", "error",
+"seconds"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+def run_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
+    options: dict[str, str] = job["options"]
+    result: dict[str, Any] = {"name": job["name"]}
+    started = time.monotonic()
+    try:
+        if job.get("write"):
+            df = spark.createDataFrame([(b,) for b in job["write"]], "body string")
+            # The checkpoint store is the reader's: the sink takes no store options.
+            sink_options = {k: v for k, v in options.items() if not k.lower().startswith("eventhubs.checkpointstore")}
+            df.write.format("eventhubs").mode("append").options(**sink_options).save()
+            result["written"] = len(job["write"])
+        reader_options = {**options, "eventhubs.startingPosition": '{"offset": "-1"}'}
+        if job.get("read"):
+            rows = (
+                spark.read.format("eventhubs")
+                .options(**reader_options)
+                .load()
+                .selectExpr("cast(body as string) as body")
+                .collect()
+            )
+            result["read"] = sorted(r.body for r in rows)
+        if job.get("stream"):
+            got: list[str] = []
+            query = (
+                spark.readStream.format("eventhubs").options(**reader_options).load()
+                .selectExpr("cast(body as string) as body")
+                .writeStream.foreachBatch(lambda df, _id: got.extend(r.body for r in df.collect()))
+                .option("checkpointLocation", job["stream"])
+                .trigger(availableNow=True)
+                .start()
+            )  # fmt: skip
+            query.awaitTermination()
+            result["read"] = sorted(got)
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    result["seconds"] = time.monotonic() - started
+    return result
+
+
+def main(jobs_file: str, results_file: str) -> None:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from eventhubs_spark.localspark import local_session
+
+    spark: SparkSession = local_session("eventhubs-auth-tests")
+    with open(jobs_file, encoding="utf-8") as f:
+        jobs = json.load(f)
+    results = [run_job(spark, job) for job in jobs]
+    with open(results_file, "w", encoding="utf-8") as f:
+        json.dump(results, f)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
