@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .client.management import PartitionInfo
-from .client.receiver import ReceiverConfig
+from .client.receiver import ReceiverConfig, close_later
 from .client.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber
@@ -122,5 +122,5 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
             raise failure from None
         raise
     finally:
-        consumer.close()
-        client.close()
+        close_later(consumer)  # closing waits up to 1 s for the SDK's keep-alive thread
+        close_later(client)

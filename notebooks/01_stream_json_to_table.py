@@ -5,6 +5,12 @@
 # MAGIC Reads a hub with `spark.readStream.format("eventhubs")`, parses each event's JSON body into typed
 # MAGIC columns, and appends them to a table. The connection string comes from a secret scope, never from
 # MAGIC the notebook. Install the connector on the cluster first (`%pip install eventhubs-spark`).
+# MAGIC
+# MAGIC Signing in with Microsoft Entra ID instead (`%pip install 'eventhubs-spark[aad]'`): replace the
+# MAGIC connection string option with `eventhubs.namespace` (`NAMESPACE.servicebus.windows.net`) and
+# MAGIC `eventhubs.name`, plus either `eventhubs.auth=managedIdentity` (the cluster's identity) or a service
+# MAGIC principal: `eventhubs.entra.tenantId`, `eventhubs.entra.clientId` and `eventhubs.entra.clientSecret`
+# MAGIC from the secret scope. The identity needs the *Azure Event Hubs Data Receiver* role.
 
 # COMMAND ----------
 

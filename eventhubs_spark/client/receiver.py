@@ -188,17 +188,30 @@ class PartitionReceiver:
     def _close_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            try:
-                consumer.close()
-            except Exception:
-                _LOG.debug("closing a consumer failed", exc_info=True)
+            close_later(consumer)
 
     def close(self) -> None:
         self._close_consumer()
-        try:
-            self._client.close()
-        except Exception:
-            _LOG.debug("closing a consumer client failed", exc_info=True)
+        close_later(self._client)
+
+
+def _close(closable: Any) -> None:
+    try:
+        closable.close()
+    except Exception:
+        _LOG.debug("closing %s failed", type(closable).__name__, exc_info=True)
+
+
+def close_later(closable: Any) -> None:
+    """Close an SDK consumer or client on a thread of its own, without waiting for it.
+
+    An SDK consumer's ``close()`` joins its keep-alive thread, which wakes once a second: every close
+    took up to 1 s. A pooled receiver repositions by closing its consumer and opening another, so a
+    task that found its receiver elsewhere in the stream waited that second before reading (most of a
+    micro-batch under a 0-second trigger). The consumer being closed has its own connection and is
+    never used again, so nothing needs to wait for it; the thread lives at most about a second.
+    """
+    threading.Thread(target=_close, args=(closable,), name="eventhubs-close", daemon=True).start()
 
 
 _SEQ = b"x-opt-sequence-number"

@@ -65,13 +65,29 @@ def main(jobs_file: str, results_file: str) -> None:
 
     from eventhubs_spark.localspark import local_session
 
-    spark: SparkSession = local_session("eventhubs-auth-tests")
+    # The Spark UI on, on a free port: its REST API serves what the UI pages show (SQL plans and their
+    # node details, jobs, stages, environment), which the test searches for secrets.
+    spark: SparkSession = local_session("eventhubs-auth-tests", **{"spark.ui.enabled": "true", "spark.ui.port": "0"})
     with open(jobs_file, encoding="utf-8") as f:
         jobs = json.load(f)
     results = [run_job(spark, job) for job in jobs]
+    ui = _spark_ui_pages(spark)
     with open(results_file, "w", encoding="utf-8") as f:
-        json.dump(results, f)
+        json.dump({"jobs": results, "ui": ui}, f)
     spark.stop()
+
+
+def _spark_ui_pages(spark: Any) -> dict[str, str]:
+    import urllib.request
+
+    base = spark.sparkContext.uiWebUrl
+    app = spark.sparkContext.applicationId
+    pages = {}
+    for path in ("sql?details=true&planDescription=true", "jobs", "stages?details=true", "environment",
+                 "executors"):  # fmt: skip
+        with urllib.request.urlopen(f"{base}/api/v1/applications/{app}/{path}", timeout=30) as reply:
+            pages[path] = reply.read().decode("utf-8", "replace")
+    return pages
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ those tokens to azure-identity's real credentials (client secret, certificate, w
 identity over the App Service protocol, DefaultAzureCredential from ``AZURE_*`` variables); Azurite in
 https + ``basic`` OAuth mode takes the same identity for the checkpoint store. The Spark jobs run in a
 driver of their own (``auth_app``) started with the environment a cluster node would have, so the
-Python workers build and use the credentials themselves.
+Python workers build and use the credentials themselves, and with the Spark UI on, so its pages are
+searched for the secrets too.
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def test_every_sign_in_method_reads_and_writes_through_spark(setting):
                               cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
     output = log.read_text(errors="replace")
     assert done.returncode == 0, output[-4000:]
-    results = {r["name"]: r for r in json.loads(results_file.read_text())}
+    report = json.loads(results_file.read_text())
+    results = {r["name"]: r for r in report["jobs"]}
+    ui = report["ui"]
+    assert "eventhubs" in ui["sql?details=true&planDescription=true"].lower(), "the UI's SQL plans were read"
 
     for job in jobs:
         if "write" in job:
@@ -168,6 +172,7 @@ def test_every_sign_in_method_reads_and_writes_through_spark(setting):
                    _sas(namespace, "sas", KEY).split("sig=")[1].split("&")[0]):  # fmt: skip
         assert secret not in output, "a secret reached the driver or worker output"
         assert secret not in json.dumps(results), "a secret reached an error message"
+        assert secret not in json.dumps(ui), "a secret reached the Spark UI"
 
 
 def test_a_namespace_connection_string_with_the_hub_named_by_option(spark, eventhub):

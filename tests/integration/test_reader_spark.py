@@ -312,7 +312,7 @@ def test_bad_options_fail_clearly_through_spark(spark, eventhub):
             reader.load().collect()
         return str(info.value)
 
-    assert "eventhubs.connectionString is required" in error_of()
+    assert "eventhubs.connectionString (or eventhubs.namespace) is required" in error_of()
     message = error_of(eventhubs__connectionString=eventhub.connection_string, maxEventsPerTrigger="5")
     assert "maxEventsPerTrigger applies to streaming reads" in message
     message = error_of(eventhubs__connectionString=eventhub.connection_string, eventhubs__startingPosition="{bad")

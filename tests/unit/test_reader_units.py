@@ -331,3 +331,27 @@ def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_proces
     assert copy.entra.credential() is credential  # one token cache per process
     assert settings.entra.credential() is credential  # equal settings, same credential
     assert copy.pool_key() == settings.pool_key()
+
+
+def test_repositioning_a_receiver_does_not_wait_for_the_old_consumer_to_close():
+    """An SDK consumer's close() waits up to 1 s for its keep-alive thread; a reposition must not."""
+    import threading
+
+    from eventhubs_spark.client.receiver import PartitionReceiver
+
+    settings = parse_connection_string(
+        "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x;UseDevelopmentEmulator=true"
+    )
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 5.0, True), "0")
+    release, closed = threading.Event(), threading.Event()
+
+    class SlowConsumer:
+        def close(self):
+            release.wait(10)
+            closed.set()
+
+    receiver._consumer = SlowConsumer()
+    receiver._close_consumer()  # returns while the old consumer is still closing
+    assert receiver._consumer is None and not closed.is_set()
+    release.set()
+    assert closed.wait(5), "the old consumer was never closed"
