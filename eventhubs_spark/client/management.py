@@ -78,6 +78,9 @@ class _LoopThread:
             raise
 
 
+_ATTEMPT_TIMEOUT = 30.0
+
+
 class ManagementClient:
     """Hub and partition properties for one hub, over a connection kept open between calls."""
 
@@ -138,7 +141,11 @@ class ManagementClient:
         while True:
             attempt += 1
             try:
-                remaining = max(0.1, deadline - time.monotonic())
+                # One attempt gets a third of the deadline (at most 30 s): a request that is never answered,
+                # or a connection dropped mid-handshake, is retried on a new connection instead of using up
+                # the whole deadline.
+                per_attempt = min(_ATTEMPT_TIMEOUT, max(1.0, self.operation_timeout / 3))
+                remaining = max(0.1, min(deadline - time.monotonic(), per_attempt))
                 return _LoopThread.run(self._with_timeout(make, remaining), timeout=remaining + 5)
             except EventHubsError as exc:
                 if not exc.retriable:

@@ -240,6 +240,14 @@ class Emulator:
 
         self._call(apply)
 
+    def ignore_management_calls(self, count: int) -> None:
+        """Leave the next ``count`` management requests unanswered (a request or reply lost on the way)."""
+
+        def apply() -> None:
+            self._server().unanswered_management_calls = count
+
+        self._call(apply)
+
     def receiver_count(self, hub: str, partition: str | int, consumer_group: str = DEFAULT_CONSUMER_GROUP) -> int:
         """How many receivers are attached to one partition in one consumer group (for tests)."""
         key = (hub.lower(), consumer_group.lower(), str(partition))

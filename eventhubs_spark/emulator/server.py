@@ -502,6 +502,9 @@ class Connection(asyncio.Protocol):
 
     def _on_management(self, session: Session, data: bytes) -> None:
         props, app, _ = _decode_request(data)
+        if self.server.unanswered_management_calls > 0:
+            self.server.unanswered_management_calls -= 1
+            return  # a request lost on the way: the client waits for an answer that never comes
         status, description, body = self.server.management(self, app)
         reply_app: dict[str, Any] = {
             "status-code": Int(status),
@@ -669,6 +672,7 @@ class Server:
         self.connections: set[Connection] = set()
         self.receivers: dict[tuple[str, str, str], list[OutLink]] = {}
         self.failing_management_calls = 0
+        self.unanswered_management_calls = 0
         self.failing_status = 503
         self._server: asyncio.base_events.Server | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -941,7 +945,7 @@ class Server:
         if self.failing_management_calls > 0:
             self.failing_management_calls -= 1
             return self.failing_status, "The server is busy (injected by the emulator's fault controls).", None
-        if self.keys:
+        if self.keys or self.token_verifier is not None:
             token = app.get("security_token")
             token = token.decode() if isinstance(token, bytes) else str(token or "")
             status, description = self.check_token(token, f"sb://{self.host}/{app.get('name', '')}")

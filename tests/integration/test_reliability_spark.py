@@ -124,6 +124,25 @@ def test_management_calls_failing_are_retried_then_fail_clearly(spark, eventhub)
         emulator.fail_management_calls(0)
 
 
+def test_an_unanswered_management_request_is_retried_before_the_deadline(eventhub):
+    """Injects: the management node leaves one request unanswered (lost on the way).
+    Checks: the request is tried again on a new connection after a part of eventhubs.operationTimeout,
+    and succeeds within it, instead of one attempt waiting for the whole deadline and failing."""
+    from eventhubs_spark.client.management import ManagementClient
+    from eventhubs_spark.client.settings import parse_connection_string
+
+    emulator = eventhub.emulator
+    client = ManagementClient(parse_connection_string(eventhub.connection_string), operation_timeout=9.0)
+    try:
+        assert client.partition_ids() == ["0", "1", "2", "3"]  # the connection is open
+        emulator.ignore_management_calls(1)
+        infos = client.partition_properties(["0"])
+        assert infos["0"].id == "0"
+    finally:
+        emulator.ignore_management_calls(0)
+        client.close()
+
+
 def test_a_reader_with_a_higher_owner_level_takes_the_partition(spark, eventhub, tmp_path):
     """Injects: an SDK consumer with owner level 100 on partition 0 while the query reads it.
     Checks: the query fails with an error that says another reader took the partition and what to do."""

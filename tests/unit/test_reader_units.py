@@ -355,3 +355,52 @@ def test_repositioning_a_receiver_does_not_wait_for_the_old_consumer_to_close():
     assert receiver._consumer is None and not closed.is_set()
     release.set()
     assert closed.wait(5), "the old consumer was never closed"
+
+
+@given(
+    st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=12),
+    st.lists(st.integers(1, 700), min_size=1, max_size=30),
+    st.lists(st.booleans(), max_size=30),
+)
+def test_chunked_socket_reads_hand_the_sdk_the_same_frames(bodies, splits, timeouts):
+    """The receiver's chunked socket reads: any split of the byte stream, with timeouts anywhere, gives
+    the SDK's frame reader exactly the frames it would read alone."""
+    import struct
+    import threading
+    from io import BytesIO
+    from types import SimpleNamespace
+
+    from azure.eventhub._pyamqp._transport import SSLTransport
+
+    from eventhubs_spark.client.receiver import _buffer_socket_reads
+
+    frames = [struct.pack(">IBBH", 8 + len(b), 2, 0, 0) + b for b in bodies]
+    stream = b"".join(frames)
+
+    class FakeSocket:
+        def __init__(self):
+            self.pos, self.calls = 0, 0
+
+        def recv_into(self, view):
+            self.calls += 1
+            if self.calls <= len(timeouts) and timeouts[self.calls - 1]:
+                raise TimeoutError("timed out")
+            size = splits[self.calls % len(splits)]
+            data = stream[self.pos : self.pos + min(size, len(view))]
+            view[: len(data)] = data
+            self.pos += len(data)
+            return len(data)
+
+    transport = object.__new__(SSLTransport)
+    transport.sock, transport._read_buffer, transport.socket_lock = FakeSocket(), BytesIO(), threading.Lock()
+    transport.raise_on_initial_eintr, transport.connected, transport.network_trace_params = True, True, {}
+    _buffer_socket_reads(SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport))))
+    assert transport._chunked
+    got = []
+    while len(got) < len(frames):
+        try:
+            header, _channel, payload = transport.read()
+        except TimeoutError:
+            continue
+        got.append(bytes(header) + (bytes(payload) if payload is not None else b""))
+    assert got == frames
