@@ -261,14 +261,14 @@ def _deliver_raw(consumer: Any) -> bool:
     return True
 
 
-_READ_CHUNK = 256 * 1024
+_READ_CHUNK = 64 * 1024
 
 
 def _buffer_socket_reads(consumer: Any) -> None:
     """Make the consumer's AMQP transport read the socket in large chunks.
 
     The SDK's transport reads every frame with two ``recv`` calls of exactly the header's and the
-    body's size: two system calls per event, a tenth of a task's read loop. Reading up to 256 KiB at
+    body's size: two system calls per event, a tenth of a task's read loop. Reading up to 64 KiB at
     a time and serving the frames from that buffer keeps its exact semantics (the transport already
     serves reads from ``_read_buffer`` first, and the socket is only read when that is empty, so a
     timeout or an error never strands buffered bytes). Only the SDK's own socket transport is
