@@ -36,11 +36,26 @@ def _start_emulator() -> tuple[subprocess.Popen[str], str]:
     return proc, conns[HUB]
 
 
-def start_emulator(hubs: dict[str, int]) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """The emulator in its own process with these hubs; returns it and each hub's connection string."""
+def start_emulator(
+    hubs: dict[str, int], consumer_groups: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """The emulator in its own process with these hubs (each with ``$Default`` and ``consumer_groups``);
+    returns it and each hub's connection string."""
     args = [sys.executable, "-m", "eventhubs_spark.emulator", "--port", "0"]
-    for name, partitions in hubs.items():
-        args += ["--hub", f"{name}:{partitions}"]
+    if consumer_groups:
+        import json
+        import tempfile
+
+        entities = [
+            {"Name": name, "PartitionCount": partitions, "ConsumerGroups": [{"Name": g} for g in consumer_groups]}
+            for name, partitions in hubs.items()
+        ]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as config:
+            json.dump({"UserConfig": {"NamespaceConfig": [{"Name": "bench", "Entities": entities}]}}, config)
+        args += ["--config", config.name]
+    else:
+        for name, partitions in hubs.items():
+            args += ["--hub", f"{name}:{partitions}"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     proc.stdout.readline()
