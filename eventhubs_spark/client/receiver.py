@@ -280,6 +280,8 @@ def _buffer_socket_reads(consumer: Any) -> None:
         return
     if not any(cls.__name__ == "SSLTransport" for cls in type(transport).__mro__):
         return
+    if not all(hasattr(transport, name) for name in ("_read", "_read_buffer", "sock")):
+        return  # another SDK version: keep its own reads
     original = transport._read
     chunk = bytearray(_READ_CHUNK)
     chunk_view = memoryview(chunk)

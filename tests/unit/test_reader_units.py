@@ -404,3 +404,18 @@ def test_chunked_socket_reads_hand_the_sdk_the_same_frames(bodies, splits, timeo
             continue
         got.append(bytes(header) + (bytes(payload) if payload is not None else b""))
     assert got == frames
+
+
+def test_chunked_reads_leave_an_unknown_transport_alone():
+    """A transport without the SDK internals the chunked reader relies on keeps its own reads."""
+    from types import SimpleNamespace
+
+    from azure.eventhub._pyamqp._transport import SSLTransport
+
+    from eventhubs_spark.client.receiver import _buffer_socket_reads
+
+    transport = object.__new__(SSLTransport)  # no sock, no _read_buffer: as a future SDK might be
+    consumer = SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
+    _buffer_socket_reads(consumer)
+    assert not getattr(transport, "_chunked", False)
+    assert transport._read.__func__ is SSLTransport._read
