@@ -45,7 +45,7 @@ class SourceOffset:
                 f"checkpoint location for a different hub"
             )
         positions = next(iter(matching.values()))
-        if not isinstance(positions, dict) or not all(str(p).isdigit() for p in positions):
+        if not isinstance(positions, dict) or not all(str(p).isascii() and str(p).isdigit() for p in positions):
             raise OptionError(f'offset for {hub!r} must map partition ids to sequence numbers, e.g. {{"0": 42}}')
         return SourceOffset(hub, {str(int(p)): int(v) for p, v in positions.items()})
 

@@ -19,6 +19,7 @@ from .client.settings import (
     ConnectionSettings,
     EntraSettings,
     Secret,
+    host_and_port,
     parse_connection_string,
 )
 from .errors import OptionError
@@ -98,16 +99,13 @@ def _auth_method(option: str, value: str) -> str:
 
 def _namespace(option: str, value: str) -> str:
     """``NAMESPACE.servicebus.windows.net`` (host[:port]); a pasted ``sb://.../`` endpoint is accepted."""
-    from urllib.parse import urlparse
-
-    text = str(value).strip()
-    parsed = urlparse(text if "://" in text else "sb://" + text)
-    if not parsed.hostname or parsed.path.strip("/"):
+    namespace = host_and_port(str(value).strip(), allow_path=False)
+    if namespace is None:
         raise OptionError(
             f"{option}: expected a fully qualified namespace, got {value!r}. Example: .option({option!r}, "
             "'NAMESPACE.servicebus.windows.net')"
         )
-    return parsed.hostname + (f":{parsed.port}" if parsed.port else "")
+    return namespace
 
 
 def _sas_token(option: str, value: str) -> str:

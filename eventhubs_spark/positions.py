@@ -105,7 +105,7 @@ def parse_position(value: Any, option: str) -> Position:
             return Earliest()
         if text == "@latest":
             return Latest()
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise OptionError(f'{option}: offset must be "-1", "@latest" or digits, got {offset!r}. Example: {EXAMPLE}')
         return Offset(text, inclusive)
     if seq is not None:
@@ -154,13 +154,13 @@ def parse_positions(value: Any, option: str) -> dict[str, Position]:
 
 
 def _partition_key(key: str, option: str) -> str:
-    if key.isdigit():
+    if key.isascii() and key.isdigit():  # str.isdigit() also takes "²", which int() refuses
         return str(int(key))
     try:
         doc = json.loads(key)
     except json.JSONDecodeError:
         doc = None
-    if isinstance(doc, dict) and str(doc.get("partitionId", "")).isdigit():
+    if isinstance(doc, dict) and str(doc.get("partitionId", "")).isascii() and str(doc["partitionId"]).isdigit():
         return str(int(doc["partitionId"]))
     raise OptionError(
         f'{option}: keys must be partition ids such as "0" (or {{"ehName": "hub", "partitionId": 0}}), got {key!r}'

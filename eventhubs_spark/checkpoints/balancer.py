@@ -104,7 +104,7 @@ def plan(
 
 
 def _pid_order(pid: str) -> tuple[int, str]:
-    return (int(pid), "") if pid.isdigit() else (1 << 62, pid)
+    return (int(pid), "") if pid.isascii() and pid.isdigit() else (1 << 62, pid)
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,19 @@ class ConnectionSettings:
         return cls(fully_qualified_namespace=self.namespace, eventhub_name=self.hub, credential=credential, **kwargs)
 
 
+def host_and_port(address: str, allow_path: bool = True) -> str | None:
+    """``host[:port]`` of ``sb://host[:port]/...`` or a bare ``host[:port]``, as the SDKs derive a
+    namespace; None when it is no valid address (or, without ``allow_path``, names a path too)."""
+    try:
+        parsed = urlparse(address if "://" in address else "sb://" + address)
+        port = parsed.port  # raises for a port that is not a number in range
+    except ValueError:
+        return None
+    if not parsed.hostname or (not allow_path and parsed.path.strip("/")):
+        return None
+    return parsed.hostname + (f":{port}" if port else "")
+
+
 def parse_connection_string(
     text: str, option: str = "eventhubs.connectionString", hub: str | None = None
 ) -> ConnectionSettings:
@@ -281,10 +294,9 @@ def parse_connection_string(
     endpoint = parts.get("endpoint")
     if not endpoint:
         raise OptionError(f"{option}: Endpoint=sb://... is missing. Example: {CONNECTION_EXAMPLE}")
-    parsed = urlparse(endpoint if "://" in endpoint else "sb://" + endpoint)
-    if not parsed.hostname:
-        raise OptionError(f"{option}: Endpoint has no host. Example: {CONNECTION_EXAMPLE}")
-    namespace = parsed.hostname + (f":{parsed.port}" if parsed.port else "")
+    namespace = host_and_port(endpoint)
+    if namespace is None:
+        raise OptionError(f"{option}: Endpoint has no valid host. Example: {CONNECTION_EXAMPLE}")
     entity = parts.get("entitypath", "")
     if not entity and not hub:
         raise OptionError(

@@ -196,7 +196,7 @@ class Hub:
         self.partitions.extend(Partition(self, str(i)) for i in range(start, start + count))
 
     def partition(self, partition_id: str) -> Partition | None:
-        if partition_id.isdigit() and int(partition_id) < len(self.partitions):
+        if partition_id.isascii() and partition_id.isdigit() and int(partition_id) < len(self.partitions):
             return self.partitions[int(partition_id)]
         return None
 

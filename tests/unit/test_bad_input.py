@@ -11,7 +11,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from eventhubs_spark.errors import OptionError
@@ -116,6 +116,9 @@ _POSITION = st.dictionaries(_POSITION_KEYS, _JSON, max_size=3)
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from([s.key for s in SPECS if s.key != "eventhubs.connectionString"]), _TEXT,
        st.sampled_from(["stream", "batch", "write"]))  # fmt: skip
+@example("eventhubs.namespace", "[", "stream")  # urlparse raised ValueError ("Invalid IPv6 URL")
+@example("eventhubs.namespace", "ns:99999", "stream")  # a port out of range
+@example("eventhubs.startingPosition", '{"offset": "\u00b2"}', "stream")  # "²".isdigit() is True
 def test_any_option_value_is_accepted_or_refused_clearly(key, value, mode):
     try:
         parse_options({"eventhubs.connectionString": CONN, key: value}, mode)
@@ -136,6 +139,7 @@ def test_any_position_is_accepted_or_refused_naming_the_option(text):
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.one_of(st.from_regex(r"[0-9]{1,3}", fullmatch=True), st.text(max_size=8)), _POSITION,
                        max_size=3).map(json.dumps))  # fmt: skip
+@example('{"\u00b2": {"seqNo": 1}}')  # "²".isdigit() is True, int("²") fails
 def test_any_per_partition_positions_are_accepted_or_refused_naming_the_option(text):
     try:
         parse_positions(text, "eventhubs.startingPositions")
@@ -217,3 +221,23 @@ def test_the_example_configurations_in_conf_are_valid(name):
     raw.pop("_comment")
     options, settings = parse_options(raw, "stream")
     assert settings.hub and options["eventhubs.consumerGroup"] == "spark-orders"
+
+
+@pytest.mark.parametrize(
+    ("option", "raw"),
+    [
+        ("eventhubs.startingPosition", {"eventhubs.startingPosition": '{"offset": "\u00b2"}'}),
+        ("eventhubs.startingPositions", {"eventhubs.startingPositions": '{"\u00b2": {"seqNo": 1}}'}),
+        ("eventhubs.namespace", {"eventhubs.namespace": "[", "eventhubs.name": "h"}),
+        ("eventhubs.connectionString", {"eventhubs.connectionString": CONN.replace(".net/", ".net:99999/")}),
+    ],
+)
+def test_digits_that_are_not_ascii_and_malformed_addresses_are_refused(option, raw):
+    """Found by the property tests: "²".isdigit() is true but int() refuses it; urlparse raises on "[" and
+    on a port out of range. Each is an OptionError naming the option, never a ValueError from inside."""
+    if option != "eventhubs.connectionString" and "eventhubs.namespace" not in raw:
+        raw = {"eventhubs.connectionString": CONN, **raw}
+    with pytest.raises(OptionError) as info:
+        parse_options(raw, "stream")
+    assert option.lower() in str(info.value).lower()
+    assert "TOPSECRET" not in str(info.value)
