@@ -396,7 +396,7 @@ SPECS: tuple[Spec, ...] = (
         None,
         _text,
         "Instead of the connection string: the storage account's blob URL, with eventhubs.checkpointStore.sasToken "
-        "or, without one, Microsoft Entra ID through azure-identity's DefaultAzureCredential.",
+        "or, without one, Microsoft Entra ID: the eventhubs.entra.* identity, else DefaultAzureCredential.",
         "https://ACCOUNT.blob.core.windows.net",
         READ,
     ),
@@ -610,8 +610,8 @@ _CONN_EXAMPLE = (
     "SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB'), or .option('eventhubs.namespace', "
     "'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB').option('eventhubs.auth', 'managedIdentity')"
 )
-_ENTRA_KEYS = ("tenantId", "clientId", "clientSecret", "certificatePath", "certificate", "certificatePassword",
-               "federatedTokenFile", "authorityHost")  # fmt: skip
+# The identity options that name something (not the disableInstanceDiscovery switch), from the table above.
+_ENTRA_KEYS = tuple(s.key for s in SPECS if s.key.startswith("eventhubs.entra.") and s.default is None)
 
 
 def connection_settings(values: Mapping[str, Any], connection: str | None) -> ConnectionSettings:
@@ -623,7 +623,7 @@ def connection_settings(values: Mapping[str, Any], connection: str | None) -> Co
     """
     namespace, name = values.get("eventhubs.namespace"), values.get("eventhubs.name")
     sas = values.get("eventhubs.sastoken")
-    entra_set = [k for k in _ENTRA_KEYS if values.get(f"eventhubs.entra.{k.lower()}")]
+    entra_set = [k for k in _ENTRA_KEYS if values.get(k.lower())]
     method = values.get("eventhubs.auth")
     if connection and namespace:
         raise OptionError(
@@ -664,7 +664,7 @@ def connection_settings(values: Mapping[str, Any], connection: str | None) -> Co
         entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))
     elif entra_set:
         raise OptionError(
-            f"{', '.join('eventhubs.entra.' + k for k in entra_set)} would be unused: eventhubs.auth is {method} "
+            f"{', '.join(entra_set)} would be unused: eventhubs.auth is {method} "
             "and nothing else signs in with Microsoft Entra ID. Use the identity with e.g. "
             ".option('eventhubs.auth', 'servicePrincipal'), or drop the option"
         )
@@ -680,7 +680,7 @@ def connection_settings(values: Mapping[str, Any], connection: str | None) -> Co
     return ConnectionSettings(
         namespace=str(namespace),
         hub=name,
-        sas_token=sas if method == "sasToken" else None,
+        sas_token=sas,  # set only with eventhubs.auth=sasToken (checked above)
         entra=entra,
         emulator=bool(values.get("eventhubs.usedevelopmentemulator")),
     )

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -34,18 +33,10 @@ HUBS = ["sas", "secret", "certpath", "certpem", "workload", "managed", "default"
 
 
 def _sas(namespace: str, hub: str, key: str, lifetime: int = 3600) -> str:
-    import base64
-    import hashlib
-    import hmac
+    """A SAS token for the hub, signed as the SDK signs one."""
+    from azure.eventhub._pyamqp.utils import generate_sas_token
 
-    resource = f"{namespace}/{hub}"
-    expiry = str(int(time.time()) + lifetime)
-    to_sign = urllib.parse.quote_plus(resource) + "\n" + expiry
-    sig = base64.b64encode(hmac.new(key.encode(), to_sign.encode(), hashlib.sha256).digest()).decode()
-    return (
-        f"SharedAccessSignature sr={urllib.parse.quote_plus(resource)}&sig={urllib.parse.quote_plus(sig)}"
-        f"&se={expiry}&skn={KEY_NAME}"
-    )
+    return generate_sas_token(f"{namespace}/{hub}", KEY_NAME, key, int(time.time()) + lifetime)
 
 
 @pytest.fixture(scope="module")
