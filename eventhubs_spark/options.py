@@ -9,6 +9,7 @@ shows a valid example. Nothing is silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from .client.settings import (
 )
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
+
+_LOG = logging.getLogger("eventhubs_spark")
 
 STREAM, BATCH, WRITE = "stream", "batch", "write"
 READ = frozenset({STREAM, BATCH})
@@ -478,15 +481,50 @@ SPECS: tuple[Spec, ...] = (
     ),
 )
 
+# Every key of azure-event-hubs-spark 2.3.x's EventHubsConf (its key constants) that this connector
+# does not take as it is gets an answer: an alias, or an error that names what replaces it.
+ALIASES = {
+    "eventhubs.maxeventspertrigger": "maxEventsPerTrigger",
+}
+
+_AAD = (
+    "sign in with Microsoft Entra ID through eventhubs.auth and the eventhubs.entra.* options instead of a JVM "
+    "callback class; remove it (e.g. .option('eventhubs.auth', 'servicePrincipal')"
+    ".option('eventhubs.entra.tenantId', 'TENANT').option('eventhubs.entra.clientId', 'CLIENT')"
+    ".option('eventhubs.entra.clientSecret', SECRET))"
+)
+_SLOW = (
+    "slow-partition adjustment is replaced by rate limits that follow each partition's backlog; remove it "
+    "(e.g. .option('maxEventsPerTrigger', '10000') is split across partitions by backlog)"
+)
+_PER_PARTITION_RATE = (
+    "per-partition caps are replaced by maxEventsPerTrigger, a budget per micro-batch split across partitions in "
+    "proportion to their backlog; remove it (e.g. maxRatePerPartition=1000 on 8 partitions becomes "
+    ".option('maxEventsPerTrigger', '8000'))"
+)
 RETIRED = {
     "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it "
     "(e.g. .option('eventhubs.receiverTimeout', '60s') bounds the wait instead)",
-    "eventhubs.slowpartitionadjustment": "backlog-proportional rate limits replace it; remove it (e.g. "
-    ".option('maxEventsPerTrigger', '10000') is split across partitions by backlog)",
+    "eventhubs.slowpartitionadjustment": _SLOW,
+    "eventhubs.maxacceptablebatchreceivetime": _SLOW,
+    "eventhubs.maxbatchreceivetime": _SLOW,
+    "eventhubs.throttlingstatusplugin": _SLOW,
     "eventhubs.dynamicpartitiondiscovery": "partitions added at runtime are always picked up; remove it (e.g. "
     ".option('eventhubs.partitionDiscoveryInterval', '60s') sets how often)",
     "eventhubs.threadpoolsize": "not needed: partitions are read by Spark tasks; remove it (e.g. "
     ".option('eventhubs.prefetchCount', '500') tunes each task's receiver)",
+    "eventhubs.maxrateperpartition": _PER_PARTITION_RATE,
+    "eventhubs.maxratesperpartition": _PER_PARTITION_RATE,
+    "eventhubs.metricplugin": "a JVM plugin class cannot load into a Python source; each task logs its counts "
+    "(set EVENTHUBS_SPARK_LOG_LEVEL=INFO) and the driver logs the events behind latest per trigger; remove it",
+    "eventhubs.useaadauth": _AAD,
+    "eventhubs.aadauthcallback": _AAD,
+    "eventhubs.aadauthcallbackparams": _AAD,
+    "partitionpreferredlocationstrategy": "Spark lets no Python source ask for task placement; receivers are "
+    "kept per executor instead and a move costs one link attach; remove it",
+    "usesimulatedclient": "the old connector's test switch; test against the local emulator instead "
+    "(python -m eventhubs_spark.emulator, then .option('eventhubs.connectionString', "
+    "'Endpoint=sb://127.0.0.1:5672;...;UseDevelopmentEmulator=true')); remove it",
 }
 
 BY_KEY = {spec.key.lower(): spec for spec in SPECS}
@@ -519,8 +557,16 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
     secrets live (wrapped in :class:`~eventhubs_spark.client.settings.Secret`)."""
     values: dict[str, Any] = {spec.key.lower(): spec.default for spec in SPECS if mode in spec.modes}
     connection: str | None = None
+    ignored: list[str] = []
     for key, value in raw.items():
         lower = key.lower()
+        if lower in ALIASES:
+            if ALIASES[lower].lower() in {k.lower() for k in raw if k.lower() != lower}:
+                raise OptionError(
+                    f"{key} is another name for {ALIASES[lower]}: set one of them, e.g. "
+                    f"{_example(BY_KEY[ALIASES[lower].lower()])}"
+                )
+            lower = ALIASES[lower].lower()
         if lower in SPARK_OWNED:
             continue  # Spark's own option, consumed by Spark (it passes it on to sources and sinks too)
         if lower == "path":  # spark.read.load(path) passes it; we take no path
@@ -541,6 +587,11 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
                 f"unknown option {key!r}.{hint} Known options (e.g. "
                 f"{_example(BY_KEY['eventhubs.consumergroup'])}): {', '.join(s.key for s in usable.values())}"
             )
+        if mode == WRITE and WRITE not in spec.modes:
+            # The old connector took one EventHubsConf for reads and writes, so read options come along.
+            _with_example(spec, value)  # a bad value is still an error: it would fail the reader too
+            ignored.append(key)
+            continue
         if mode not in spec.modes:
             where = {STREAM: "streaming reads", BATCH: "batch reads", WRITE: "writes"}
             api = {STREAM: "spark.readStream", BATCH: "spark.read", WRITE: "df.write"}[min(spec.modes)]
@@ -556,6 +607,9 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
             values[lower] = Secret(value)
             continue
         values[lower] = value
+    if ignored:
+        _LOG.warning("eventhubs: %s only appl%s to reads; ignored on this write", ", ".join(sorted(ignored)),
+                     "ies" if len(ignored) == 1 else "y")  # fmt: skip
     settings = connection_settings(values, connection)
     store_conn = values.get("eventhubs.checkpointstore.connectionstring")
     store_url = values.get("eventhubs.checkpointstore.accounturl")

@@ -137,7 +137,7 @@ def takeover_start(
 def checkpoint_position(checkpoint: Checkpoint | None, configured: Position) -> Position:
     """Just after a checkpoint's event (by sequence number, else offset), or ``configured`` without one."""
     if checkpoint is not None and checkpoint.sequence_number is not None:
-        return SequenceNumber(checkpoint.sequence_number)  # exclusive: the event after it
+        return SequenceNumber(checkpoint.sequence_number + 1)  # the event after it
     if checkpoint is not None and checkpoint.offset is not None:
-        return Offset(str(checkpoint.offset))
+        return Offset(str(checkpoint.offset), inclusive=False)  # the event after it
     return configured

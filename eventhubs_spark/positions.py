@@ -1,15 +1,23 @@
 """Starting and ending positions: tagged values and their JSON forms.
 
-The JSON is the azure-event-hubs-spark connector's, so a migration keeps its option values::
+The JSON is the azure-event-hubs-spark connector's, and it selects the same events as there, so a
+migration keeps its option values *and* what they read::
 
     {"offset": "-1"}                       earliest (start of stream)
     {"offset": "@latest"}                  end of stream
-    {"offset": "12345", "isInclusive": true}
-    {"seqNo": 42}                          exclusive unless "isInclusive": true
-    {"enqueuedTime": "2024-05-01T00:00:00Z"}
+    {"offset": "12345"}                    the event at offset 12345 (isInclusive defaults to true)
+    {"offset": "12345", "isInclusive": false}   the event after it
+    {"seqNo": 42}                          the event with sequence number 42 (isInclusive is ignored)
+    {"enqueuedTime": "2024-05-01T00:00:00Z"}    the first event enqueued strictly after that instant
 
-The old connector wrote every field, unused ones as ``null`` (``seqNo`` as ``-1``); that shape is
-accepted too. Every position is translated to a sequence number once, on the driver.
+Every position names one event: the first event its filter selects (:func:`selector`). A starting
+position reads from that event; an ending position stops before it, which is how the old connector's
+``translate()`` used both. Its rules, followed exactly: ``EventPosition.isInclusive`` defaults to
+true; a ``seqNo`` is used as it is, whatever ``isInclusive`` says; an ``offset`` is filtered with its
+``isInclusive``; an ``enqueuedTime`` always with a strict ``>`` (the Java client's
+``EventPosition.fromEnqueuedTime`` has no inclusive flag). A position past the last event names the
+partition's end. The old connector wrote every field, unused ones as ``null`` (``seqNo`` as ``-1``);
+that shape is accepted too. Every position is translated to a sequence number once, on the driver.
 """
 
 from __future__ import annotations
@@ -21,10 +29,7 @@ from typing import Any
 
 from .errors import OptionError
 
-EXAMPLE = (
-    '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42, "isInclusive": true} '
-    'or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
-)
+EXAMPLE = '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42} or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,15 @@ class Latest:
 
 @dataclass(frozen=True)
 class SequenceNumber:
+    """The event with this sequence number. ``inclusive`` is kept for the JSON round trip only: the old
+    connector ignored it for sequence numbers, and so does this one."""
+
     value: int
-    inclusive: bool = False
+    inclusive: bool = True
 
     def first(self) -> int:
-        """The first sequence number this position includes."""
-        return self.value if self.inclusive else self.value + 1
+        """The sequence number of the event this position names."""
+        return self.value
 
     def to_json(self) -> dict[str, Any]:
         return {"seqNo": self.value, "isInclusive": self.inclusive}
@@ -54,8 +62,10 @@ class SequenceNumber:
 
 @dataclass(frozen=True)
 class Offset:
+    """The first event at (``inclusive``) or after this offset."""
+
     value: str
-    inclusive: bool = False
+    inclusive: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"offset": self.value, "isInclusive": self.inclusive}
@@ -63,6 +73,9 @@ class Offset:
 
 @dataclass(frozen=True)
 class EnqueuedTime:
+    """The first event enqueued strictly after this instant. ``inclusive`` is kept for the JSON round
+    trip only: the old connector's Java client filtered enqueued times with ``>`` whatever it said."""
+
     value: dt.datetime  # timezone-aware
     inclusive: bool = False
 
@@ -71,6 +84,19 @@ class EnqueuedTime:
 
 
 Position = Earliest | Latest | SequenceNumber | Offset | EnqueuedTime
+
+
+def selector(pos: SequenceNumber | Offset | EnqueuedTime) -> tuple[str, bool, Any]:
+    """The filter that finds the event a position names: (annotation, inclusive, value).
+
+    This is where the old connector's rules live: sequence numbers are always inclusive, offsets
+    follow ``isInclusive``, enqueued times are always exclusive.
+    """
+    if isinstance(pos, SequenceNumber):
+        return "sequence-number", True, pos.value
+    if isinstance(pos, Offset):
+        return "offset", pos.inclusive, pos.value
+    return "enqueued-time", False, pos.value
 
 
 def parse_position(value: Any, option: str) -> Position:
@@ -85,7 +111,7 @@ def parse_position(value: Any, option: str) -> Position:
         raise OptionError(f"{option}: unknown field(s) {unknown} in {value!r}. Valid examples: {EXAMPLE}")
     inclusive = lowered.get("isinclusive")
     if inclusive is None:
-        inclusive = False
+        inclusive = True  # EventPosition's default in the old connector
     if not isinstance(inclusive, bool):
         raise OptionError(f"{option}: isInclusive must be true or false, got {inclusive!r}. Example: {EXAMPLE}")
     offset = lowered.get("offset")
@@ -112,7 +138,7 @@ def parse_position(value: Any, option: str) -> Position:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise OptionError(f"{option}: seqNo must be a whole number >= 0, got {seq!r}. Example: {EXAMPLE}")
         return SequenceNumber(seq, inclusive)
-    return EnqueuedTime(parse_time(when, option), inclusive)
+    return EnqueuedTime(parse_time(when, option), inclusive if "isinclusive" in lowered else False)
 
 
 def parse_time(value: Any, option: str) -> dt.datetime:

@@ -1,9 +1,15 @@
 """Driver side: translate starting and ending positions into sequence numbers, all partitions at once.
 
-Earliest, latest and sequence numbers come from partition properties. An offset or an enqueued time
-has no management call to translate it, so a short-lived receiver reads the first event at that
-position (concurrently for every partition that needs one); a position past the last event means
-the partition's end.
+A position names one event (see :mod:`.positions`): a start reads from it, an end stops before it, so
+starts and ends translate the same way. Earliest, latest and sequence numbers come from partition
+properties. An offset or an enqueued time has no management call to translate it, so a short-lived
+receiver reads the first event its filter selects (concurrently for every partition that needs one);
+a position past the last event means the partition's end.
+
+Such a lookup is an owner-level receiver when the query's are (a plain one would be refused while
+they hold the partition), so it displaces the query's idle executor receiver of that partition,
+which reopens at its position at its next task (see :mod:`.client.receiver`). Lookups run on the
+driver between micro-batches, never while the query's own tasks read.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from .client.management import PartitionInfo
 from .client.receiver import ReceiverConfig, close_later
 from .client.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError
-from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber
+from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
 
 _LOG = logging.getLogger(__name__)
 
@@ -29,7 +35,8 @@ def resolve(
     positions: dict[str, Position],
     timeout: float,
 ) -> dict[str, int]:
-    """Sequence number of the first event each position includes, per partition."""
+    """Sequence number of the event each position names, per partition (a start's first event read,
+    an end's first event not read)."""
     out: dict[str, int] = {}
     lookups: dict[str, Position] = {}
     for pid, pos in positions.items():
@@ -55,14 +62,16 @@ def resolve(
     return out
 
 
-def _past_end(pos: Position, info: PartitionInfo) -> bool:
+def _past_end(pos: Offset | EnqueuedTime, info: PartitionInfo) -> bool:
+    """True when no event matches the position's filter: it names the partition's end."""
     if info.is_empty:
         return True
+    _, inclusive, value = selector(pos)
     if isinstance(pos, Offset):
         last = int(info.last_enqueued_offset)
-        return int(pos.value) > last or (int(pos.value) == last and not pos.inclusive)
-    if isinstance(pos, EnqueuedTime) and info.last_enqueued_time is not None:
-        return pos.value > info.last_enqueued_time or (pos.value == info.last_enqueued_time and not pos.inclusive)
+        return int(value) > last or (int(value) == last and not inclusive)
+    if info.last_enqueued_time is not None:
+        return value > info.last_enqueued_time or (value == info.last_enqueued_time and not inclusive)
     return False
 
 
@@ -75,7 +84,7 @@ def _first_sequence(
 def offset_of(settings: ConnectionSettings, config: ReceiverConfig, partition: str, sequence_number: int,
               timeout: float) -> str:  # fmt: skip
     """The offset of one event, read from the hub (there is no management call for it)."""
-    return str(first_event(settings, config, partition, SequenceNumber(sequence_number, True), timeout).offset)
+    return str(first_event(settings, config, partition, SequenceNumber(sequence_number), timeout).offset)
 
 
 def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position,
@@ -83,8 +92,10 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
     """Read the first event at ``pos``. With exclusive receivers the lookup uses the query's owner level
     too: a plain receiver would be refused while the query's own pooled receivers hold the partition."""
     consumer_group = config.consumer_group
-    value: Any = pos.value if isinstance(pos, Offset | EnqueuedTime | SequenceNumber) else None
-    inclusive = bool(getattr(pos, "inclusive", False))
+    value: Any = None
+    inclusive = False
+    if isinstance(pos, Offset | EnqueuedTime | SequenceNumber):
+        _, inclusive, value = selector(pos)
     got: list[Any] = []
     client = settings.consumer(consumer_group=consumer_group)
 

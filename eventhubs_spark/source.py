@@ -7,11 +7,11 @@ partition, since state set on the driver-side reader never reaches it.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from .client.settings import ConnectionSettings, EntraSettings
 from .errors import DataLossError, OptionError
 from .offsets import Range, SourceOffset, rate_limit, split_ranges
 from .options import BATCH, STREAM, Options, parse_options
-from .positions import EnqueuedTime, Latest, Offset, Position, SequenceNumber
+from .positions import Latest, Position
 from .resolve import resolve
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -47,6 +47,15 @@ def _worker_logging() -> None:
 
 
 DEFAULT_EVENTS_PER_PARTITION = 1000
+
+# How long an idle owner-level receiver stays open on an executor, waiting for its partition's next
+# range. Open, it saves the next task a link attach and keeps its prefetched events; but it also locks
+# non-epoch readers of the consumer group out. A stream keeps it for a few of its own trigger intervals
+# (measured), within these bounds, and in ownership mode for at most one ownership update interval; a
+# batch read keeps it briefly, for the next range of the same partition.
+BATCH_IDLE_TIMEOUT = 10.0
+MIN_STREAM_IDLE_TIMEOUT = 10.0
+MAX_STREAM_IDLE_TIMEOUT = 120.0
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import (
@@ -74,6 +83,11 @@ class EventHubsPartition(InputPartition):
     start: int
     end: int
     fail_on_data_loss: bool
+    # How long the receiver may sit idle after this task before it is closed (see client.receiver).
+    idle_timeout: float = BATCH_IDLE_TIMEOUT
+    # Ownership mode: this query's owner id and the partitions it owns now (idle receivers of others close).
+    owner: str | None = None
+    owned: frozenset[str] | None = None
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
@@ -89,7 +103,16 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     _worker_logging()
     ctx = TaskContext.get()
     retry = ctx is not None and ctx.attemptNumber() > 0
-    receiver = POOL.acquire(split.settings, split.config, split.partition, split.start, retry=retry)
+    receiver = POOL.acquire(
+        split.settings,
+        split.config,
+        split.partition,
+        split.start,
+        retry=retry,
+        idle_timeout=split.idle_timeout,
+        scope=split.owner,
+        owned=split.owned,
+    )
     healthy = False
     result = RangeResult()
     started = time.monotonic()
@@ -107,7 +130,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         stats = POOL.stats
         _LOG.info(
             "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pid=%d pool_hits=%d "
-            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f",
+            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f displaced_idle=%d displaced_reading=%d",
             split.settings.hub,
             split.partition,
             split.start,
@@ -120,6 +143,8 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
             stats.repositions,
             stats.creates,
             stats.reuse_rate(),
+            receiver.displaced_idle,
+            receiver.displaced_reading,
         )
 
 
@@ -140,6 +165,9 @@ class _Planner:
         self._ids_at = 0.0
         self._store: Any = None
         self._mirrored: dict[str, int] = {}
+        # Offsets this planner has seen in partition properties, by partition and sequence number: a
+        # mirrored checkpoint whose event is among them needs no lookup on the hub.
+        self._known_offsets: dict[str, OrderedDict[int, str]] = {}
         self._ownership: Any = None
 
     # -- the blob checkpoint store mirror --
@@ -219,11 +247,16 @@ class _Planner:
         from .resolve import offset_of
 
         info = infos.get(pid)
+        known: Mapping[int, str] = self._known_offsets.get(pid, {})
         if nxt <= 0:  # nothing read yet: .NET and Java resume after -1, i.e. from the first event
             offset = None
         elif info is not None and info.end == nxt:
             offset = info.last_enqueued_offset
+        elif nxt - 1 in known:
+            offset = known[nxt - 1]
         else:
+            # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
+            # executor receiver of this partition (it reopens at its position; see client.receiver).
             offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
         ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
         return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)
@@ -286,7 +319,14 @@ class _Planner:
                     sorted(set(ids) - set(self._ids), key=int),
                 )
             self._ids, self._ids_at = ids, now
-        return self.management.partition_properties(self._ids)
+        infos = self.management.partition_properties(self._ids)
+        for pid, info in infos.items():
+            if not info.is_empty and info.last_enqueued_offset is not None:
+                known = self._known_offsets.setdefault(pid, OrderedDict())
+                known[info.end - 1] = str(info.last_enqueued_offset)
+                while len(known) > 256:
+                    known.popitem(last=False)
+        return infos
 
     def positions_for(
         self, infos: Mapping[str, PartitionInfo], single: str, per_partition: str, default: Position
@@ -304,10 +344,19 @@ class _Planner:
     def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position]) -> dict[str, int]:
         return resolve(self.settings, self.config, infos, positions, self.config.receiver_timeout)
 
-    def input_partitions(self, ranges: list[Range]) -> list[EventHubsPartition]:
+    def input_partitions(
+        self,
+        ranges: list[Range],
+        idle_timeout: float = BATCH_IDLE_TIMEOUT,
+        owner: str | None = None,
+        owned: frozenset[str] | None = None,
+    ) -> list[EventHubsPartition]:
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.get("maxEventsPerPartition"))
+        fail = self.options["failOnDataLoss"]
         return [
-            EventHubsPartition(self.settings, self.config, r.partition, r.start, r.end, self.options["failOnDataLoss"])
+            EventHubsPartition(
+                self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned
+            )
             for r in pieces
         ]
 
@@ -348,6 +397,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: dict[str, int] | None = None
         self._infos: dict[str, PartitionInfo] = {}
         self._last_batch_at = time.monotonic()
+        self._last_trigger_at: float | None = None
+        self._cadence: float | None = None  # seconds between this query's triggers, smoothed
+        self._owner: str | None = None  # ownership mode: this query's owner id, once its cycle runs
         self._tenures: dict[str, Any] = {}  # ownership mode: the tenure each planned partition was read under
         self._handover: dict[str, int] = {}  # ownership mode: lost partitions whose hand-over is not written yet
         self._waiting: dict[str, Any] = {}  # ownership mode: partitions gained, waiting for their hand-over
@@ -376,6 +428,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         from .ownership import takeover_start
 
         tenures = ownership.tenures()
+        self._owner = ownership.owner_id
         keep: dict[str, int] = {}
         for pid, n in begin.items():
             tenure = tenures.get(pid)
@@ -424,7 +477,24 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target = {pid: info.end for pid, info in infos.items()}
         _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
 
+    def _note_trigger(self) -> None:
+        now = time.monotonic()
+        if self._last_trigger_at is not None:
+            gap = now - self._last_trigger_at
+            self._cadence = gap if self._cadence is None else 0.7 * self._cadence + 0.3 * gap
+        self._last_trigger_at = now
+
+    def idle_timeout(self) -> float:
+        """How long executors keep an idle receiver of this query: a few trigger intervals, bounded,
+        and in ownership mode at most one update interval, so a partition handed over is free in time."""
+        cadence = self._cadence if self._cadence is not None else MIN_STREAM_IDLE_TIMEOUT
+        timeout = min(max(MIN_STREAM_IDLE_TIMEOUT, 3 * cadence + 2), MAX_STREAM_IDLE_TIMEOUT)
+        if self.planner.options.get("eventhubs.ownership"):
+            timeout = min(timeout, self.planner.options["eventhubs.loadBalancing.updateInterval"])
+        return timeout
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        self._note_trigger()
         infos = self._refresh()
         latest = {pid: info.end for pid, info in infos.items()}
         # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
@@ -505,7 +575,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             elif pid in infos:
                 first = self.planner.check_data_loss(pid, first, e[pid], infos[pid])
             ranges.append(Range(pid, first, e[pid]))
-        return self.planner.input_partitions(ranges)
+        # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
+        # this query owns, so executors close idle receivers of partitions it gave up.
+        owned = frozenset(self._tenures) if self._owner is not None else None
+        return self.planner.input_partitions(ranges, self.idle_timeout(), self._owner, owned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
@@ -519,12 +592,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
 
 
-def _flip_inclusive(pos: Position) -> Position:
-    if isinstance(pos, SequenceNumber | Offset | EnqueuedTime):
-        return dataclasses.replace(pos, inclusive=not pos.inclusive)
-    return pos
-
-
 class EventHubsBatchReader(DataSourceReader):
     """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
 
@@ -536,8 +603,8 @@ class EventHubsBatchReader(DataSourceReader):
         infos = planner.partition_infos()
         starts = planner.resolve(infos, planner.starting_positions(infos))
         ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
-        # An ending position names the first event *not* read, unless isInclusive includes it.
-        ends = planner.resolve(infos, {p: _flip_inclusive(pos) for p, pos in ending.items()})
+        # An ending position names the first event *not* read (as the old connector's translate() used it).
+        ends = planner.resolve(infos, ending)
         ranges = []
         for pid in sorted(infos, key=int):
             start, end = starts[pid], ends[pid]

@@ -9,12 +9,27 @@ clients close outside the lock, and an entry is invalidated after an error or on
 The SDK's ``receive()`` retries some attach errors forever without raising, so progress is watched
 here: a range that makes no progress for ``eventhubs.receiverTimeout`` fails with an error that
 names the hub, partition and range, and the link's own error when it has one.
+
+Owner-level (epoch) receivers are claims on a partition, so two rules keep them from hurting anyone:
+
+- Displacement. Any newer owner-level receiver of the consumer group takes the partition: the
+  driver's own position lookups between micro-batches do, and so does another reader. A receiver
+  displaced while it sat idle in the pool is simply reopened at its position when its next task
+  starts (nothing was lost: every event it handed out was before the detach, and it hands out no
+  other). A displacement during a read is answered by one reopen at the next unread event; a second
+  one in the same task means someone else really reads the partition, and the task fails.
+- Release. An idle owner-level receiver shuts out every non-epoch reader of its consumer group (the
+  Python SDK's processors among them), so an idle one is closed after the short time its input
+  partition says (tied to the query's trigger cadence, at most its ownership update interval), by a
+  reaper thread of the pool, even when no further task comes; in ownership mode every task also
+  carries the partitions its query owns, and idle receivers of the others are closed at once.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import select
 import threading
 import time
 from collections import OrderedDict
@@ -60,6 +75,8 @@ class PartitionReceiver:
         self._carry: list[Any] = []
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
+        self.displaced_idle = 0  # reopened because the link was taken while the receiver sat in the pool
+        self.displaced_reading = 0  # reopened once because the link was taken during a read
         self._consumer_error: str | None = None
         self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see _deliver_raw)
 
@@ -90,18 +107,31 @@ class PartitionReceiver:
         """Yield lists of events with ``start <= sequence number < end``, in order, each once."""
         if self.position != start or self._consumer is None:
             self.open_at(start)
+        else:
+            taken = self._displaced_while_idle()
+            if taken is not None:
+                # Another owner-level receiver of the group (usually the driver's own lookup between
+                # micro-batches) took the link while this receiver sat in the pool: not an error.
+                self.displaced_idle += 1
+                _LOG.info("hub %s partition %s: receiver was displaced while idle; reopening at %d (%s)",
+                          self.settings.hub, self.partition, start, _first_line(taken))  # fmt: skip
+                self.open_at(start)
         expected = start
         last_progress = time.monotonic()
-        reconnected_after_steal = False
+        reopened = False
         last_error: str | None = None
         while expected < end:
             events = self._next_events(end - expected)
             if events is None:
                 error = self._link_error()
                 if error is not None and _is_stolen(error):
-                    if not reconnected_after_steal and result.read == 0:
-                        # An idle pooled receiver was replaced by a newer reader of this query: reopen once.
-                        reconnected_after_steal = True
+                    if not reopened:
+                        # Events handed out so far came before the detach; read on from the next one.
+                        reopened = True
+                        self.displaced_reading += 1
+                        _LOG.warning("hub %s partition %s: receiver displaced while reading [%d, %d); reopening "
+                                     "once at %d (%s)", self.settings.hub, self.partition, start, end, expected,
+                                     _first_line(error))  # fmt: skip
                         self.open_at(expected)
                         continue
                     raise _link_failure(self, error, expected, end)
@@ -151,6 +181,16 @@ class PartitionReceiver:
                 self.position = expected
                 yield out
         self.position = end
+
+    def _displaced_while_idle(self) -> str | None:
+        """The link's error if another receiver took it while this one sat in the pool, else None.
+
+        Nothing reads the connection between tasks, so a detach sent then is still waiting on the
+        socket: process what is already there, without waiting for more, and look at the link.
+        """
+        drain_pending_frames(self._consumer, limit=4 * self.config.prefetch + 16)
+        error = self._link_error()
+        return error if error is not None and _is_stolen(error) else None
 
     def _next_events(self, wanted: int) -> list[Any] | None:
         if self._carry:
@@ -332,6 +372,45 @@ def _bounded_reads(consumer: Any, prefetch: int) -> None:
     consumer._create_handler = create_with_full_credit
 
 
+def drain_pending_frames(consumer: Any, limit: int) -> None:
+    """Process the frames already waiting on an SDK consumer's connection, without blocking.
+
+    Transfers land in the consumer's buffer as they would on its next ``receive``; a detach sets the
+    link's error. Reads only while bytes are there (in the transport's buffer, TLS's, or the socket),
+    so an idle connection costs one ``select`` with no wait. Anything unexpected is left for the next
+    ``receive`` to meet and handle as it always does.
+    """
+    handler = getattr(consumer, "_handler", None)
+    connection: Any = getattr(handler, "_connection", None)
+    transport = getattr(connection, "_transport", None)
+    sock = getattr(transport, "sock", None)
+    link = getattr(handler, "_link", None)
+    if sock is None or link is None or not hasattr(connection, "listen"):
+        return
+    try:
+        for _ in range(limit):
+            if getattr(link, "_error", None) is not None or not _input_waiting(transport, sock):
+                return
+            connection.listen(wait=False, batch=1)
+    except Exception:
+        _LOG.debug("reading pending frames failed; the next receive meets it", exc_info=True)
+
+
+def _input_waiting(transport: Any, sock: Any) -> bool:
+    buffered = getattr(transport, "_read_buffer", None)
+    if isinstance(buffered, io.BytesIO) and buffered.tell() < len(buffered.getbuffer()):
+        return True
+    pending = getattr(sock, "pending", None)  # bytes TLS has decrypted but not handed out
+    if callable(pending) and pending() > 0:
+        return True
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0][:300] if text else text
+
+
 def _is_stolen(error: str) -> bool:
     return "stolen" in error or "epoch" in error.lower()
 
@@ -359,48 +438,75 @@ class PoolStats:
 
 
 class _Entry:
-    __slots__ = ("in_use", "last_used", "receiver")
+    __slots__ = ("idle_timeout", "in_use", "last_used", "receiver", "scope")
 
-    def __init__(self, receiver: PartitionReceiver, now: float) -> None:
+    def __init__(self, receiver: PartitionReceiver, now: float, idle_timeout: float, scope: str | None) -> None:
         self.receiver = receiver
         self.in_use = False
         self.last_used = now
+        self.idle_timeout = idle_timeout
+        self.scope = scope
 
 
 PoolKey = tuple[Any, ...]
 
 
 class ReceiverPool:
-    """Receivers per (namespace, hub, credentials, consumer group, partition) in this process."""
+    """Receivers per (namespace, hub, credentials, consumer group, partition) in this process.
+
+    Each entry keeps the idle time-out its last task gave it; :meth:`reap` closes the idle entries past
+    it, and a daemon thread calls it every ``reap_every`` seconds once the pool is used (``0``: only
+    when called, as unit tests do with their own clock).
+    """
 
     def __init__(
         self,
         capacity: int = 64,
-        idle_timeout: float = 300.0,
+        idle_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         factory: Callable[[ConnectionSettings, ReceiverConfig, str], PartitionReceiver] = PartitionReceiver,
+        reap_every: float = 0.0,
     ) -> None:
         self.capacity = capacity
         self.idle_timeout = idle_timeout
         self.clock = clock
         self.factory = factory
+        self.reap_every = reap_every
         self.stats = PoolStats()
         self._entries: OrderedDict[PoolKey, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        self._reaper: threading.Thread | None = None
 
     @staticmethod
     def key(settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> PoolKey:
         return (*settings.pool_key(), config.consumer_group.lower(), partition)
 
     def acquire(
-        self, settings: ConnectionSettings, config: ReceiverConfig, partition: str, start: int, retry: bool = False
+        self,
+        settings: ConnectionSettings,
+        config: ReceiverConfig,
+        partition: str,
+        start: int,
+        retry: bool = False,
+        idle_timeout: float | None = None,
+        scope: str | None = None,
+        owned: frozenset[str] | None = None,
     ) -> PartitionReceiver:
-        """A receiver for ``partition``, marked in use; on a task retry the pooled one is discarded."""
+        """A receiver for ``partition``, marked in use; on a task retry the pooled one is discarded.
+
+        ``idle_timeout``: how long the receiver may sit idle after this task (default: the pool's).
+        ``scope`` and ``owned`` (ownership mode): the owner reading, and every partition it owns now;
+        idle receivers this owner left on partitions it no longer owns are closed here and now.
+        """
         key = self.key(settings, config, partition)
+        timeout = self.idle_timeout if idle_timeout is None else idle_timeout
         to_close: list[PartitionReceiver] = []
         with self._lock:
+            self._start_reaper()
             now = self.clock()
             to_close.extend(self._expire(now))
+            if owned is not None:
+                to_close.extend(self._release_unowned(key[:-1], scope, owned))
             entry = self._entries.get(key)
             if entry is not None and (entry.in_use or retry or entry.receiver.config != config):
                 if not entry.in_use:
@@ -414,6 +520,8 @@ class ReceiverPool:
                 receiver = entry.receiver
                 entry.in_use = True
                 entry.last_used = now
+                entry.idle_timeout = timeout
+                entry.scope = scope
                 self._entries.move_to_end(key)
                 if receiver.position == start:
                     self.stats.hits += 1
@@ -426,7 +534,7 @@ class ReceiverPool:
         with self._lock:
             self.stats.creates += 1
             if key not in self._entries:
-                entry = _Entry(receiver, self.clock())
+                entry = _Entry(receiver, self.clock(), timeout, scope)
                 entry.in_use = True
                 self._entries[key] = entry
             to_close = self._evict_over_capacity()
@@ -451,10 +559,39 @@ class ReceiverPool:
             to_close.extend(self._evict_over_capacity())
         _close_all(to_close)
 
+    def reap(self) -> int:
+        """Close the idle receivers past their idle time-out; returns how many."""
+        with self._lock:
+            expired = self._expire(self.clock())
+        _close_all(expired)
+        return len(expired)
+
+    def _start_reaper(self) -> None:
+        if self.reap_every > 0 and (self._reaper is None or not self._reaper.is_alive()):
+            self._reaper = threading.Thread(target=self._reap_forever, name="eventhubs-receiver-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap_forever(self) -> None:
+        while True:
+            time.sleep(self.reap_every)
+            try:
+                self.reap()
+            except Exception:  # never let the reaper die: an idle receiver left open locks readers out
+                _LOG.warning("closing idle receivers failed", exc_info=True)
+
     def _expire(self, now: float) -> list[PartitionReceiver]:
         out = []
         for key, entry in list(self._entries.items()):
-            if not entry.in_use and now - entry.last_used > self.idle_timeout:
+            if not entry.in_use and now - entry.last_used > entry.idle_timeout:
+                del self._entries[key]
+                self.stats.evictions += 1
+                out.append(entry.receiver)
+        return out
+
+    def _release_unowned(self, prefix: PoolKey, scope: str | None, owned: frozenset[str]) -> list[PartitionReceiver]:
+        out = []
+        for key, entry in list(self._entries.items()):
+            if key[:-1] == prefix and entry.scope == scope and not entry.in_use and key[-1] not in owned:
                 del self._entries[key]
                 self.stats.evictions += 1
                 out.append(entry.receiver)
@@ -486,4 +623,4 @@ def _close_all(receivers: list[PartitionReceiver]) -> None:
         receiver.close()
 
 
-POOL = ReceiverPool()
+POOL = ReceiverPool(reap_every=1.0)

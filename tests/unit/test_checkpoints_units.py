@@ -226,9 +226,9 @@ def test_takeover_waits_for_the_hand_over_or_the_expiry():
     other = Checkpoint("ns", "hub", "$default", "0", 41, "4100", released_by="c", last_modified_time=1001.0)
     for checkpoint in (None, plain, old_mark, other):
         assert takeover_start(stolen, checkpoint, Earliest(), now=1010.0, expiry=60) is None
-    assert takeover_start(stolen, marked, Earliest(), now=1001.0, expiry=60) == SequenceNumber(41)
-    assert takeover_start(stolen, plain, Earliest(), now=1060.0, expiry=60) == SequenceNumber(41), "owner expired"
+    assert takeover_start(stolen, marked, Earliest(), now=1001.0, expiry=60) == SequenceNumber(42)
+    assert takeover_start(stolen, plain, Earliest(), now=1060.0, expiry=60) == SequenceNumber(42), "owner expired"
     unowned = Tenure(since=1000.0)
     assert takeover_start(unowned, None, Earliest(), now=1000.0, expiry=60) == Earliest()
     by_offset = Checkpoint("ns", "hub", "$default", "0", None, "4100")
-    assert takeover_start(unowned, by_offset, Earliest(), now=1000.0, expiry=60) == Offset("4100")
+    assert takeover_start(unowned, by_offset, Earliest(), now=1000.0, expiry=60) == Offset("4100", inclusive=False)

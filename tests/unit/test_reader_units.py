@@ -37,11 +37,11 @@ CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAcc
         ('{"offset": "-1"}', Earliest()),
         ('{"offset": "@latest"}', Latest()),
         ('{"offset": "1234", "isInclusive": true}', Offset("1234", True)),
-        ('{"seqNo": 42}', SequenceNumber(42, False)),
+        ('{"seqNo": 42}', SequenceNumber(42, True)),
         ('{"seqNo": 0, "isInclusive": true}', SequenceNumber(0, True)),
         ('{"enqueuedTime": "2024-05-01T00:00:00Z"}', EnqueuedTime(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc))),
         # the old connector wrote every field, unused ones null (seqNo -1)
-        ('{"offset": null, "seqNo": 7, "enqueuedTime": null, "isInclusive": false}', SequenceNumber(7)),
+        ('{"offset": null, "seqNo": 7, "enqueuedTime": null, "isInclusive": false}', SequenceNumber(7, False)),
         ('{"offset": "-1", "seqNo": -1, "enqueuedTime": null, "isInclusive": true}', Earliest()),
         ('{"Offset": "-1"}', Earliest()),
     ],
