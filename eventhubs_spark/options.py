@@ -515,16 +515,19 @@ RETIRED = {
     ".option('eventhubs.prefetchCount', '500') tunes each task's receiver)",
     "eventhubs.maxrateperpartition": _PER_PARTITION_RATE,
     "eventhubs.maxratesperpartition": _PER_PARTITION_RATE,
-    "eventhubs.metricplugin": "a JVM plugin class cannot load into a Python source; each task logs its counts "
-    "(set EVENTHUBS_SPARK_LOG_LEVEL=INFO) and the driver logs the events behind latest per trigger; remove it",
+    "eventhubs.metricplugin": "a JVM plugin class cannot load into a Python source; each task logs its counts and "
+    "the driver the events behind latest per trigger; remove it (e.g. "
+    "spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL=INFO shows the task counts in the executor logs)",
     "eventhubs.useaadauth": _AAD,
     "eventhubs.aadauthcallback": _AAD,
     "eventhubs.aadauthcallbackparams": _AAD,
     "partitionpreferredlocationstrategy": "Spark lets no Python source ask for task placement; receivers are "
-    "kept per executor instead and a move costs one link attach; remove it",
+    "kept per executor instead and a move costs one link attach; remove it (e.g. drop "
+    ".option('partitionPreferredLocationStrategy', 'Hash'))",
     "usesimulatedclient": "the old connector's test switch; test against the local emulator instead "
-    "(python -m eventhubs_spark.emulator, then .option('eventhubs.connectionString', "
-    "'Endpoint=sb://127.0.0.1:5672;...;UseDevelopmentEmulator=true')); remove it",
+    "(python -m eventhubs_spark.emulator); remove it (e.g. .option('eventhubs.connectionString', "
+    "'Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub;"
+    "UseDevelopmentEmulator=true'))",
 }
 
 BY_KEY = {spec.key.lower(): spec for spec in SPECS}

@@ -209,18 +209,23 @@ def test_positions_of_every_kind_in_batch_reads(spark, eventhub):
 
     assert read(eventhubs__startingPosition='{"offset": "-1"}') == list(range(10))
     assert read(eventhubs__startingPosition='{"offset": "@latest"}') == []
-    assert read(eventhubs__startingPosition='{"seqNo": 3}') == list(range(4, 10))
-    assert read(eventhubs__startingPosition='{"seqNo": 3, "isInclusive": true}') == list(range(3, 10))
-    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4})) == list(range(5, 10))
-    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4, "isInclusive": True})) == list(range(4, 10))
+    # as azure-event-hubs-spark: seqNo as it is, offsets inclusive by default, enqueued times strictly after
+    assert read(eventhubs__startingPosition='{"seqNo": 3}') == list(range(3, 10))
+    assert read(eventhubs__startingPosition='{"seqNo": 3, "isInclusive": false}') == list(range(3, 10))
+    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4})) == list(range(4, 10))
+    assert read(eventhubs__startingPosition=json.dumps({"offset": offset_4, "isInclusive": False})) == list(
+        range(5, 10)
+    )
     iso = time_6.isoformat()
-    assert read(eventhubs__startingPosition=json.dumps({"enqueuedTime": iso, "isInclusive": True}))[0] <= 6
+    after_6 = [i for i, e in enumerate(everything) if e.enqueued_time > time_6]  # one send: often none
+    assert read(eventhubs__startingPosition=json.dumps({"enqueuedTime": iso, "isInclusive": True})) == after_6
     assert read(eventhubs__startingPositions='{"0": {"seqNo": 7, "isInclusive": true}}') == [7, 8, 9]
-    # ending positions: the named event is not read unless isInclusive
+    # ending positions: the named event is the first one not read
     assert read(eventhubs__startingPosition='{"seqNo": 2, "isInclusive": true}',
                 eventhubs__endingPosition='{"seqNo": 5}') == [2, 3, 4]  # fmt: skip
-    assert read(eventhubs__endingPositions='{"0": {"seqNo": 5, "isInclusive": true}}') == [0, 1, 2, 3, 4, 5]
+    assert read(eventhubs__endingPositions='{"0": {"seqNo": 5, "isInclusive": true}}') == [0, 1, 2, 3, 4]
     assert read(eventhubs__endingPosition=json.dumps({"offset": offset_4})) == [0, 1, 2, 3]
+    assert read(eventhubs__endingPosition=json.dumps({"offset": offset_4, "isInclusive": False})) == [0, 1, 2, 3, 4]
 
 
 def test_stream_starting_positions_per_partition(spark, eventhub, tmp_path):
