@@ -144,7 +144,19 @@ def _progress(done: int, total: int | None, out: TextIO) -> None:
 def _send(args: argparse.Namespace) -> int:
     from azure.eventhub import EventData, EventHubProducerClient
 
+    from .client.management import ManagementClient
+    from .client.settings import parse_connection_string
+    from .errors import EventHubsError
+
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    try:
+        # One management call without the SDK's retries first: a wrong hub name or key is answered at
+        # once, in one line, instead of after the producer's retries and a traceback.
+        settings = parse_connection_string(conn, option="--connection-string")
+        ManagementClient.get(settings, 30.0).partition_ids()
+    except EventHubsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     total, bodies = _bodies(args)
     options: dict[str, Any] = {}
     if args.partition is not None:

@@ -45,3 +45,8 @@ class AuthenticationFailedError(EventHubsError, PermissionError):
     Not retriable: a wrong key or a missing role assignment does not heal by itself, and retrying
     until ``eventhubs.operationTimeout`` would only hide the cause for minutes.
     """
+
+
+class HubNotFoundError(EventHubsError, LookupError):
+    """The namespace has no event hub of that name: the message names the hub, the namespace and the
+    options that set them. Not retriable: a misspelt name does not appear by itself."""

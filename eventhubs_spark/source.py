@@ -130,7 +130,8 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         stats = POOL.stats
         _LOG.info(
             "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pid=%d pool_hits=%d "
-            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f displaced_idle=%d displaced_reading=%d",
+            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f displaced_idle=%d displaced_reading=%d "
+            "closed_idle=%d",
             split.settings.hub,
             split.partition,
             split.start,
@@ -145,6 +146,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
             stats.reuse_rate(),
             receiver.displaced_idle,
             receiver.displaced_reading,
+            receiver.closed_idle,
         )
 
 

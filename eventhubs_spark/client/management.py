@@ -153,12 +153,15 @@ class ManagementClient:
                 last: BaseException = exc
             except (TimeoutError, asyncio.TimeoutError) as exc:
                 last = exc
-            _LOG.warning(
-                "management request for %s/%s failed (attempt %d), retrying: %s",
+            # The cached connection may have been closed by the service while it sat idle between
+            # triggers (its idle time-out): reconnecting once is routine; more is worth a warning.
+            _LOG.log(
+                logging.INFO if attempt == 1 else logging.WARNING,
+                "management request for %s/%s failed (attempt %d), reconnecting: %s",
                 self.settings.namespace,
                 self.settings.hub,
                 attempt,
-                last,
+                " ".join(str(last).split()),
             )
             _LoopThread.run(self._close(), timeout=30)
             if time.monotonic() + delay >= deadline:
@@ -232,6 +235,8 @@ class ManagementClient:
             return response.value
         if status == 401:
             raise self.settings.auth_error(f"management request refused with status 401: {description}")
+        if status == 404:
+            raise self.settings.not_found(f"management request answered 404: {description}")
         error_cls = TransientError if status >= 500 or status in (408, 429) else EventHubsError
         raise error_cls(f"management request {properties} failed with status {status}: {description}")
 

@@ -77,6 +77,7 @@ class PartitionReceiver:
         self.opens = 0
         self.displaced_idle = 0  # reopened because the link was taken while the receiver sat in the pool
         self.displaced_reading = 0  # reopened once because the link was taken during a read
+        self.closed_idle = 0  # reopened because the service closed the idle link or connection
         self._consumer_error: str | None = None
         self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see _deliver_raw)
 
@@ -108,13 +109,17 @@ class PartitionReceiver:
         if self.position != start or self._consumer is None:
             self.open_at(start)
         else:
-            taken = self._displaced_while_idle()
-            if taken is not None:
+            closed = self._closed_while_idle()
+            if closed is not None:
                 # Another owner-level receiver of the group (usually the driver's own lookup between
-                # micro-batches) took the link while this receiver sat in the pool: not an error.
-                self.displaced_idle += 1
-                _LOG.info("hub %s partition %s: receiver was displaced while idle; reopening at %d (%s)",
-                          self.settings.hub, self.partition, start, _first_line(taken))  # fmt: skip
+                # micro-batches) took the link, or the service closed an idle link or connection, while
+                # this receiver sat in the pool: not an error, it reopens where it stands.
+                if _is_stolen(closed):
+                    self.displaced_idle += 1
+                else:
+                    self.closed_idle += 1
+                _LOG.info("hub %s partition %s: the receiver's link was closed while idle; reopening at %d (%s)",
+                          self.settings.hub, self.partition, start, _first_line(closed))  # fmt: skip
                 self.open_at(start)
         expected = start
         last_progress = time.monotonic()
@@ -182,15 +187,20 @@ class PartitionReceiver:
                 yield out
         self.position = end
 
-    def _displaced_while_idle(self) -> str | None:
-        """The link's error if another receiver took it while this one sat in the pool, else None.
+    def _closed_while_idle(self) -> str | None:
+        """Why the link or its connection was closed while this receiver sat in the pool, else None.
 
-        Nothing reads the connection between tasks, so a detach sent then is still waiting on the
-        socket: process what is already there, without waiting for more, and look at the link.
+        Nothing reads the connection between tasks, so a detach (another owner took the partition, the
+        service's idle timer) or a close sent then is still waiting on the socket: process what is
+        already there, without waiting for more, and look at the link and the connection.
         """
         drain_pending_frames(self._consumer, limit=4 * self.config.prefetch + 16)
         error = self._link_error()
-        return error if error is not None and _is_stolen(error) else None
+        if error is not None:
+            return error
+        connection = getattr(getattr(self._consumer, "_handler", None), "_connection", None)
+        closed = getattr(connection, "_error", None)
+        return None if closed is None else str(closed)
 
     def _next_events(self, wanted: int) -> list[Any] | None:
         if self._carry:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import AuthenticationFailedError, OptionError
+from ..errors import AuthenticationFailedError, HubNotFoundError, OptionError
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"
@@ -155,6 +155,7 @@ _AUTH_FAILURES = frozenset(
         "CredentialUnavailableError",
     }
 )
+_NOT_FOUND = "could not be found"  # the service's words for a missing entity (put-token and management: 404)
 _ROLES = "the 'Azure Event Hubs Data Receiver' role to read, 'Data Sender' to write"
 _AUTH_HINTS = {
     "connectionString": "Check SharedAccessKeyName and SharedAccessKey in eventhubs.connectionString, and that the "
@@ -208,23 +209,39 @@ class ConnectionSettings:
         """Identifies the credentials without holding them (a hash), for pool keys."""
         return (self.namespace, self.hub, hash((self.connection_string, self.sas_token, self.entra)))
 
-    def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | None:
-        """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in."""
+    def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | HubNotFoundError | None:
+        """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in, or
+        :class:`HubNotFoundError` when the service refused the sign-in because the hub does not exist."""
         seen: BaseException | None = exc
         while seen is not None:
-            if isinstance(seen, AuthenticationFailedError):
+            if isinstance(seen, AuthenticationFailedError | HubNotFoundError):
                 return seen
             if type(seen).__name__ in _AUTH_FAILURES:
                 return self.auth_error(str(seen))
             seen = seen.__cause__ or seen.__context__
         return None
 
-    def auth_error(self, cause: str) -> AuthenticationFailedError:
+    def auth_error(self, cause: str) -> AuthenticationFailedError | HubNotFoundError:
         """The sign-in error for this hub: what was refused, and which options to check."""
         text = " ".join(cause.split())[:400].rstrip(". ")
+        if _NOT_FOUND in text:
+            return self.not_found(text)
         return AuthenticationFailedError(
             f"could not sign in to {self.namespace} (hub {self.hub!r}) with eventhubs.auth={self.auth_method}: "
             f"{text}. {_AUTH_HINTS[self.auth_method]}"
+        )
+
+    def not_found(self, cause: str) -> HubNotFoundError:
+        """The error for a hub the namespace does not have (the service refuses its sign-in with 404)."""
+        where = (
+            "eventhubs.name, or EntityPath in eventhubs.connectionString"
+            if self.connection_string is not None
+            else "eventhubs.name"
+        )
+        return HubNotFoundError(
+            f"event hub {self.hub!r} was not found in namespace {self.namespace}: check the hub's name in {where} "
+            f"(names are listed in the Azure portal under the namespace's Event Hubs). The service said: "
+            f"{' '.join(cause.split())[:300]}"
         )
 
     def consumer(self, **kwargs: Any) -> Any:

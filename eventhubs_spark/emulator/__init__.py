@@ -53,9 +53,13 @@ class Emulator:
         keys: Mapping[str, str] | None = None,
         max_message_size: int | None = None,
         token_verifier: Callable[[str], str | None] | None = None,
+        idle_timeout: float | None = None,
+        link_idle_timeout: float | None = None,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
-        ``keys`` or a verifier, every link needs a token the emulator accepts."""
+        ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
+        ``link_idle_timeout`` (seconds, 0 = off) override the service's idle rules (see
+        :class:`EmulatorConfig`), e.g. short ones to test a client's recovery."""
         self.token_verifier = token_verifier
         self.config = config or EmulatorConfig()
         if isinstance(hubs, Mapping):
@@ -66,6 +70,10 @@ class Emulator:
             self.config.keys.update(keys)
         if max_message_size is not None:
             self.config.max_message_size = max_message_size
+        if idle_timeout is not None:
+            self.config.idle_timeout = idle_timeout
+        if link_idle_timeout is not None:
+            self.config.link_idle_timeout = link_idle_timeout
         self.host = host
         self._port = port
         self.broker = Broker(max_message_size=self.config.max_message_size)
@@ -90,7 +98,13 @@ class Emulator:
         self._loop = loop
         asyncio.set_event_loop(loop)
         self.server = Server(
-            self.broker, self.host, self._port, keys=self.config.keys, token_verifier=self.token_verifier
+            self.broker,
+            self.host,
+            self._port,
+            keys=self.config.keys,
+            token_verifier=self.token_verifier,
+            idle_timeout=self.config.idle_timeout,
+            link_idle_timeout=self.config.link_idle_timeout,
         )
         try:
             loop.run_until_complete(self.server.start())

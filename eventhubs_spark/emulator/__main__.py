@@ -39,6 +39,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-message-size", type=int, default=1024 * 1024, help="largest event or batch in bytes (default 1 MiB)"
     )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection that sends nothing for this long, advertised in OPEN (default 120, as the "
+        "service; 0 = never)",
+    )
+    parser.add_argument(
+        "--link-idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="force-detach a consumer link with no delivery and no credit for this long (default 1800, as the "
+        "service; 0 = never)",
+    )
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -52,6 +68,12 @@ def build(args: argparse.Namespace) -> Emulator:
     if not config.hubs:
         raise ValueError("no event hub configured: add --hub NAME:PARTITIONS (e.g. --hub telemetry:4) or --config")
     config.max_message_size = args.max_message_size
+    for name in ("idle_timeout", "link_idle_timeout"):
+        value = getattr(args, name, None)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{name.replace('_', '-')} {value:g}: expected seconds >= 0 (0 = never)")
+            setattr(config, name, value)
     if not getattr(args, "entra", False):
         return Emulator(config=config, host=args.host, port=args.port)
     import secrets

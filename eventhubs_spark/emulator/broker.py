@@ -30,7 +30,17 @@ _STAMPED = {"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-o
 class Event:
     """One stored event: its position and the bytes to deliver (minus per-delivery annotations)."""
 
-    __slots__ = ("body", "enqueued_ms", "header", "offset", "partition_key", "sequence_number", "size")
+    __slots__ = (
+        "body",
+        "delivery",
+        "delivery_entries",
+        "enqueued_ms",
+        "header",
+        "offset",
+        "partition_key",
+        "sequence_number",
+        "size",
+    )
 
     def __init__(
         self,
@@ -40,6 +50,7 @@ class Event:
         partition_key: str | None,
         header: bytes,
         body: bytes,
+        delivery_entries: tuple[bytes, ...] = (),
     ) -> None:
         self.sequence_number = sequence_number
         self.offset = offset
@@ -47,7 +58,10 @@ class Event:
         self.partition_key = partition_key
         self.header = header
         self.body = body  # message-annotations section onwards, annotations already stamped
-        self.size = len(header) + len(body)
+        # The producer's delivery annotations, delivered as they came (raw map entries, and the section).
+        self.delivery_entries = delivery_entries
+        self.delivery = b"\x00\x53\x71" + amqp.map_from_raw(list(delivery_entries)) if delivery_entries else b""
+        self.size = len(header) + len(self.delivery) + len(body)
 
 
 @dataclass
@@ -58,11 +72,13 @@ class IncomingMessage:
     annotations: list[tuple[object, bytes]]  # raw map entries of the producer's own annotations
     rest: bytes  # properties, application properties, body, footer
     partition_key: str | None
+    delivery: tuple[bytes, ...] = ()  # raw map entries of the producer's delivery annotations
 
 
 def parse_message(message: bytes) -> IncomingMessage:
-    """Split an encoded message into the parts the broker keeps (delivery annotations are dropped)."""
+    """Split an encoded message into the parts the broker keeps and the annotations it stamps."""
     header = b""
+    delivery: list[bytes] = []
     annotations: list[tuple[object, bytes]] = []
     rest_parts = []
     key = None
@@ -70,7 +86,8 @@ def parse_message(message: bytes) -> IncomingMessage:
         if descriptor == amqp.HEADER:
             header = message[start:end]
         elif descriptor == amqp.DELIVERY_ANNOTATIONS:
-            continue
+            _, value_pos = amqp.decode_value(message, start + 1)
+            delivery.extend(raw for _, raw in amqp.map_entries_raw(message, value_pos))
         elif descriptor == amqp.MESSAGE_ANNOTATIONS:
             _, value_pos = amqp.decode_value(message, start + 1)
             for k, raw in amqp.map_entries_raw(message, value_pos):
@@ -81,7 +98,7 @@ def parse_message(message: bytes) -> IncomingMessage:
                     annotations.append((k, raw))
         else:
             rest_parts.append(message[start:end])
-    return IncomingMessage(bytes(header), annotations, b"".join(rest_parts), key)
+    return IncomingMessage(bytes(header), annotations, b"".join(rest_parts), key, tuple(delivery))
 
 
 def parse_batch(payload: bytes) -> tuple[list[IncomingMessage], str | None]:
@@ -149,7 +166,7 @@ class Partition:
             if pkey is not None:
                 entries.append(_K_KEY + amqp.encode_value(pkey))
             body = b"\x00\x53\x72" + amqp.map_from_raw(entries) + m.rest
-            event = Event(seq, offset, now, pkey, m.header, body)
+            event = Event(seq, offset, now, pkey, m.header, body, m.delivery)
             self.events.append(event)
             self.next_sequence_number = seq + 1
             self.next_offset = offset + event.size

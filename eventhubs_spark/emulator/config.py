@@ -29,6 +29,11 @@ class EmulatorConfig:
     hubs: list[HubConfig] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)  # policy name -> key; empty: accept any key
     max_message_size: int = 1024 * 1024
+    # The service's idle rules (0 turns one off): a connection that receives nothing for this long is
+    # closed (advertised in OPEN, 120 s as in the service's frame traces), and a consumer link with no
+    # delivery and no credit from its client for this long is force-detached (30 min on the service).
+    idle_timeout: float = 120.0
+    link_idle_timeout: float = 1800.0
 
 
 def parse_hub_flag(text: str) -> HubConfig:

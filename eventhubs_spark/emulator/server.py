@@ -95,6 +95,7 @@ class OutLink(Link):
         self.pump_scheduled = False
         self.prefix = b""
         self.notify: Callable[[], None] | None = None
+        self.last_activity = time.monotonic()  # a delivery or credit from the client: the idle timer
 
     def key(self) -> tuple[str, str, str]:
         assert self.hub is not None and self.partition is not None
@@ -133,6 +134,8 @@ class Connection(asyncio.Protocol):
         self.paused = False
         self.closed = False
         self.authorized: list[tuple[str, float]] = []  # (audience path, expiry)
+        self.last_received = self.last_sent = time.monotonic()
+        self.remote_idle_timeout: float | None = None  # seconds; the peer wants a frame at least this often
 
     # -- asyncio callbacks --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -158,6 +161,7 @@ class Connection(asyncio.Protocol):
                     self.server.schedule_pump(link)
 
     def data_received(self, data: bytes) -> None:
+        self.last_received = time.monotonic()
         self.buffer += data
         try:
             self._process()
@@ -236,6 +240,9 @@ class Connection(asyncio.Protocol):
                 self.send(channel, amqp.END, [None])
         elif code == amqp.OPEN:
             self.remote_max_frame = fields[2] if len(fields) > 2 and fields[2] else 4294967295
+            if len(fields) > 4 and fields[4]:
+                self.remote_idle_timeout = int(fields[4]) / 1000
+            idle = self.server.idle_timeout
             self.send(
                 0,
                 amqp.OPEN,
@@ -244,7 +251,7 @@ class Connection(asyncio.Protocol):
                     None,
                     UInt(self.server.max_frame_size),
                     UShort(65535),
-                    None,
+                    UInt(int(idle * 1000)) if idle > 0 else None,
                     None,
                     None,
                     None,
@@ -259,6 +266,7 @@ class Connection(asyncio.Protocol):
     # -- writing --
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.closed:
+            self.last_sent = time.monotonic()
             self.transport.write(data)
 
     def send(self, channel: int, code: int, fields: list[Any], payload: bytes = b"") -> None:
@@ -314,6 +322,7 @@ class Connection(asyncio.Protocol):
             return
         out = session.links_by_remote.get(handle)
         if isinstance(out, OutLink):
+            out.last_activity = time.monotonic()
             delivery_count = fields[5] if fields[5] is not None else out.delivery_count
             out.credit = delivery_count + (fields[6] or 0) - out.delivery_count
             if out.kind == "events":
@@ -495,7 +504,9 @@ class Connection(asyncio.Protocol):
         props, app, body = _decode_request(data)
         token = body if isinstance(body, str) else (body.decode("utf-8") if isinstance(body, bytes) else "")
         audience = str(app.get("name", ""))
-        status, description = self.server.check_token(token, audience)
+        status, description = self.server.check_entity(audience)
+        if status == 202:
+            status, description = self.server.check_token(token, audience)
         if status == 202:
             self.authorized.append((_audience_path(audience), time.time() + 3600 * 24))
         self._reply(session, "$cbs", props, {"status-code": Int(status), "status-description": description}, None)
@@ -581,6 +592,12 @@ class Connection(asyncio.Protocol):
 
 UByte0 = amqp.UByte(0)
 UByte1 = amqp.UByte(1)
+_HEARTBEAT = _FRAME_HEADER.pack(8, 2, 0, 0)  # an empty frame: keeps a connection with an idle time-out open
+
+
+def _hms(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 _STATUS_CONDITIONS = {
     400: "com.microsoft:argument-out-of-range",
@@ -661,8 +678,12 @@ class Server:
         keys: dict[str, str] | None = None,
         max_frame_size: int = 65536,
         token_verifier: Callable[[str], str | None] | None = None,
+        idle_timeout: float = 120.0,
+        link_idle_timeout: float = 1800.0,
     ) -> None:
         self.broker = broker
+        self.idle_timeout = idle_timeout
+        self.link_idle_timeout = link_idle_timeout
         # Checks a Microsoft Entra ID token (JWT) for Event Hubs: None = valid, else why not.
         self.token_verifier = token_verifier
         self.host = host
@@ -676,17 +697,27 @@ class Server:
         self.failing_status = 503
         self._server: asyncio.base_events.Server | None = None
         self._retention_task: asyncio.Task[None] | None = None
-        self.stats = {"events_in": 0, "events_out": 0, "connections": 0}
+        self._idle_task: asyncio.Task[None] | None = None
+        self.stats = {
+            "events_in": 0,
+            "events_out": 0,
+            "connections": 0,
+            "idle_connections_closed": 0,
+            "idle_links_detached": 0,
+            "heartbeats": 0,
+        }
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         self._retention_task = loop.create_task(self._retention_loop())
+        self._idle_task = loop.create_task(self._idle_loop())
 
     async def stop(self) -> None:
-        if self._retention_task is not None:
-            self._retention_task.cancel()
+        for task in (self._retention_task, self._idle_task):
+            if task is not None:
+                task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -698,6 +729,61 @@ class Server:
         while True:
             await asyncio.sleep(0.25)
             self.broker.apply_retention()
+
+    async def _idle_loop(self) -> None:
+        """The service's idle rules, checked a few times per shortest time-out."""
+        while True:
+            shortest = min([t for t in (self.idle_timeout, self.link_idle_timeout, 4.0) if t > 0])
+            await asyncio.sleep(max(0.05, min(1.0, shortest / 4)))
+            try:
+                self.check_idle(time.monotonic())
+            except Exception:  # the timers must never stop
+                _LOG.exception("idle check failed")
+
+    def check_idle(self, now: float) -> None:
+        """Heartbeats where a peer asked for them; close idle connections; detach idle consumer links."""
+        for conn in list(self.connections):
+            if conn.closed:
+                continue
+            if self.idle_timeout > 0 and now - conn.last_received > self.idle_timeout:
+                self.stats["idle_connections_closed"] += 1
+                conn._close_with_error(
+                    "amqp:connection:forced",
+                    f"The connection was inactive for more than the allowed {int(self.idle_timeout * 1000)} "
+                    "milliseconds and is closed by container 'LinkTracker'.",
+                )
+                continue
+            if conn.remote_idle_timeout and now - conn.last_sent >= conn.remote_idle_timeout / 2:
+                self.stats["heartbeats"] += 1
+                conn.write(_HEARTBEAT)
+            if self.link_idle_timeout <= 0:
+                continue
+            for session in list(conn.sessions.values()):
+                for link in list(session.links_by_remote.values()):
+                    if (
+                        isinstance(link, OutLink)
+                        and link.kind == "events"
+                        and not link.detached
+                        and now - link.last_activity > self.link_idle_timeout
+                    ):
+                        self.stats["idle_links_detached"] += 1
+                        conn.detach(
+                            link,
+                            "amqp:link:detach-forced",
+                            f"The link '{link.name}' is force detached by the broker because of errors occurred in "
+                            f"consumer({link.name}). Detach origin: AmqpMessageConsumer.IdleTimerExpired: Idle "
+                            f"timeout: {_hms(self.link_idle_timeout)}.",
+                        )
+
+    def check_entity(self, audience: str) -> tuple[int, str]:
+        """A token for a hub that does not exist is refused at put-token (404), as the service does."""
+        segments = [seg for seg in _audience_path(audience).split("/") if seg]
+        if segments and self.broker.hub(urllib.parse.unquote(segments[0])) is None:
+            return 404, (
+                f"The messaging entity 'sb://{self.host}/{urllib.parse.unquote(segments[0])}' could not be found. "
+                "To know more visit https://aka.ms/sbResourceMgrExceptions."
+            )
+        return 202, "Accepted"
 
     # -- auth --
     def check_token(self, token: str, audience: str) -> tuple[int, str]:
@@ -913,25 +999,36 @@ class Server:
             budget = min(budget, 1)
         if budget <= 0 or link.session.remote_incoming_window <= 0:
             return
+        metric_entries: list[bytes] = []
         metrics = b""
         if link.runtime_metrics:
-            metrics = b"\x00\x53\x71" + amqp.encode_map(
-                {
-                    Symbol("last_enqueued_sequence_number"): partition.next_sequence_number - 1,
-                    Symbol("last_enqueued_offset"): str(partition.last_offset),
-                    Symbol("last_enqueued_time_utc"): Timestamp(partition.last_enqueued_ms),
-                    Symbol("runtime_info_retrieval_time_utc"): Timestamp(int(time.time() * 1000)),
-                }
-            )
+            metric_entries = [
+                amqp.encode_value(Symbol(k)) + amqp.encode_value(v)
+                for k, v in (
+                    ("last_enqueued_sequence_number", partition.next_sequence_number - 1),
+                    ("last_enqueued_offset", str(partition.last_offset)),
+                    ("last_enqueued_time_utc", Timestamp(partition.last_enqueued_ms)),
+                    ("runtime_info_retrieval_time_utc", Timestamp(int(time.time() * 1000))),
+                )
+            ]
+            metrics = b"\x00\x53\x71" + amqp.map_from_raw(metric_entries)
         out = []
         encode = conn.encode_delivery
         session = link.session
         for ev in events[index : index + budget]:
             if session.remote_incoming_window <= 0:
                 break
-            out.append(encode(link, ev.header + metrics + ev.body))
+            delivery = metrics
+            if ev.delivery_entries:  # the producer's delivery annotations, with the metrics in the same map
+                delivery = (
+                    b"\x00\x53\x71" + amqp.map_from_raw([*ev.delivery_entries, *metric_entries])
+                    if metric_entries
+                    else ev.delivery
+                )
+            out.append(encode(link, ev.header + delivery + ev.body))
             link.next_sequence_number = ev.sequence_number + 1
         conn.write(b"".join(out))
+        link.last_activity = time.monotonic()
         self.stats["events_out"] += len(out)
         if link.credit > 0 and link.next_sequence_number < partition.next_sequence_number:
             if partition.delay_s > 0:

@@ -32,6 +32,7 @@ class ScriptedReceiver(PartitionReceiver):
         self.steals = list(steals)
         self.links = 0
         self.taken_while_idle = False
+        self.closed_by_service: str | None = None
         self._next = 0
         self._left: int | None = None
         self._stolen = False
@@ -46,9 +47,10 @@ class ScriptedReceiver(PartitionReceiver):
         self.links += 1
         self._stolen = False
         self.taken_while_idle = False
+        self.closed_by_service = None
 
-    def _displaced_while_idle(self) -> str | None:
-        return STOLEN if self.taken_while_idle else None
+    def _closed_while_idle(self) -> str | None:
+        return STOLEN if self.taken_while_idle else self.closed_by_service
 
     def _next_events(self, wanted: int) -> list[object] | None:
         if self._stolen:
@@ -81,6 +83,14 @@ def test_displaced_while_idle_reopens_at_its_position_and_reads_every_event_once
     receiver.taken_while_idle = True  # e.g. the driver's offset lookup between micro-batches
     assert read(receiver, 10, 25) == list(range(10, 25))
     assert (receiver.opens, receiver.displaced_idle, receiver.displaced_reading) == (2, 1, 0)
+
+
+def test_a_link_the_service_closed_while_idle_reopens_at_its_position_too():
+    receiver = ScriptedReceiver([None, None])
+    assert read(receiver, 0, 10) == list(range(10))
+    receiver.closed_by_service = "amqp:link:detach-forced: AmqpMessageConsumer.IdleTimerExpired: Idle timeout"
+    assert read(receiver, 10, 20) == list(range(10, 20))
+    assert (receiver.opens, receiver.closed_idle, receiver.displaced_idle) == (2, 1, 0)
 
 
 def test_displaced_while_reading_reopens_once_and_goes_on():
