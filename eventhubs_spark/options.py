@@ -555,6 +555,18 @@ class Options:
         return Latest() if self.mode == STREAM else Earliest()
 
 
+def check_read_options(raw: Mapping[str, str]) -> None:
+    """Raise the first error that options would meet as a stream *and* as a batch read.
+
+    Spark calls a source's ``schema()`` at ``.load()``, before it knows which of the two the user
+    builds; an option that suits only one of them is left for the reader to judge.
+    """
+    try:
+        parse_options(raw, STREAM)
+    except OptionError:
+        parse_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
+
+
 def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, ConnectionSettings]:
     """Validate ``raw`` for ``mode``; returns the options and the connection settings, where the
     secrets live (wrapped in :class:`~eventhubs_spark.client.settings.Secret`)."""
@@ -585,11 +597,14 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
 
             usable = {s.key.lower(): s for s in SPECS if mode in s.modes}
             close = difflib.get_close_matches(lower, list(usable), n=1, cutoff=0.6)
-            hint = f" Did you mean {usable[close[0]].key!r}, e.g. {_example(usable[close[0]])}?" if close else ""
-            raise OptionError(
-                f"unknown option {key!r}.{hint} Known options (e.g. "
-                f"{_example(BY_KEY['eventhubs.consumergroup'])}): {', '.join(s.key for s in usable.values())}"
-            )
+            if close:
+                hint = f"did you mean {usable[close[0]].key!r}, e.g. {_example(usable[close[0]])}?"
+            else:
+                hint = (
+                    f"the options are listed in the README's options table (e.g. "
+                    f"{_example(BY_KEY['eventhubs.consumergroup'])})"
+                )
+            raise OptionError(f"unknown option {key!r}: {hint}")
         if mode == WRITE and WRITE not in spec.modes:
             # The old connector took one EventHubsConf for reads and writes, so read options come along.
             _with_example(spec, value)  # a bad value is still an error: it would fail the reader too

@@ -636,13 +636,29 @@ class EventHubsDataSource(DataSource):
         return "eventhubs"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        # Spark calls this at .load(): the first place a bad option can be reported, before any query.
+        from .options import check_read_options
+
+        try:
+            check_read_options(self.options)
+        except OptionError as exc:
+            # Spark shows the traceback with the message: keep it to this one frame.
+            error = OptionError(str(exc))
+        else:
+            return SCHEMA_DDL
+        raise error
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return EventHubsBatchReader(self.options)
+        try:
+            return EventHubsBatchReader(self.options)
+        except OptionError as exc:
+            return _FailingReader(exc)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return EventHubsStreamReader(self.options)
+        try:
+            return EventHubsStreamReader(self.options)
+        except OptionError as exc:
+            return _FailingStreamReader(exc)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         from .sink import batch_writer
@@ -655,6 +671,46 @@ class EventHubsDataSource(DataSource):
 
         _append_only(overwrite)
         return stream_writer(self.options, schema)
+
+
+class _FailingStreamReader(DataSourceStreamReader):
+    """Reports an option error from the reader's first call.
+
+    PySpark's stream runner calls ``reader.stop()`` in a ``finally`` around ``streamReader()``: an
+    error raised there is replaced by ``UnboundLocalError: cannot access local variable 'reader'``.
+    Returning a reader that raises on use keeps our message the one the user sees.
+    """
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise OptionError(str(self.error)) from None
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        raise OptionError(str(self.error)) from None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        raise OptionError(str(self.error)) from None
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise OptionError(str(self.error)) from None
+
+    def stop(self) -> None:
+        """Nothing was opened."""
+
+
+class _FailingReader(DataSourceReader):
+    """The batch reader's counterpart of :class:`_FailingStreamReader`."""
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def partitions(self) -> list[InputPartition]:
+        raise OptionError(str(self.error)) from None
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise OptionError(str(self.error)) from None
 
 
 def _append_only(overwrite: bool) -> None:

@@ -185,7 +185,7 @@ def test_read_options_on_a_write_are_ignored_with_one_warning_and_typos_still_fa
     for key in ("maxEventsPerTrigger", "eventhubs.consumerGroup", "eventhubs.startingPosition"):
         assert key in warnings[0]
     assert "ignored on this write" in warnings[0]
-    with pytest.raises(OptionError, match="Did you mean"):
+    with pytest.raises(OptionError, match="did you mean"):
         parse_options({**shared, "eventhubs.consumerGrop": "x"}, "write")
     with pytest.raises(OptionError, match="maxEventsPerTrigger"):
         parse_options({**shared, "maxEventsPerTrigger": "lots"}, "write")
