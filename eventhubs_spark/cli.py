@@ -10,6 +10,7 @@ history; they are never printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,13 +32,61 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 # -- demo --------------------------------------------------------------------------------------------
-def _demo(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run the demo in a child process of its own session, and turn Ctrl-C into a clean stop.
+
+    Ctrl-C in a terminal reaches its whole foreground process group, and Spark's Python workers
+    restore Python's SIGINT handler: the running tasks would die mid-batch (and PySpark's own handler
+    raises ``KeyboardInterrupt`` in the middle of the loop). Here only this process gets it; it asks
+    the child to stop (SIGTERM), which stops the query, Spark and the emulator, prints one line and
+    exits 130. A second Ctrl-C ends the child at once.
+    """
+    if args.child:
+        return _demo_run(args)
+    import signal
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-m", "eventhubs_spark.cli", *argv, "--child"], start_new_session=True)
+    interrupted = 0
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted += 1
+        with contextlib.suppress(ProcessLookupError):  # it has ended already
+            if interrupted == 1:  # the child alone: its JVM would run its shutdown hooks on a SIGTERM
+                os.kill(child.pid, signal.SIGTERM)
+            else:
+                os.killpg(child.pid, signal.SIGKILL)
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        while True:
+            try:
+                code = child.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        return 130
+    return code
+
+
+def _demo_run(args: argparse.Namespace) -> int:
+    import signal
+
     from azure.eventhub import EventData, EventHubProducerClient
 
     hub = "demo"
+    stop_requested = threading.Event()
     with Emulator({hub: args.partitions}) as emu, tempfile.TemporaryDirectory() as tmp:
         conn = emu.connection_string(hub)
-        print(f"emulator on {emu.host}:{emu.port}; hub '{hub}' with {args.partitions} partitions", flush=True)
+        print(
+            f"emulator on {emu.host}:{emu.port}; hub '{hub}' with {args.partitions} partitions. The demo ends by "
+            f"itself after {args.events} events or {args.seconds:g} s; Ctrl-C stops it.",
+            flush=True,
+        )
         stop = threading.Event()
 
         def produce() -> None:
@@ -53,18 +102,23 @@ def _demo(args: argparse.Namespace) -> int:
 
         from .localspark import local_session
 
+        print("starting Spark (about 10 s)...", flush=True)
         spark = local_session("eventhubs-spark demo")  # conf/spark-defaults.conf
+        for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
+            signal.signal(sig, lambda signum, frame: stop_requested.set())
         from . import register
 
-        register(spark)  # found without it once installed; explicit, so a development checkout works anywhere
+        register(spark)  # a no-op where Spark found the installed package by itself
         spark.sparkContext.setLogLevel("ERROR")
         read: dict[str, int] = {str(p): 0 for p in range(args.partitions)}
         last_seq: dict[str, int] = {str(p): -1 for p in range(args.partitions)}
+        batches = [0]
         lock = threading.Lock()
 
         def on_batch(df: Any, batch_id: int) -> None:
             rows = df.groupBy("partition").agg({"sequenceNumber": "max", "*": "count"}).collect()
             with lock:
+                batches[0] += 1
                 for r in rows:
                     read[r["partition"]] += r["count(1)"]
                     last_seq[r["partition"]] = max(last_seq[r["partition"]], r["max(sequenceNumber)"])
@@ -86,14 +140,16 @@ def _demo(args: argparse.Namespace) -> int:
         before = dict(read)
         live = sys.stdout.isatty()
         try:
-            while time.monotonic() - started < args.seconds:
-                time.sleep(1.0)
+            while time.monotonic() - started < args.seconds and not stop_requested.is_set():
+                if stop_requested.wait(1.0):
+                    break
                 if query.exception() is not None:
                     print(f"the query failed: {query.exception()}", file=sys.stderr)
                     return 1
                 with lock:
                     now = dict(read)
                     seqs = dict(last_seq)
+                    first_batch_done = batches[0] > 0
                 props = {p: emu.partition_properties(hub, p) for p in now}
                 rows = [
                     (p, now[p], now[p] - before[p], props[p]["last_enqueued_sequence_number"] - seqs[p])
@@ -103,6 +159,8 @@ def _demo(args: argparse.Namespace) -> int:
                 total = sum(now.values())
                 text = _table(("partition", "events read", "events/s", "lag"), rows)
                 header = f"{time.monotonic() - started:5.1f} s   {total} of {args.events} events read"
+                if not first_batch_done:
+                    header += "   (Spark is starting the query; the first micro-batch comes within 10-15 s)"
                 print(("\033[H\033[J" if live else "\n") + header + "\n" + text, flush=True)
                 if total >= args.events:
                     break
@@ -111,6 +169,9 @@ def _demo(args: argparse.Namespace) -> int:
             query.stop()
             spark.stop()
         total = sum(read.values())
+        if stop_requested.is_set():
+            print(f"\nstopped: the Spark query read {total} of {args.events} events", flush=True)
+            return 130
         print(f"\nthe Spark query read {total} of {args.events} events")
         return 0 if total == args.events else 1
 
@@ -245,11 +306,18 @@ def _secret(value: str | None, env: str, flag: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eventhubs-spark", description="Azure Event Hubs for Spark 4")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="a Spark streaming query on sample events in the embedded emulator")
-    demo.add_argument("--partitions", type=int, default=4)
-    demo.add_argument("--events", type=int, default=2000)
+    demo = sub.add_parser(
+        "demo",
+        help="a Spark streaming query on sample events in the embedded emulator",
+        description="Starts the embedded emulator, produces sample events and reads them with a Spark streaming "
+        "query, showing events read, rate and lag per partition. It ends by itself; Ctrl-C stops it (exit 130).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    demo.add_argument("--partitions", type=int, default=4, help="partitions of the demo hub")
+    demo.add_argument("--events", type=int, default=2000, help="events to produce; the demo ends once all are read")
     demo.add_argument("--rate", type=int, default=500, help="events per second to produce")
     demo.add_argument("--seconds", type=float, default=90.0, help="stop after this long")
+    demo.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the process doing the work
     emu = sub.add_parser("emulator", help="run the local Event Hubs emulator")
     emulator_cli.add_arguments(emu)
     send = sub.add_parser("send", help="send generated events, or the lines of a JSON-lines file, to a hub")
@@ -266,9 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cps.add_argument("--container", required=True, help="the checkpoint store's blob container")
     cps.add_argument("--consumer-group", default="$Default")
     cps.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
     if args.command == "demo":
-        return _demo(args)
+        return _demo(args, arguments)
     if args.command == "send":
         return _send(args)
     if args.command == "checkpoints":

@@ -599,6 +599,7 @@ def _hms(seconds: float) -> str:
     whole = int(seconds)
     return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
+
 _STATUS_CONDITIONS = {
     400: "com.microsoft:argument-out-of-range",
     401: "amqp:unauthorized-access",

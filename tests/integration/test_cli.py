@@ -77,3 +77,45 @@ def test_the_demo_runs_a_spark_query_to_the_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "the Spark query read 400 of 400 events" in proc.stdout
     assert "events/s" in proc.stdout and "lag" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_cleanly_with_one_line(tmp_path):
+    """A terminal sends SIGINT to the whole foreground process group: the demo, and everything it
+    started that shares the group."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "eventhubs_spark.cli", "demo", "--events", "100000", "--rate", "200"],
+            stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 180
+            while "Spark is starting" in out.read_text()[-600:] or "events/s" not in out.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
+                time.sleep(0.5)
+            text = out.read_text()
+            assert "Ctrl-C stops it" in text and "ends by itself" in text
+            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=90) == 130
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    tail = text[text.rindex("events/s") :]
+    for noise in ("Traceback", "KeyboardInterrupt", "StackOverflowError", "Exception", "ERROR"):
+        assert noise not in tail, tail[-3000:]
+    assert [line for line in tail.splitlines() if line.startswith("stopped:")], tail[-1000:]
+
+
+def test_demo_help_gives_every_flag_its_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = capsys.readouterr().out
+    for flag, default in (("--partitions", "4"), ("--events", "2000"), ("--rate", "500"), ("--seconds", "90")):
+        assert flag in text and f"(default: {default}" in text
+    assert "Ctrl-C" in text and "--child" not in text
