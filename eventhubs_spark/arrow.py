@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from .client import sdk
+
 SCHEMA_DDL = (
     "body binary, partition string, offset string, sequenceNumber long, enqueuedTime timestamp, "
     "publisher string, partitionKey string, properties map<string,string>, systemProperties map<string,string>"
@@ -86,8 +88,8 @@ def _key(value: Any) -> str:
 
 def body_bytes(event: Any) -> bytes:
     """The event body as bytes: data sections joined; a value or sequence body as JSON text."""
-    message = event._raw_amqp_message
-    data = message._data_body if hasattr(message, "_data_body") else None
+    message = sdk.raw_message(event)
+    data = sdk.data_body(message)
     if data is not None:
         if isinstance(data, bytes):
             return data
@@ -154,7 +156,7 @@ def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
     This skips the SDK's ``EventData`` (and its dict views) per event, which cost more than the AMQP
     decoding itself; column by column, the result is what :func:`events_to_batch` makes of the same events.
     """
-    if messages and hasattr(messages[0], "_raw_amqp_message"):
+    if messages and sdk.is_event_data(messages[0]):
         return events_to_batch(messages, partition)  # the SDK's uamqp transport: EventData as delivered
     annotations = [m.message_annotations or {} for m in messages]
     seqs = [a[b"x-opt-sequence-number"] for a in annotations]
@@ -220,7 +222,7 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
     props: list[Pairs] = []
     sysprops: list[Pairs] = []
     for event in events:
-        message = event._raw_amqp_message
+        message = sdk.raw_message(event)
         annotations = message.annotations or {}
         bodies.append(body_bytes(event))
         offsets.append(offset_text(annotations.get(b"x-opt-offset")))

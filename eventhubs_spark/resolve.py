@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .client import sdk
 from .client.management import PartitionInfo
 from .client.receiver import ReceiverConfig, close_later
 from .client.settings import ConnectionSettings
@@ -102,21 +103,21 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
     def collect(events: Any) -> None:
         got.extend(events or [])
 
-    consumer = client._create_consumer(
+    consumer = sdk.create_consumer(
+        client,
         consumer_group,
         partition,
         value,
         collect,
-        event_position_inclusive=inclusive,
-        prefetch=1,
+        inclusive=inclusive,
         owner_level=config.owner_level if config.exclusive else None,
+        prefetch=1,
     )
     try:
         deadline = time.monotonic() + timeout
         while not got and time.monotonic() < deadline:
             consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
-            link = getattr(getattr(consumer, "_handler", None), "_link", None)
-            error = getattr(link, "_error", None)
+            error = sdk.link_error(consumer)
             if error is not None:
                 raise EventHubsTimeoutError(
                     f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import EventHubsError, EventHubsTimeoutError, TransientError
+from . import sdk
 from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
@@ -183,9 +184,7 @@ class ManagementClient:
             if self._mgmt is not None:
                 return
             client = self.settings.async_producer(retry_total=0)
-            auth = await client._create_auth_async()
-            mgmt = client._amqp_transport.create_mgmt_client(client._address, mgmt_auth=auth, config=client._config)
-            await mgmt.open_async()
+            auth, mgmt = await sdk.open_management(client)
             while not await mgmt.client_ready_async():
                 await asyncio.sleep(0.01)
             self._client, self._auth, self._mgmt = client, auth, mgmt
@@ -208,7 +207,7 @@ class ManagementClient:
         try:
             await self._ensure_open()
             client, mgmt = self._client, self._mgmt
-            message = client._amqp_transport.build_message(application_properties=dict(properties))
+            message = sdk.management_message(client, properties)
             message.application_properties["security_token"] = (await self._auth.get_token()).token
             self.calls += 1
             status, description, response = await mgmt.mgmt_request_async(

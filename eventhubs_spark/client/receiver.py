@@ -27,9 +27,7 @@ Owner-level (epoch) receivers are claims on a partition, so two rules keep them 
 
 from __future__ import annotations
 
-import io
 import logging
-import select
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DataLossError, EventHubsTimeoutError, ReceiverDisconnectedError
+from . import sdk
 from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ class PartitionReceiver:
         self.displaced_reading = 0  # reopened once because the link was taken during a read
         self.closed_idle = 0  # reopened because the service closed the idle link or connection
         self._consumer_error: str | None = None
-        self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see _deliver_raw)
+        self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see sdk.deliver_raw)
 
     def _on_events(self, events: Any) -> None:
         if isinstance(events, list):
@@ -89,17 +88,18 @@ class PartitionReceiver:
 
     def open_at(self, sequence_number: int) -> None:
         self._close_consumer()
-        self._consumer = self._client._create_consumer(
+        self._consumer = sdk.create_consumer(
+            self._client,
             self.config.consumer_group,
             self.partition,
             sequence_number,
             self._on_events,
-            event_position_inclusive=True,
+            inclusive=True,
             owner_level=self.config.owner_level if self.config.exclusive else None,
             prefetch=self.config.prefetch,
         )
-        self._raw = _deliver_raw(self._consumer)
-        _bounded_reads(self._consumer, self.config.prefetch)
+        self._raw = sdk.deliver_raw(self._consumer)
+        sdk.bounded_reads(self._consumer, self.config.prefetch)
         self._carry = []
         self.position = sequence_number
         self.opens += 1
@@ -194,37 +194,24 @@ class PartitionReceiver:
         service's idle timer) or a close sent then is still waiting on the socket: process what is
         already there, without waiting for more, and look at the link and the connection.
         """
-        drain_pending_frames(self._consumer, limit=4 * self.config.prefetch + 16)
+        sdk.drain_pending_frames(self._consumer, limit=4 * self.config.prefetch + 16)
         error = self._link_error()
-        if error is not None:
-            return error
-        connection = getattr(getattr(self._consumer, "_handler", None), "_connection", None)
-        closed = getattr(connection, "_error", None)
-        return None if closed is None else str(closed)
+        return error if error is not None else sdk.connection_error(self._consumer)
 
     def _next_events(self, wanted: int) -> list[Any] | None:
         if self._carry:
             taken, self._carry = self._carry[:wanted], self._carry[wanted:]
             return taken
         self._received = []
-        consumer = self._consumer
-        frames = max(1, min(wanted, self.config.prefetch))
-        # The SDK reads up to ``_prefetch`` frames per call and returns early only when the socket goes quiet,
-        # so under a steady trickle of new events it would wait for a whole prefetch window (500 events at
-        # 50 events/s: 10 s) although the range needs far fewer. Read no more frames than the range needs;
-        # the link credit stays the full prefetch (see _bounded_reads).
-        consumer._prefetch = frames
         try:
-            consumer.receive(batch=True, max_batch_size=frames, max_wait_time=None)
-            _buffer_socket_reads(consumer)
+            # no more frames than the range needs (see sdk.receive_frames)
+            sdk.receive_frames(self._consumer, max(1, min(wanted, self.config.prefetch)), self.config.prefetch)
         except Exception as exc:
             text = str(exc)
             if _is_stolen(text):
                 self._consumer_error = text
                 return None
             raise
-        finally:
-            consumer._prefetch = self.config.prefetch
         return self._received or None
 
     def _link_error(self) -> str | None:
@@ -232,10 +219,7 @@ class PartitionReceiver:
         if pending:
             self._consumer_error = None
             return str(pending)
-        handler = getattr(self._consumer, "_handler", None)
-        link = getattr(handler, "_link", None)
-        error = getattr(link, "_error", None)
-        return None if error is None else str(error)
+        return sdk.link_error(self._consumer)
 
     def _close_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -267,154 +251,6 @@ def close_later(closable: Any) -> None:
 
 
 _SEQ = b"x-opt-sequence-number"
-
-
-class _Delivered:
-    """What the SDK consumer remembers of the last event handed out: its offset, to reconnect after it.
-
-    The SDK reads ``offset`` only when it reconnects, so it is decoded then, not for every event.
-    """
-
-    __slots__ = ("message",)
-
-    def __init__(self) -> None:
-        self.message: Any = None
-
-    @property
-    def offset(self) -> str | None:
-        from ..arrow import offset_text
-
-        return offset_text((self.message.message_annotations or {}).get(b"x-opt-offset"))
-
-
-def _deliver_raw(consumer: Any) -> bool:
-    """Make an SDK consumer hand out the received AMQP messages themselves instead of ``EventData``.
-
-    Building an ``EventData`` per event costs more CPU than decoding the AMQP frame; the Arrow batch is
-    built straight from the messages instead (:func:`eventhubs_spark.arrow.messages_to_batch`). The
-    consumer still needs the last delivered event's offset to reconnect after it, which is kept.
-    Only for the SDK's own (pyamqp) transport; with another one, events stay ``EventData``.
-    """
-    transport = getattr(consumer, "_amqp_transport", None)
-    buffer = getattr(consumer, "_message_buffer", None)
-    if getattr(transport, "KIND", None) != "pyamqp" or buffer is None:
-        return False
-    last = _Delivered()
-
-    def next_message() -> Any:
-        message = buffer.popleft()
-        last.message = message
-        consumer._last_received_event = last
-        return message
-
-    consumer._next_message_in_buffer = next_message
-    return True
-
-
-_READ_CHUNK = 64 * 1024
-
-
-def _buffer_socket_reads(consumer: Any) -> None:
-    """Make the consumer's AMQP transport read the socket in large chunks.
-
-    The SDK's transport reads every frame with two ``recv`` calls of exactly the header's and the
-    body's size: two system calls per event, a tenth of a task's read loop. Reading up to 64 KiB at
-    a time and serving the frames from that buffer keeps its exact semantics (the transport already
-    serves reads from ``_read_buffer`` first, and the socket is only read when that is empty, so a
-    timeout or an error never strands buffered bytes). Only the SDK's own socket transport is
-    changed, per connection; anything else is left alone.
-    """
-    handler = getattr(consumer, "_handler", None)
-    transport = getattr(getattr(handler, "_connection", None), "_transport", None)
-    if transport is None or getattr(transport, "_chunked", False):
-        return
-    if not any(cls.__name__ == "SSLTransport" for cls in type(transport).__mro__):
-        return
-    if not all(hasattr(transport, name) for name in ("_read", "_read_buffer", "sock")):
-        return  # another SDK version: keep its own reads
-    original = transport._read
-    chunk = bytearray(_READ_CHUNK)
-    chunk_view = memoryview(chunk)
-
-    def read(n: int, initial: bool = False, buffer: Any = None, **kwargs: Any) -> Any:
-        view = buffer if buffer is not None else memoryview(bytearray(n))
-        got = transport._read_buffer.readinto(view)
-        if got == n:
-            return view
-        if got:  # a partial buffer: let the SDK's own read finish this frame part
-            transport._read_buffer = io.BytesIO(bytes(view[:got]))
-            return original(n, initial=initial, buffer=buffer, **kwargs)
-        try:
-            received = transport.sock.recv_into(chunk_view)
-        except TimeoutError:
-            transport._read_buffer = io.BytesIO()  # as the SDK's read leaves it: nothing read
-            raise
-        except Exception:
-            return original(n, initial=initial, buffer=buffer, **kwargs)  # the SDK's own handling: EINTR, errors
-        if not received:
-            raise OSError("Server unexpectedly closed connection")
-        take = min(received, n)
-        view[:take] = chunk_view[:take]
-        if take < received:
-            transport._read_buffer = io.BytesIO(bytes(chunk_view[take:received]))
-            return view
-        if take == n:
-            return view
-        transport._read_buffer = io.BytesIO(bytes(view[:take]))
-        return original(n, initial=initial, buffer=buffer, **kwargs)
-
-    transport._read = read
-    transport._chunked = True
-
-
-def _bounded_reads(consumer: Any, prefetch: int) -> None:
-    """Links are always created with the full prefetch as their credit, whatever a read asks for."""
-    create = consumer._create_handler
-
-    def create_with_full_credit(auth: Any) -> None:
-        asked = consumer._prefetch
-        consumer._prefetch = prefetch
-        try:
-            create(auth)
-        finally:
-            consumer._prefetch = asked
-
-    consumer._create_handler = create_with_full_credit
-
-
-def drain_pending_frames(consumer: Any, limit: int) -> None:
-    """Process the frames already waiting on an SDK consumer's connection, without blocking.
-
-    Transfers land in the consumer's buffer as they would on its next ``receive``; a detach sets the
-    link's error. Reads only while bytes are there (in the transport's buffer, TLS's, or the socket),
-    so an idle connection costs one ``select`` with no wait. Anything unexpected is left for the next
-    ``receive`` to meet and handle as it always does.
-    """
-    handler = getattr(consumer, "_handler", None)
-    connection: Any = getattr(handler, "_connection", None)
-    transport = getattr(connection, "_transport", None)
-    sock = getattr(transport, "sock", None)
-    link = getattr(handler, "_link", None)
-    if sock is None or link is None or not hasattr(connection, "listen"):
-        return
-    try:
-        for _ in range(limit):
-            if getattr(link, "_error", None) is not None or not _input_waiting(transport, sock):
-                return
-            connection.listen(wait=False, batch=1)
-    except Exception:
-        _LOG.debug("reading pending frames failed; the next receive meets it", exc_info=True)
-
-
-def _input_waiting(transport: Any, sock: Any) -> bool:
-    buffered = getattr(transport, "_read_buffer", None)
-    if isinstance(buffered, io.BytesIO) and buffered.tell() < len(buffered.getbuffer()):
-        return True
-    pending = getattr(sock, "pending", None)  # bytes TLS has decrypted but not handed out
-    if callable(pending) and pending() > 0:
-        return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
 
 
 def _first_line(text: str) -> str:

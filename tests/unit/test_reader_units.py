@@ -372,7 +372,7 @@ def test_chunked_socket_reads_hand_the_sdk_the_same_frames(bodies, splits, timeo
 
     from azure.eventhub._pyamqp._transport import SSLTransport
 
-    from eventhubs_spark.client.receiver import _buffer_socket_reads
+    from eventhubs_spark.client.sdk import buffer_socket_reads as _buffer_socket_reads
 
     frames = [struct.pack(">IBBH", 8 + len(b), 2, 0, 0) + b for b in bodies]
     stream = b"".join(frames)
@@ -412,7 +412,7 @@ def test_chunked_reads_leave_an_unknown_transport_alone():
 
     from azure.eventhub._pyamqp._transport import SSLTransport
 
-    from eventhubs_spark.client.receiver import _buffer_socket_reads
+    from eventhubs_spark.client.sdk import buffer_socket_reads as _buffer_socket_reads
 
     transport = object.__new__(SSLTransport)  # no sock, no _read_buffer: as a future SDK might be
     consumer = SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
