@@ -103,7 +103,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         from .localspark import local_session
 
         print("starting Spark (about 10 s)...", flush=True)
-        spark = local_session("eventhubs-spark demo")  # conf/spark-defaults.conf
+        spark = local_session("eventhubs-spark demo")  # eventhubs_spark/conf/spark-defaults.conf
         for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
             signal.signal(sig, lambda signum, frame: stop_requested.set())
         from . import register

@@ -1,42 +1,40 @@
-"""Local Spark as the tests and ``eventhubs-spark demo`` start it, from ``conf/spark-defaults.conf``.
+"""Local Spark as the tests and ``eventhubs-spark demo`` start it.
 
-The settings live in the source tree's ``conf/`` so there is one place to change them; an installed
-package without the tree falls back to the same values built in.
+The settings are files of the package (``eventhubs_spark/conf/spark-defaults.conf`` and the
+``log4j2.properties`` it points to), read through ``importlib.resources``: the same whether the
+package runs from a checkout or from an installed wheel. ``{conf}`` in a value stands for that
+directory.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-FALLBACK = {
-    "spark.master": "local[2]",
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.driver.memory": "1g",
-}
+
+def conf_dir() -> Path:
+    """The package's ``conf`` directory on disk."""
+    return Path(str(resources.files("eventhubs_spark") / "conf"))
 
 
 def spark_defaults(path: Path | None = None) -> dict[str, str]:
-    """``key value`` lines of a spark-defaults file; ``conf/...`` paths in values are made absolute."""
-    path = path or ROOT / "conf" / "spark-defaults.conf"
-    if not path.exists():
-        return dict(FALLBACK)
+    """``key value`` lines of a spark-defaults file, ``{conf}`` replaced by the package's conf directory."""
+    path = path or conf_dir() / "spark-defaults.conf"
     out = {}
     for raw in path.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         key, _, value = line.partition(" ")
-        out[key] = value.strip().replace("=conf/", f"={ROOT}/conf/")
+        out[key] = value.strip().replace("{conf}", str(path.parent))
     return out
 
 
 def local_session(app_name: str, **overrides: str) -> Any:
-    """A local SparkSession with the project's defaults (and Python workers on this interpreter)."""
+    """A local SparkSession with the package's defaults (and Python workers on this interpreter)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

@@ -230,7 +230,9 @@ class EventSender:
             return
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
             results = list(pool.map(lambda item: self._send_all(*item), work.items()))
-        for (kind, value), sent in zip(work, results, strict=True):
+        # the report is updated here, on the task's thread, never from the sending threads
+        for (kind, value), (sent, sent_batches) in zip(work, results, strict=True):
+            self.report.batches += sent_batches
             if kind == "partition":
                 self.report.by_partition[value] = self.report.by_partition.get(value, 0) + sent
             else:
@@ -266,13 +268,13 @@ class EventSender:
             f"size of {limit} bytes; split or compress the body. Nothing was dropped: the write fails instead."
         )
 
-    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> int:
+    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> tuple[int, int]:
+        """Send one target's batches in order; returns (events, batches) sent."""
         sent = 0
         for batch, count in batches:
             self._send_with_retry(batch, count, target)
             sent += count
-            self.report.batches += 1
-        return sent
+        return sent, len(batches)
 
     def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""

@@ -120,7 +120,7 @@ def spark() -> Iterator[object]:
     """One local Spark session for the whole run (starting one costs about 6 s)."""
     from eventhubs_spark.localspark import local_session
 
-    session = local_session("eventhubs-spark-tests")  # conf/spark-defaults.conf and conf/log4j2.properties
+    session = local_session("eventhubs-spark-tests")  # eventhubs_spark/conf/spark-defaults.conf
     session.sparkContext.setLogLevel("WARN")
     try:
         yield session
