@@ -86,6 +86,49 @@ def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: 
 
 
 @dataclass(frozen=True)
+class TriggerPlan:
+    """What one trigger reads: ``end`` per partition, the ``latest`` it may report, and whether it was
+    skipped to wait for ``minEventsPerTrigger`` (then ``end`` is where it began)."""
+
+    end: dict[str, int]
+    latest: dict[str, int]
+    skipped: bool
+    backlog: int
+
+
+def plan_trigger(
+    begin: Mapping[str, int],
+    latest: Mapping[str, int],
+    *,
+    max_events: int | None,
+    target: Mapping[str, int] | None = None,
+    min_events: int | None = None,
+    max_trigger_delay: float = 900.0,
+    now: float = 0.0,
+    last_batch_at: float = 0.0,
+) -> TriggerPlan:
+    """The decision inside ``latestOffset``, with the clock passed in.
+
+    - ``target`` (``Trigger.AvailableNow``): no partition reads past what was there when the run began.
+    - ``latest`` never lies behind ``begin`` (a partition's end seen before a restart, or a range
+      planned past it).
+    - ``min_events``: while fewer events wait, the trigger is skipped, until ``max_trigger_delay``
+      seconds have passed since the last batch that read anything (never under AvailableNow, whose
+      run must end).
+    - ``max_events``: the admission limit, split across partitions in proportion to their backlog
+      (:func:`rate_limit`); None reads everything.
+    """
+    capped = dict(latest)
+    if target is not None:
+        capped = {pid: min(capped[pid], target.get(pid, begin[pid])) for pid in capped}
+    capped = {pid: max(capped[pid], begin[pid]) for pid in capped}
+    backlog = sum(capped[p] - begin[p] for p in capped)
+    if min_events and target is None and 0 < backlog < min_events and now - last_batch_at < max_trigger_delay:
+        return TriggerPlan(dict(begin), capped, True, backlog)
+    return TriggerPlan(rate_limit(begin, capped, max_events), capped, False, backlog)
+
+
+@dataclass(frozen=True)
 class Range:
     partition: str
     start: int

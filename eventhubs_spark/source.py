@@ -24,7 +24,7 @@ from .client.management import ManagementClient, PartitionInfo
 from .client.receiver import POOL, RangeResult, ReceiverConfig
 from .client.settings import ConnectionSettings, EntraSettings
 from .errors import DataLossError, OptionError
-from .offsets import Range, SourceOffset, rate_limit, split_ranges
+from .offsets import Range, SourceOffset, plan_trigger, split_ranges
 from .options import BATCH, STREAM, Options, parse_options
 from .positions import Latest, Position
 from .resolve import resolve
@@ -517,10 +517,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
         if completed:
             self.planner.mirror(begin, infos)
-        if self._target is not None:
-            latest = {pid: min(latest[pid], self._target.get(pid, begin[pid])) for pid in latest}
-        latest = {pid: max(latest[pid], begin[pid]) for pid in latest}
-        self._latest = latest
         if limit is None:
             # Spark 4.0/4.1: no admission control. Only an explicit maxEventsPerTrigger applies, because
             # Trigger.AvailableNow there takes this answer as the end of the whole run.
@@ -529,21 +525,24 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             max_events = limit.max_rows
         else:
             max_events = None
-        backlog = sum(latest[p] - begin[p] for p in latest)
-        min_events = self.planner.options.get("minEventsPerTrigger")
         now = time.monotonic()
-        if min_events and self._target is None and 0 < backlog < min_events:
-            waited = now - self._last_batch_at
-            if waited < self.planner.options["maxTriggerDelay"]:
-                _LOG.info(
-                    "hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger",
-                    self.hub,
-                    backlog,
-                    min_events,
-                )
-                self._last_end = begin
-                return SourceOffset(self.hub, begin).to_json()
-        end = rate_limit(begin, latest, max_events)
+        plan = plan_trigger(
+            begin,
+            latest,
+            max_events=max_events,
+            target=self._target,
+            min_events=self.planner.options.get("minEventsPerTrigger"),
+            max_trigger_delay=self.planner.options["maxTriggerDelay"],
+            now=now,
+            last_batch_at=self._last_batch_at,
+        )
+        latest = self._latest = plan.latest
+        if plan.skipped:
+            _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger", self.hub,
+                      plan.backlog, self.planner.options.get("minEventsPerTrigger"))  # fmt: skip
+            self._last_end = begin
+            return SourceOffset(self.hub, begin).to_json()
+        end = plan.end
         if end != begin:
             self._last_batch_at = now
         end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
