@@ -46,17 +46,24 @@ def test_an_option_only_a_batch_read_takes_fails_a_stream_with_our_message(spark
     assert "UnboundLocalError" not in error
 
 
-def test_a_script_run_with_the_venv_python_without_activating_it(tmp_path, eventhub):
+@pytest.mark.parametrize("imports", [True, False], ids=["import eventhubs_spark", "the ./dev venv alone"])
+def test_a_script_run_with_the_venv_python_without_activating_it(tmp_path, eventhub, imports):
     """Spark's Python workers start `python3` from PATH unless told otherwise: importing the connector
-    makes them use the interpreter it is installed in."""
+    makes them use the interpreter it is installed in, and so does the ./dev venv by itself (the
+    README's case: `.venv/bin/python job.py`)."""
+    import site
+
     from .sdk_helpers import send
 
+    if not imports:
+        pth = Path(site.getsitepackages()[0]) / "eventhubs_spark_checkout.pth"
+        assert pth.exists(), f"{pth} is missing: this venv was not set up by ./dev (run ./dev setup)"
     send(eventhub.connection_string, ["hello"], partition_id="0")
     script = tmp_path / "job.py"
     script.write_text(
-        textwrap.dedent(
+        ("import eventhubs_spark  # also points Spark's Python workers at this interpreter\n" if imports else "")
+        + textwrap.dedent(
             f"""
-            import eventhubs_spark  # also points Spark's Python workers at this interpreter
             from pyspark.sql import SparkSession
 
             spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
