@@ -11,6 +11,8 @@ from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, Rece
 from eventhubs_spark.client.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
 
+from .test_reader_units import Clock, FakeReceiver
+
 SETTINGS = parse_connection_string(
     "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=hub;UseDevelopmentEmulator=true"
 )
@@ -125,24 +127,6 @@ def test_the_next_task_reads_on_after_a_read_that_was_displaced_once():
 
 
 # --- the pool lets idle receivers go -----------------------------------------------------------------
-
-
-class FakeReceiver:
-    def __init__(self, settings, config, partition):
-        self.settings, self.config, self.partition = settings, config, partition
-        self.position = None
-        self.closed = False
-
-    def close(self):
-        self.closed = True
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_idle_receivers_close_after_the_time_their_task_gave_even_without_another_task():
