@@ -1,6 +1,7 @@
 """Shared fixtures: Azurite (the real blob service, from node_modules) and one Spark session.
 
-The emulator fixtures (``eventhubs_emulator``, ``eventhub``) come from the package's pytest plugin.
+The emulator fixtures (``eventhubs_emulator``, ``eventhub``) come from the package's pytest plugin,
+which a test suite opts into (installing the package loads nothing into other pytest runs).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["eventhubs_spark.emulator.pytest_plugin"]
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_ACCOUNT = "devstoreaccount1"

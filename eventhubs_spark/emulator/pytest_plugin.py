@@ -1,4 +1,9 @@
-"""pytest fixtures for the emulator, registered as a pytest plugin when the package is installed.
+"""pytest fixtures for the emulator, as a pytest plugin a test suite opts into, in its conftest.py::
+
+    pytest_plugins = ["eventhubs_spark.emulator.pytest_plugin"]
+
+(or ``pytest -p eventhubs_spark.emulator.pytest_plugin``). It is not registered on install, so it
+loads into no other pytest run of an environment that has the package.
 
 * ``eventhubs_emulator`` (session): one running emulator for the whole test session.
 * ``eventhub`` (function): a fresh, uniquely named hub with 4 partitions on it, so tests never see
