@@ -35,6 +35,7 @@ ROWS: list[tuple[str, int, int]] = [
     ('{"offset": "O5", "isInclusive": false}', 6, 6),
     ('{"enqueuedTime": "T5"}', 6, 6),  # strictly after: the Java client's filter is ">"
     ('{"enqueuedTime": "T5", "isInclusive": true}', 6, 6),  # isInclusive ignored for times
+    ('{"enqueuedTime": "T5", "isInclusive": false}', 6, 6),
     ('{"offset": "-1"}', 0, 0),
     ('{"offset": "@latest"}', COUNT, COUNT),
     ('{"offset": "O9", "isInclusive": false}', COUNT, COUNT),  # past the last event: the partition's end
