@@ -11,18 +11,17 @@ import logging
 import os
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from .arrow import SCHEMA_DDL, messages_to_batch
+from .checkpoints.mirror import CheckpointMirror
 from .client.management import ManagementClient, PartitionInfo
 from .client.receiver import POOL, RangeResult, ReceiverConfig
-from .client.settings import ConnectionSettings, EntraSettings
+from .client.settings import ConnectionSettings
 from .errors import DataLossError, OptionError
 from .offsets import Range, SourceOffset, plan_trigger, split_ranges
 from .options import BATCH, STREAM, Options, parse_options
@@ -165,33 +164,12 @@ class _Planner:
         )
         self._ids: list[str] | None = None
         self._ids_at = 0.0
-        self._store: Any = None
-        self._mirrored: dict[str, int] = {}
-        # Offsets this planner has seen in partition properties, by partition and sequence number: a
-        # mirrored checkpoint whose event is among them needs no lookup on the hub.
-        self._known_offsets: dict[str, OrderedDict[int, str]] = {}
+        self.mirror = CheckpointMirror(self.options, self.settings, self.config)  # the store: progress, hand-over
         self._ownership: Any = None
 
-    # -- the blob checkpoint store mirror --
     def checkpoint_store(self) -> Any:
         """The configured blob checkpoint store, or None."""
-        container = self.options.get("eventhubs.checkpointStore.container")
-        if self._store is None and container:
-            from .checkpoints.blob import BlobCheckpointStore
-
-            url = self.options.get("eventhubs.checkpointStore.accountUrl")
-            if url:
-                sas = self.options.get("eventhubs.checkpointStore.sasToken")
-                # Without a SAS token the store signs in with the same Entra identity as the hub
-                # (or DefaultAzureCredential), built here, in this process.
-                credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
-                store = BlobCheckpointStore.from_account_url(url, container, credential)
-            else:
-                secret = self.options["eventhubs.checkpointStore.connectionString"]
-                store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
-            store.ensure_container()
-            self._store = store
-        return self._store
+        return self.mirror.store()
 
     def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         """eventhubs.startingPosition(s) per partition."""
@@ -206,20 +184,13 @@ class _Planner:
 
             found = {
                 pid: checkpoint_position(c, positions[pid])
-                for pid, c in self.store_checkpoints().items()
+                for pid, c in self.mirror.checkpoints().items()
                 if pid in infos and (c.sequence_number is not None or c.offset is not None)
             }
             _LOG.info("hub %s: starting %d partition(s) from checkpoint store checkpoints %s", self.settings.hub,
                       len(found), found)  # fmt: skip
             positions.update(found)
         return positions
-
-    def store_checkpoints(self) -> dict[str, Any]:
-        """The store's checkpoints of this hub and consumer group, by partition."""
-        listed = self.checkpoint_store().list_checkpoints(
-            self.settings.namespace, self.settings.hub, self.config.consumer_group
-        )
-        return {c.partition_id: c for c in listed}
 
     def ownership(self) -> Any:
         """Ownership mode's cycle for this query (built once, in the stream runner process), or None."""
@@ -243,68 +214,6 @@ class _Planner:
             _LOG.info("hub %s: ownership mode as owner %s (%s)", self.settings.hub, owner, config)
         return self._ownership
 
-    def _checkpoint(self, pid: str, nxt: int, infos: Mapping[str, PartitionInfo], released_by: str | None) -> Any:
-        """The checkpoint for a partition whose next event is ``nxt``: it names event ``nxt - 1``."""
-        from .checkpoints import Checkpoint
-        from .resolve import offset_of
-
-        info = infos.get(pid)
-        known: Mapping[int, str] = self._known_offsets.get(pid, {})
-        if nxt <= 0:  # nothing read yet: .NET and Java resume after -1, i.e. from the first event
-            offset = None
-        elif info is not None and info.end == nxt:
-            offset = info.last_enqueued_offset
-        elif nxt - 1 in known:
-            offset = known[nxt - 1]
-        else:
-            # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
-            # executor receiver of this partition (it reopens at its position; see client.receiver).
-            offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
-        ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
-        return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)
-
-    def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
-        """Write completed progress to the checkpoint store; failures are logged and caught up later.
-
-        A checkpoint names the last processed event (``next - 1``) with that event's own offset, which the
-        Python SDK needs to resume; it comes from the partition's properties when the query is caught up,
-        and is read from the hub otherwise.
-        """
-        if not self.options.get("eventhubs.checkpointStore.container"):
-            return
-        todo = {p: n for p, n in positions.items() if n > 0 and self._mirrored.get(p) != n}
-        if not todo:
-            return
-        try:
-            self._write_checkpoints(todo, infos, None)
-        except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
-            _LOG.warning("hub %s: could not mirror progress to the checkpoint store (will retry at the next "
-                         "commit): %s", self.settings.hub, exc)  # fmt: skip
-            return
-        _LOG.info("hub %s: mirrored checkpoints %s to the checkpoint store", self.settings.hub,
-                  {p: n - 1 for p, n in todo.items()})  # fmt: skip
-
-    def release(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo], owner: str) -> bool:
-        """Hand partitions over: their final checkpoints, marked as released by ``owner``."""
-        try:
-            self._write_checkpoints(dict(positions), infos, owner)
-        except Exception as exc:
-            _LOG.warning("hub %s: could not hand over partitions %s (retrying at the next trigger): %s",
-                         self.settings.hub, sorted(positions, key=int), exc)  # fmt: skip
-            return False
-        _LOG.info("hub %s: handed over partitions %s at checkpoints %s", self.settings.hub,
-                  sorted(positions, key=int), {p: n - 1 for p, n in positions.items()})  # fmt: skip
-        return True
-
-    def _write_checkpoints(
-        self, todo: dict[str, int], infos: Mapping[str, PartitionInfo], released: str | None
-    ) -> None:
-        store = self.checkpoint_store()
-        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-            checkpoints = list(pool.map(lambda item: self._checkpoint(item[0], item[1], infos, released), todo.items()))
-        store.update_checkpoints(checkpoints)
-        self._mirrored.update(todo)
-
     @property
     def management(self) -> ManagementClient:
         return ManagementClient.get(self.settings, self.options["eventhubs.operationTimeout"])
@@ -322,12 +231,7 @@ class _Planner:
                 )
             self._ids, self._ids_at = ids, now
         infos = self.management.partition_properties(self._ids)
-        for pid, info in infos.items():
-            if not info.is_empty and info.last_enqueued_offset is not None:
-                known = self._known_offsets.setdefault(pid, OrderedDict())
-                known[info.end - 1] = str(info.last_enqueued_offset)
-                while len(known) > 256:
-                    known.popitem(last=False)
+        self.mirror.note(infos)
         return infos
 
     def positions_for(
@@ -440,12 +344,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             elif (planned is None and tenure.resumed) or (planned is not None and planned == tenure):
                 keep[pid] = n
             # else: owned again after someone else held it, so its position is stale: start over below
-        if self._handover and self.planner.release(self._handover, infos, ownership.owner_id):
+        if self._handover and self.planner.mirror.release(self._handover, infos, ownership.owner_id):
             self._handover = {}
         gained = [pid for pid in tenures if pid not in keep and pid in infos]
         fresh: dict[str, int] = {}
         if gained:
-            checkpoints = self.planner.store_checkpoints()
+            checkpoints = self.planner.mirror.checkpoints()
             configured = self.planner.configured_starts(infos)
             expiry, now = ownership.config.expiry, time.time()
             starts = {}
@@ -516,7 +420,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
         if completed:
-            self.planner.mirror(begin, infos)
+            self.planner.mirror.mirror(begin, infos)
         if limit is None:
             # Spark 4.0/4.1: no admission control. Only an explicit maxEventsPerTrigger applies, because
             # Trigger.AvailableNow there takes this answer as the end of the whole run.
@@ -587,7 +491,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def commit(self, end: dict[str, Any]) -> None:
         positions = SourceOffset.from_json(end, self.hub).positions
         _LOG.info("hub %s: committed %s", self.hub, dict(positions))
-        self.planner.mirror(positions, self._infos)
+        self.planner.mirror.mirror(positions, self._infos)
 
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""

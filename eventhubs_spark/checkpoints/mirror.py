@@ -1,0 +1,134 @@
+"""A query's progress in the blob checkpoint store: the mirror, and the hand-over of partitions.
+
+The Spark checkpoint is the query's source of truth; the store is a mirror for monitoring, for SDK
+processors and for a restarted query without a Spark checkpoint. A checkpoint names the last
+processed event, so a query whose next event is ``n`` writes ``n - 1`` with that event's own offset
+(the Python SDK resumes by offset only). The offset comes from partition properties when the
+planner has seen that event as a partition's last (:meth:`CheckpointMirror.note`), else from an
+owner-level lookup on the hub between micro-batches (see :mod:`eventhubs_spark.resolve`).
+
+A hand-over (ownership mode) is the same write with a ``releasedby`` marker naming the owner that
+let the partition go (see :mod:`eventhubs_spark.ownership`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..client.management import PartitionInfo
+from ..client.receiver import ReceiverConfig
+from ..client.settings import ConnectionSettings, EntraSettings
+from . import Checkpoint
+
+_LOG = logging.getLogger("eventhubs_spark")
+_KNOWN_PER_PARTITION = 256
+
+
+class CheckpointMirror:
+    """Writes completed progress and hand-overs for one query; reads the store's checkpoints."""
+
+    def __init__(self, options: Any, settings: ConnectionSettings, config: ReceiverConfig) -> None:
+        self.options = options
+        self.settings = settings
+        self.config = config
+        self._store: Any = None
+        self._mirrored: dict[str, int] = {}
+        # Offsets seen in partition properties, by partition and sequence number: a checkpoint whose
+        # event is among them needs no lookup on the hub.
+        self._known_offsets: dict[str, OrderedDict[int, str]] = {}
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.options.get("eventhubs.checkpointStore.container"))
+
+    def store(self) -> Any:
+        """The configured blob checkpoint store (built once, in this process), or None."""
+        container = self.options.get("eventhubs.checkpointStore.container")
+        if self._store is None and container:
+            from .blob import BlobCheckpointStore
+
+            url = self.options.get("eventhubs.checkpointStore.accountUrl")
+            if url:
+                sas = self.options.get("eventhubs.checkpointStore.sasToken")
+                # Without a SAS token the store signs in with the same Entra identity as the hub
+                # (or DefaultAzureCredential), built here, in this process.
+                credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
+                store = BlobCheckpointStore.from_account_url(url, container, credential)
+            else:
+                secret = self.options["eventhubs.checkpointStore.connectionString"]
+                store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
+            store.ensure_container()
+            self._store = store
+        return self._store
+
+    def checkpoints(self) -> dict[str, Any]:
+        """The store's checkpoints of this hub and consumer group, by partition."""
+        listed = self.store().list_checkpoints(self.settings.namespace, self.settings.hub, self.config.consumer_group)
+        return {c.partition_id: c for c in listed}
+
+    def note(self, infos: Mapping[str, PartitionInfo]) -> None:
+        """Remember each partition's last event and its offset, from fresh partition properties."""
+        for pid, info in infos.items():
+            if not info.is_empty and info.last_enqueued_offset is not None:
+                known = self._known_offsets.setdefault(pid, OrderedDict())
+                known[info.end - 1] = str(info.last_enqueued_offset)
+                while len(known) > _KNOWN_PER_PARTITION:
+                    known.popitem(last=False)
+
+    def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
+        """Write completed progress; a failure is logged and caught up at the next call."""
+        if not self.configured:
+            return
+        todo = {p: n for p, n in positions.items() if n > 0 and self._mirrored.get(p) != n}
+        if not todo:
+            return
+        try:
+            self._write(todo, infos, None)
+        except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
+            _LOG.warning("hub %s: could not mirror progress to the checkpoint store (will retry at the next "
+                         "commit): %s", self.settings.hub, exc)  # fmt: skip
+            return
+        _LOG.info("hub %s: mirrored checkpoints %s to the checkpoint store", self.settings.hub,
+                  {p: n - 1 for p, n in todo.items()})  # fmt: skip
+
+    def release(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo], owner: str) -> bool:
+        """Hand partitions over: their final checkpoints, marked as released by ``owner``."""
+        try:
+            self._write(dict(positions), infos, owner)
+        except Exception as exc:
+            _LOG.warning("hub %s: could not hand over partitions %s (retrying at the next trigger): %s",
+                         self.settings.hub, sorted(positions, key=int), exc)  # fmt: skip
+            return False
+        _LOG.info("hub %s: handed over partitions %s at checkpoints %s", self.settings.hub,
+                  sorted(positions, key=int), {p: n - 1 for p, n in positions.items()})  # fmt: skip
+        return True
+
+    def _write(self, todo: dict[str, int], infos: Mapping[str, PartitionInfo], released: str | None) -> None:
+        store = self.store()
+        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+            checkpoints = list(pool.map(lambda item: self._checkpoint(item[0], item[1], infos, released), todo.items()))
+        store.update_checkpoints(checkpoints)
+        self._mirrored.update(todo)
+
+    def _checkpoint(self, pid: str, nxt: int, infos: Mapping[str, PartitionInfo], released_by: str | None) -> Any:
+        """The checkpoint for a partition whose next event is ``nxt``: it names event ``nxt - 1``."""
+        from ..resolve import offset_of
+
+        info = infos.get(pid)
+        known: Mapping[int, str] = self._known_offsets.get(pid, {})
+        if nxt <= 0:  # nothing read yet: .NET and Java resume after -1, i.e. from the first event
+            offset = None
+        elif info is not None and info.end == nxt:
+            offset = info.last_enqueued_offset
+        elif nxt - 1 in known:
+            offset = known[nxt - 1]
+        else:
+            # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
+            # executor receiver of this partition (it reopens at its position; see client.receiver).
+            offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
+        ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
+        return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)
