@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, latency, planning, pool_memory, read, sink, soak
+from . import emulator_sdk, latency, planning, pool_memory, read, read_profile, sink, soak
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
     "read": read.run,
+    "read_profile": read_profile.run,  # issue 16: where a read's microseconds go
     "sink": sink.run,
     "planning": planning.run,
     "latency": latency.run,
