@@ -60,17 +60,10 @@ def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
-        while True:
-            try:
-                code = child.wait()
-                break
-            except InterruptedError:
-                continue
+        code = child.wait()  # resumed after the handler runs (PEP 475)
     finally:
         signal.signal(signal.SIGINT, previous)
-    if interrupted:
-        return 130
-    return code
+    return 130 if interrupted else code
 
 
 def _demo_run(args: argparse.Namespace) -> int:
@@ -142,7 +135,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         before = dict(read)
         live = sys.stdout.isatty()
         try:
-            while time.monotonic() - started < args.seconds and not stop_requested.is_set():
+            while time.monotonic() - started < args.seconds:
                 if stop_requested.wait(1.0):
                     break
                 if query.exception() is not None:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
@@ -167,10 +167,6 @@ class _Planner:
         self.mirror = CheckpointMirror(self.options, self.settings, self.config)  # the store: progress, hand-over
         self._ownership: Any = None
 
-    def checkpoint_store(self) -> Any:
-        """The configured blob checkpoint store, or None."""
-        return self.mirror.store()
-
     def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         """eventhubs.startingPosition(s) per partition."""
         return self.positions_for(
@@ -208,7 +204,7 @@ class _Planner:
             )
             owner = self.options.get("eventhubs.ownerId") or default_owner_id()
             self._ownership = QueryOwnership(
-                self.checkpoint_store(), self.settings.namespace, self.settings.hub, self.config.consumer_group,
+                self.mirror.store(), self.settings.namespace, self.settings.hub, self.config.consumer_group,
                 owner, lambda: list(self._ids or []), config,
             )  # fmt: skip
             _LOG.info("hub %s: ownership mode as owner %s (%s)", self.settings.hub, owner, config)
@@ -576,8 +572,8 @@ class EventHubsDataSource(DataSource):
         return stream_writer(self.options, schema)
 
 
-class _FailingStreamReader(DataSourceStreamReader):
-    """Reports an option error from the reader's first call.
+class _Failing:
+    """Reports an option error from a reader's first call.
 
     PySpark's stream runner calls ``reader.stop()`` in a ``finally`` around ``streamReader()``: an
     error raised there is replaced by ``UnboundLocalError: cannot access local variable 'reader'``.
@@ -587,33 +583,30 @@ class _FailingStreamReader(DataSourceStreamReader):
     def __init__(self, error: OptionError) -> None:
         self.error = error
 
-    def initialOffset(self) -> dict[str, Any]:
-        raise OptionError(str(self.error)) from None
-
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        raise OptionError(str(self.error)) from None
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+    def fail(self) -> NoReturn:
         raise OptionError(str(self.error)) from None
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        raise OptionError(str(self.error)) from None
+        self.fail()
+
+
+class _FailingStreamReader(_Failing, DataSourceStreamReader):
+    def initialOffset(self) -> dict[str, Any]:
+        self.fail()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        self.fail()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        self.fail()
 
     def stop(self) -> None:
         """Nothing was opened."""
 
 
-class _FailingReader(DataSourceReader):
-    """The batch reader's counterpart of :class:`_FailingStreamReader`."""
-
-    def __init__(self, error: OptionError) -> None:
-        self.error = error
-
+class _FailingReader(_Failing, DataSourceReader):
     def partitions(self) -> list[InputPartition]:
-        raise OptionError(str(self.error)) from None
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        raise OptionError(str(self.error)) from None
+        self.fail()
 
 
 def _append_only(overwrite: bool) -> None:

@@ -425,23 +425,21 @@ class ReceiverPool:
             except Exception:  # never let the reaper die: an idle receiver left open locks readers out
                 _LOG.warning("closing idle receivers failed", exc_info=True)
 
-    def _expire(self, now: float) -> list[PartitionReceiver]:
+    def _evict_idle(self, which: Callable[[PoolKey, _Entry], bool]) -> list[PartitionReceiver]:
+        """Remove the idle entries ``which`` selects; returns their receivers, to close outside the lock."""
         out = []
         for key, entry in list(self._entries.items()):
-            if not entry.in_use and now - entry.last_used > entry.idle_timeout:
+            if not entry.in_use and which(key, entry):
                 del self._entries[key]
                 self.stats.evictions += 1
                 out.append(entry.receiver)
         return out
 
+    def _expire(self, now: float) -> list[PartitionReceiver]:
+        return self._evict_idle(lambda key, entry: now - entry.last_used > entry.idle_timeout)
+
     def _release_unowned(self, prefix: PoolKey, scope: str | None, owned: frozenset[str]) -> list[PartitionReceiver]:
-        out = []
-        for key, entry in list(self._entries.items()):
-            if key[:-1] == prefix and entry.scope == scope and not entry.in_use and key[-1] not in owned:
-                del self._entries[key]
-                self.stats.evictions += 1
-                out.append(entry.receiver)
-        return out
+        return self._evict_idle(lambda key, entry: key[:-1] == prefix and entry.scope == scope and key[-1] not in owned)
 
     def _evict_over_capacity(self) -> list[PartitionReceiver]:
         out = []
