@@ -68,7 +68,7 @@ def start_emulator(
     return proc, conns
 
 
-def _send(conn: str, events: int, size: int, round_robin: bool = False) -> float:
+def send_events(conn: str, events: int, size: int, round_robin: bool = False) -> float:
     """Send with full ``send_batch`` batches: all to partition 0, or round-robin over the partitions."""
     body = b"x" * size
     with EventHubProducerClient.from_connection_string(conn) as producer:
@@ -130,7 +130,7 @@ def run(events: int = 100_000, size: int = 200) -> None:
         conn_hub = conn
         # send: every batch to partition 0, so the receive phase can read them all from one partition
         server0, client0 = _cpu_seconds(proc.pid), _cpu_seconds(me)
-        elapsed = _send(conn_hub, events, size)
+        elapsed = send_events(conn_hub, events, size)
         server1, client1 = _cpu_seconds(proc.pid), _cpu_seconds(me)
         rows.append(_row("send_batch", events, elapsed, server1 - server0, client1 - client0))
         in_partition = events

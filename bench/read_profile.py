@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import socket
-import subprocess
-import sys
 import time
 from typing import Any
 
+from .emulator_sdk import send_events, start_emulator
 from .results import record
 
 EVENTS = 100_000
@@ -32,45 +30,6 @@ _FUNCS = {
     "message_decode": ("_decode.py", "decode_payload"),
     "arrow": ("arrow.py", "messages_to_batch"),
 }
-
-
-def _emulator() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "eventhubs_spark.emulator", "--port", str(port), "--hub", "profile:1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    conn = (
-        f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
-        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;EntityPath=profile"
-    )
-    return proc, conn
-
-
-def _fill(conn: str) -> None:
-    from azure.eventhub import EventData, EventHubProducerClient
-
-    with EventHubProducerClient.from_connection_string(conn) as producer:
-        sent = 0
-        while sent < EVENTS:
-            batch = producer.create_batch(partition_id="0")
-            while sent < EVENTS:
-                try:
-                    batch.add(EventData(BODY))
-                except ValueError:
-                    break
-                sent += 1
-            producer.send_batch(batch)
 
 
 def _read_all(conn: str) -> int:
@@ -98,9 +57,10 @@ def _cumulative(stats: pstats.Stats) -> dict[str, float]:
 
 
 def run() -> None:
-    emulator, conn = _emulator()
+    emulator, conns = start_emulator({"profile": 1})
+    conn = conns["profile"]
     try:
-        _fill(conn)
+        send_events(conn, EVENTS, len(BODY))
         started, cpu = time.perf_counter(), time.process_time()
         rows = _read_all(conn)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from .emulator_sdk import _send, _start_emulator
+from .emulator_sdk import _start_emulator, send_events
 from .results import record
 
 PARTITIONS = 4
@@ -36,7 +36,7 @@ def run(events: int = 200_000, size: int = 200) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     rows: list[dict[str, Any]] = []
     try:
-        sdk_seconds = _send(conn, events, size, round_robin=True)
+        sdk_seconds = send_events(conn, events, size, round_robin=True)
         rows.append({"writer": "SDK send_batch (one process)", "events": events, "seconds": round(sdk_seconds, 2),
                      "events/s": events / sdk_seconds})  # fmt: skip
         df = spark.range(events).selectExpr(f"repeat('x', {size}) as body").cache()
