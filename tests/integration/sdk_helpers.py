@@ -87,6 +87,41 @@ class Receiver:
         self.close()
 
 
+class LiveProducer:
+    """Sends one event every 50 ms to a random partition, on a thread, from start() until stop().
+
+    Bodies are ``live-<partition>-<n>``; ``stop()`` returns every body sent (and may be called twice).
+    """
+
+    def __init__(self, conn: str, partitions: int, seed: int) -> None:
+        self.conn, self.partitions, self.seed = conn, partitions, seed
+        self.produced: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import itertools
+        import random
+
+        rng = random.Random(self.seed)
+        for i in itertools.count():
+            if self._stop.wait(0.05):
+                return
+            p = rng.randrange(self.partitions)
+            body = f"live-{p}-{i}"
+            send(self.conn, [body], partition_id=str(p))
+            self.produced.append(body)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        return list(self.produced)
+
+
 def receive(conn: str, count: int, timeout: float = 30.0, **options: Any) -> list[Any]:
     """Receive at least ``count`` events (or whatever came before ``timeout``) and stop."""
     with Receiver(conn, **options) as r:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import collections
 import itertools
-import random
 import threading
 import time
 
 import pytest
 
-from .sdk_helpers import send, wait_until
-from .test_ownership_spark import owners
+from .sdk_helpers import LiveProducer, send, wait_until
+from .test_ownership_spark import owners, ownership_options
 from .test_reader_spark import output, run_available_now, stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite, pytest.mark.slow]
@@ -54,14 +53,7 @@ def test_two_queries_and_an_sdk_processor_share_twelve_partitions(spark, azurite
 
     container = f"shared{next(_containers)}"
     ContainerClient.from_connection_string(azurite.connection_string, container).create_container()
-    options = {
-        "eventhubs__checkpointStore__connectionString": azurite.connection_string,
-        "eventhubs__checkpointStore__container": container,
-        "eventhubs__ownership": "true",
-        "eventhubs__loadBalancing__updateInterval": "1s",
-        "eventhubs__loadBalancing__ownershipExpiration": "6s",
-        "eventhubs__startingPosition": '{"offset": "-1"}',
-    }
+    options = ownership_options(azurite, container)
     expected: list[str] = []
     for p in range(12):
         batch = [f"first-{p}-{i}" for i in range(10)]
@@ -85,18 +77,6 @@ def test_two_queries_and_an_sdk_processor_share_twelve_partitions(spark, azurite
     )
     trigger = {"processingTime": "500 milliseconds"}
     queries = []
-    stop_producing = threading.Event()
-    produced: list[str] = []
-
-    def produce() -> None:
-        rng = random.Random(11)
-        for i in itertools.count():
-            if stop_producing.wait(0.05):
-                return
-            p = rng.randrange(12)
-            body = f"live-{p}-{i}"
-            send(eventhub.connection_string, [body], partition_id=str(p))
-            produced.append(body)
 
     def split_within_one(count: int) -> bool:
         split = owners(azurite, container, eventhub)
@@ -106,7 +86,7 @@ def test_two_queries_and_an_sdk_processor_share_twelve_partitions(spark, azurite
     def read_all() -> set[str]:
         return set(output(spark, tmp_path / "a")) | set(output(spark, tmp_path / "b")) | set(seen)
 
-    producer = threading.Thread(target=produce, daemon=True)
+    producer = LiveProducer(eventhub.connection_string, 12, seed=11)
     try:
         queries.append(stream(spark, eventhub, tmp_path / "a", trigger, eventhubs__ownerId="query-a", **options))
         queries.append(stream(spark, eventhub, tmp_path / "b", trigger, eventhubs__ownerId="query-b", **options))
@@ -118,9 +98,7 @@ def test_two_queries_and_an_sdk_processor_share_twelve_partitions(spark, azurite
         wait_until(lambda: split_within_one(3), timeout=150, message="a split within one over three owners")
         producer.start()
         time.sleep(3)
-        stop_producing.set()
-        producer.join(10)
-        expected += produced
+        expected += producer.stop()
         for p in range(12):
             send(eventhub.connection_string, [f"last-{p}"], partition_id=str(p))
             expected.append(f"last-{p}")
@@ -129,7 +107,7 @@ def test_two_queries_and_an_sdk_processor_share_twelve_partitions(spark, azurite
         processor_partitions = {body.split("-")[1] for body in seen if body.startswith("last-")}
         assert len(processor_partitions) >= 3, f"the processor reads its share, got {processor_partitions}"
     finally:
-        stop_producing.set()
+        producer.stop()
         for query in queries:
             query.stop()
         client.close()

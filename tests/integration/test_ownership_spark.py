@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-import random
-import threading
 
 import pytest
 
-from .sdk_helpers import send, wait_until
+from .sdk_helpers import LiveProducer, send, wait_until
 from .test_reader_spark import output, stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite, pytest.mark.partitions(6)]
@@ -28,9 +26,9 @@ def owners(azurite, container: str, eventhub) -> dict[str, int]:
     return dict(collections.Counter(o.owner_id for o in active_ownerships(listed, time.time(), 6.0).values()))
 
 
-def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azurite, eventhub, tmp_path):
-    container = f"owners{next(_containers)}"
-    options = {
+def ownership_options(azurite, container: str) -> dict[str, str]:
+    """Ownership mode on the store in ``container``, with short cycles, every partition from its start."""
+    return {
         "eventhubs__checkpointStore__connectionString": azurite.connection_string,
         "eventhubs__checkpointStore__container": container,
         "eventhubs__ownership": "true",
@@ -38,6 +36,11 @@ def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azuri
         "eventhubs__loadBalancing__ownershipExpiration": "6s",
         "eventhubs__startingPosition": '{"offset": "-1"}',
     }
+
+
+def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azurite, eventhub, tmp_path):
+    container = f"owners{next(_containers)}"
+    options = ownership_options(azurite, container)
     trigger = {"processingTime": "500 milliseconds"}
     expected: list[str] = []
     for p in range(6):
@@ -47,20 +50,7 @@ def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azuri
 
     a = stream(spark, eventhub, tmp_path / "a", trigger, eventhubs__ownerId="query-a", **options)
     b = None
-    stop_producing = threading.Event()
-    produced: list[str] = []
-
-    def produce() -> None:
-        rng = random.Random(7)
-        for i in itertools.count():
-            if stop_producing.wait(0.05):
-                return
-            p = rng.randrange(6)
-            body = f"live-{p}-{i}"
-            send(eventhub.connection_string, [body], partition_id=str(p))
-            produced.append(body)
-
-    producer = threading.Thread(target=produce, daemon=True)
+    producer = LiveProducer(eventhub.connection_string, 6, seed=7)
     try:
         wait_until(lambda: len(output(spark, tmp_path / "a")) >= 120, timeout=120, message="query A alone")
         assert owners(azurite, container, eventhub) == {"query-a": 6}
@@ -70,9 +60,7 @@ def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azuri
         wait_until(lambda: owners(azurite, container, eventhub) == {"query-a": 3, "query-b": 3}, timeout=90,
                    message="a 3/3 split")  # fmt: skip
         wait_until(lambda: len(output(spark, tmp_path / "b")) > 0, timeout=90, message="query B reading")
-        stop_producing.set()
-        producer.join(10)
-        expected += produced
+        expected += producer.stop()
         for p in range(6):
             send(eventhub.connection_string, [f"mid-{p}"], partition_id=str(p))
             expected.append(f"mid-{p}")
@@ -102,7 +90,7 @@ def test_two_queries_share_the_partitions_and_read_every_event_once(spark, azuri
         assert set(counts) == set(expected) | set(after)
         assert all(counts[body] == 1 for body in after)
     finally:
-        stop_producing.set()
+        producer.stop()
         for query in (a, b):
             if query is not None:
                 query.stop()
