@@ -4,7 +4,9 @@
 # MAGIC
 # MAGIC `spark.read.format("eventhubs")` reads from the starting to the ending position of every partition and
 # MAGIC stops. Positions by enqueued time are translated to sequence numbers per partition, so the read is
-# MAGIC exact: an event enqueued at or after `start` and before `end`.
+# MAGIC exact: every event enqueued after `start` and no later than `end`. As in azure-event-hubs-spark, an
+# MAGIC enqueued time names the first event enqueued strictly after it (`isInclusive` does not apply); a
+# MAGIC start reads from that event, an end stops before it.
 
 # COMMAND ----------
 
@@ -24,7 +26,7 @@ from pyspark.sql import functions as F
 backfill = (
     spark.read.format("eventhubs")
     .option("eventhubs.connectionString", connection_string)
-    .option("eventhubs.startingPosition", json.dumps({"enqueuedTime": start, "isInclusive": True}))
+    .option("eventhubs.startingPosition", json.dumps({"enqueuedTime": start}))
     .option("eventhubs.endingPosition", json.dumps({"enqueuedTime": end}))
     .load()
 )
