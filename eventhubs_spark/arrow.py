@@ -35,10 +35,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-Pairs = list[tuple[str, str | None]]  # a map<string,string> value, as key-value pairs
-
 # System properties that have columns of their own, or describe the message body itself.
-_COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
+COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
 
 
 def spark_schema() -> Any:
@@ -135,75 +133,214 @@ def _message_body(message: Any) -> bytes:
     return (to_text(body) or "").encode("utf-8")
 
 
-def _map_array(rows: list[Pairs]) -> pa.Array:
-    """A map<string,string> column from per-row pairs, built from flat arrays (no per-row Arrow objects)."""
-    offsets = [0]
-    keys: list[str] = []
-    values: list[str | None] = []
-    for pairs in rows:
-        for k, v in pairs:
-            keys.append(k)
-            values.append(v)
-        offsets.append(len(keys))
-    return pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
-    )
-
-
 def messages_to_batch(messages: list[Any], partition: str) -> pa.RecordBatch:
-    """Build one record batch straight from received AMQP messages (``azure.eventhub._pyamqp`` ``Message``).
-
-    This skips the SDK's ``EventData`` (and its dict views) per event, which cost more than the AMQP
-    decoding itself; column by column, the result is what :func:`events_to_batch` makes of the same events.
-    """
+    """One record batch from SDK-decoded AMQP messages (``azure.eventhub._pyamqp`` ``Message``), or from
+    ``EventData`` (the SDK's uamqp transport delivers those)."""
     if messages and sdk.is_event_data(messages[0]):
-        return events_to_batch(messages, partition)  # the SDK's uamqp transport: EventData as delivered
-    annotations = [m.message_annotations or {} for m in messages]
-    seqs = [a[b"x-opt-sequence-number"] for a in annotations]
-    offsets = [offset_text(a.get(b"x-opt-offset")) for a in annotations]
-    times = [None if (ms := a.get(b"x-opt-enqueued-time")) is None else int(ms) * 1000 for a in annotations]
-    publishers = [None if (v := a.get(b"x-opt-publisher")) is None else _key(v) for a in annotations]
-    keys = [None if (v := a.get(b"x-opt-partition-key")) is None else _key(v) for a in annotations]
-    props = [
-        [(_key(k), to_text(v)) for k, v in app.items()] if (app := m.application_properties) else [] for m in messages
-    ]
-    sysprops: list[Pairs] = []
-    for m, a in zip(messages, annotations, strict=True):
-        system = [(_key(k), to_text(v)) for k, v in a.items() if k not in _COLUMN_ANNOTATIONS]
-        section = m.properties
-        if section is not None:
-            system.extend((name, to_text(v)) for field, name in _PROPERTY_KEYS if (v := getattr(section, field)))
-        sysprops.append(system)
-    bodies = [_message_body(m) for m in messages]
-    return _batch(partition, bodies, offsets, seqs, times, publishers, keys, props, sysprops)
+        return events_to_batch(messages, partition)
+    cols = Columns()
+    for message in messages:
+        cols.append_sdk_message(message)
+    return cols.to_batch(partition)
 
 
-def _batch(
-    partition: str,
-    bodies: list[bytes],
-    offsets: list[str | None],
-    seqs: list[int],
-    times: list[int | None],
-    publishers: list[str | None],
-    keys: list[str | None],
-    props: list[Pairs],
-    sysprops: list[Pairs],
-) -> pa.RecordBatch:
-    """The record batch of one partition's events, column by column, in the source schema."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(bodies, pa.binary()),
-            pa.array([partition] * len(seqs), pa.string()),
-            pa.array(offsets, pa.string()),
-            pa.array(seqs, pa.int64()),
-            pa.array(times, pa.timestamp("us", tz="UTC")),
-            pa.array(publishers, pa.string()),
-            pa.array(keys, pa.string()),
-            _map_array(props),
-            _map_array(sysprops),
-        ],
-        schema=ARROW_SCHEMA,
+def _event_columns(message: Any) -> tuple[Any, ...]:
+    """The column values of one SDK-decoded message, in the raw forms :meth:`Columns.append` takes:
+    the reference the fast decoder (:mod:`eventhubs_spark.client.decode`) must agree with."""
+    annotations = message.message_annotations or {}
+    try:
+        seq = annotations[b"x-opt-sequence-number"]
+    except KeyError:
+        raise DecodeError("a received message has no x-opt-sequence-number annotation") from None
+    system = [(k, v) for k, v in annotations.items() if k not in COLUMN_ANNOTATIONS]
+    section = message.properties
+    if section is not None:
+        system.extend((name, v) for field, name in _PROPERTY_KEYS if (v := getattr(section, field)))
+    app = message.application_properties
+    return (
+        _message_body(message),
+        seq,
+        annotations.get(b"x-opt-offset"),
+        annotations.get(b"x-opt-enqueued-time"),
+        annotations.get(b"x-opt-publisher"),
+        annotations.get(b"x-opt-partition-key"),
+        list(app.items()) if app else None,
+        system or None,
     )
+
+
+class DecodeError(ValueError):
+    """A received message the connector cannot turn into a row (it lacks what every event has)."""
+
+
+# Per event, besides the body: a rough count of the bytes its row holds in the lists below, for the
+# bounds on events read ahead (the exact figure matters less than counting the same way every time).
+_ROW_OVERHEAD = 160
+
+
+class Columns:
+    """Events of one partition, column by column, in the order they arrived: plain lists that become
+    one record batch (:meth:`to_batch`) without a Python object per event.
+
+    Values are kept as the SDK's decoder gives them (AMQP strings, symbols and binaries as ``bytes``,
+    timestamps as milliseconds, property maps as lists of pairs); the text every map value, offset
+    and key becomes is made once per batch, the same for both ways of filling the lists: the fast
+    decoder's :meth:`append` and the SDK's :meth:`append_sdk_message`.
+    """
+
+    __slots__ = (
+        "bodies",
+        "fallbacks",
+        "keys",
+        "nbytes",
+        "offsets",
+        "props",
+        "publishers",
+        "seqs",
+        "system",
+        "times",
+    )
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.seqs: list[int] = []
+        self.offsets: list[Any] = []
+        self.times: list[Any] = []
+        self.publishers: list[Any] = []
+        self.keys: list[Any] = []
+        self.props: list[list[tuple[Any, Any]] | None] = []
+        self.system: list[list[tuple[Any, Any]] | None] = []
+        self.fallbacks = 0  # messages the SDK's decoder made (the fast decoder did not handle them)
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(
+        self,
+        body: bytes,
+        seq: int,
+        offset: Any,
+        when: Any,
+        publisher: Any,
+        key: Any,
+        props: list[tuple[Any, Any]] | None,
+        system: list[tuple[Any, Any]] | None,
+    ) -> None:
+        self.bodies.append(body)
+        self.seqs.append(seq)
+        self.offsets.append(offset)
+        self.times.append(when)
+        self.publishers.append(publisher)
+        self.keys.append(key)
+        self.props.append(props)
+        self.system.append(system)
+        self.nbytes += len(body) + _ROW_OVERHEAD
+
+    def append_sdk_message(self, message: Any) -> None:
+        """Append a message the SDK decoded (``azure.eventhub._pyamqp.message.Message``)."""
+        self.append(*_event_columns(message))
+
+    def append_sdk_payload(self, payload: bytes) -> None:
+        """Decode one message's bytes with the SDK's decoder and append it (the fast path's fallback)."""
+        from azure.eventhub._pyamqp._decode import decode_payload
+
+        self.append_sdk_message(decode_payload(memoryview(payload)))
+        self.fallbacks += 1
+
+    def take(self, count: int) -> Columns:
+        """Remove the first ``count`` events and return them as Columns of their own."""
+        head = Columns()
+        if count >= len(self.seqs):
+            head.bodies, self.bodies = self.bodies, []
+            head.seqs, self.seqs = self.seqs, []
+            head.offsets, self.offsets = self.offsets, []
+            head.times, self.times = self.times, []
+            head.publishers, self.publishers = self.publishers, []
+            head.keys, self.keys = self.keys, []
+            head.props, self.props = self.props, []
+            head.system, self.system = self.system, []
+            head.nbytes, self.nbytes = self.nbytes, 0
+            head.fallbacks, self.fallbacks = self.fallbacks, 0
+            return head
+        for name in ("bodies", "seqs", "offsets", "times", "publishers", "keys", "props", "system"):
+            column = getattr(self, name)
+            setattr(head, name, column[:count])
+            del column[:count]
+        head.nbytes = sum(len(b) for b in head.bodies) + _ROW_OVERHEAD * count
+        self.nbytes -= head.nbytes
+        return head
+
+    def extend(self, other: Columns) -> None:
+        """Append every event of ``other`` (which is left as it is)."""
+        self.bodies += other.bodies
+        self.seqs += other.seqs
+        self.offsets += other.offsets
+        self.times += other.times
+        self.publishers += other.publishers
+        self.keys += other.keys
+        self.props += other.props
+        self.system += other.system
+        self.nbytes += other.nbytes
+        self.fallbacks += other.fallbacks
+
+    def to_batch(self, partition: str) -> pa.RecordBatch:
+        """The record batch of these events, in the source schema."""
+        n = len(self.seqs)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.bodies, pa.binary()),
+                pa.repeat(pa.scalar(partition, pa.string()), n),
+                _texts(self.offsets, offset_text),
+                pa.array(self.seqs, pa.int64()),
+                _timestamps(self.times),
+                _texts(self.publishers, _optional_key),
+                _texts(self.keys, _optional_key),
+                _pairs(self.props),
+                _pairs(self.system),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+
+
+def _optional_key(value: Any) -> str | None:
+    return None if value is None else _key(value)
+
+
+def _texts(values: list[Any], one: Any) -> pa.Array:
+    """A string column from raw values: ``bytes`` checked as UTF-8 in one pass, the rest (and any
+    bytes that are not UTF-8) through ``one``, the per-value rule."""
+    if all(v is None or type(v) is bytes for v in values):
+        try:
+            return pa.array(values, pa.binary()).cast(pa.string())
+        except pa.ArrowInvalid:
+            pass
+    return pa.array([one(v) for v in values], pa.string())
+
+
+def _timestamps(values: list[Any]) -> pa.Array:
+    """Enqueued times: milliseconds since the epoch as microsecond timestamps."""
+    try:
+        millis = pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if v is None else int(v) * 1000 for v in values], pa.timestamp("us", tz="UTC"))
+    return millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+
+
+def _pairs(rows: list[list[tuple[Any, Any]] | None]) -> pa.Array:
+    """A map<string,string> column: keys as :func:`_key` names them, values as :func:`to_text` does."""
+    offsets = [0]
+    keys: list[Any] = []
+    values: list[Any] = []
+    total = 0
+    for pairs in rows:
+        if pairs:
+            for k, v in pairs:
+                keys.append(k)
+                values.append(v if v is None or type(v) is bytes else to_text(v))
+            total += len(pairs)
+        offsets.append(total)
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), _texts(keys, _key), _texts(values, to_text))
 
 
 def offset_text(value: Any) -> str | None:
@@ -212,30 +349,22 @@ def offset_text(value: Any) -> str | None:
 
 
 def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
-    """Build one record batch from SDK ``EventData`` objects of one partition."""
-    bodies: list[bytes] = []
-    offsets: list[str | None] = []
-    seqs: list[int] = []
-    times: list[int | None] = []
-    publishers: list[str | None] = []
-    keys: list[str | None] = []
-    props: list[Pairs] = []
-    sysprops: list[Pairs] = []
+    """One record batch from SDK ``EventData`` objects of one partition (their public view)."""
+    cols = Columns()
     for event in events:
         message = sdk.raw_message(event)
         annotations = message.annotations or {}
-        bodies.append(body_bytes(event))
-        offsets.append(offset_text(annotations.get(b"x-opt-offset")))
-        seqs.append(annotations[b"x-opt-sequence-number"])
-        ms = annotations.get(b"x-opt-enqueued-time")
-        times.append(None if ms is None else int(ms) * 1000)
-        publisher = annotations.get(b"x-opt-publisher")
-        publishers.append(None if publisher is None else _key(publisher))
-        key = annotations.get(b"x-opt-partition-key")
-        keys.append(None if key is None else _key(key))
+        system = [(k, v) for k, v in annotations.items() if k not in COLUMN_ANNOTATIONS]
+        system.extend((k, v) for k, v in event.system_properties.items() if k not in annotations)
         app = message.application_properties
-        props.append([(_key(k), to_text(v)) for k, v in app.items()] if app else [])
-        system = [(_key(k), to_text(v)) for k, v in annotations.items() if k not in _COLUMN_ANNOTATIONS]
-        system.extend((_key(k), to_text(v)) for k, v in event.system_properties.items() if k not in annotations)
-        sysprops.append(system)
-    return _batch(partition, bodies, offsets, seqs, times, publishers, keys, props, sysprops)
+        cols.append(
+            body_bytes(event),
+            annotations[b"x-opt-sequence-number"],
+            annotations.get(b"x-opt-offset"),
+            annotations.get(b"x-opt-enqueued-time"),
+            annotations.get(b"x-opt-publisher"),
+            annotations.get(b"x-opt-partition-key"),
+            list(app.items()) if app else None,
+            system or None,
+        )
+    return cols.to_batch(partition)
