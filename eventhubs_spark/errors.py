@@ -1,10 +1,20 @@
-"""The connector's exception types. Each says whether trying again can help (``retriable``).
+"""The connector's exception types, what an SDK error means, and the one retry loop.
 
-A retry loop (see :func:`eventhubs_spark.client.retry.call_with_retries`) retries only retriable
-errors, under a deadline, and ends in :class:`EventHubsTimeoutError` raised ``from`` the last cause.
+Each type says whether trying again can help (``retriable``). :func:`call_with_retries` retries only
+what may heal, under a deadline, and ends in :class:`EventHubsTimeoutError` raised ``from`` the last
+cause; management requests and sends both use it. What the SDK's errors mean (a link taken by
+another owner, a batch too large) is decided here, once, instead of by text matching at each caller.
 """
 
 from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class EventHubsError(Exception):
@@ -14,7 +24,15 @@ class EventHubsError(Exception):
 
 
 class OptionError(EventHubsError, ValueError):
-    """A bad option: the message names the option and shows a valid example."""
+    """A bad option: the message names the option and shows a valid value, which ``example`` holds too
+    (None only while the option's own example is still to be added: see ``options.parse_options``)."""
+
+    def __init__(self, message: str, example: str | None = None) -> None:
+        super().__init__(message)
+        self.example = example
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.example))
 
 
 class DataLossError(EventHubsError):
@@ -50,3 +68,124 @@ class AuthenticationFailedError(EventHubsError, PermissionError):
 class HubNotFoundError(EventHubsError, LookupError):
     """The namespace has no event hub of that name: the message names the hub, the namespace and the
     options that set them. Not retriable: a misspelt name does not appear by itself."""
+
+
+# Every type above by name: an error raised in another process (the executor's receiver service) is
+# raised again in the task as the same type.
+ERROR_TYPES: dict[str, type[EventHubsError]] = {
+    cls.__name__: cls
+    for cls in (
+        EventHubsError,
+        OptionError,
+        DataLossError,
+        ReceiverDisconnectedError,
+        EventHubsTimeoutError,
+        TransientError,
+        SinkError,
+        AuthenticationFailedError,
+        HubNotFoundError,
+    )
+}
+
+
+# -- what an SDK error means ---------------------------------------------------------------------------
+
+_STOLEN = "amqp:link:stolen"
+_TOO_LARGE = "amqp:link:message-size-exceeded"
+
+
+def _condition(error: object) -> str:
+    """The AMQP error condition of an SDK exception (``condition``), else its text."""
+    condition = getattr(error, "condition", None)
+    text = str(error)
+    if condition is not None:
+        value = getattr(condition, "value", condition)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        return f"{value} {text}"
+    return text
+
+
+def link_stolen(error: object) -> bool:
+    """True when a link was detached because another receiver with an equal or higher owner level
+    (epoch) took the partition, or when a non-epoch receiver was refused because of one."""
+    text = _condition(error)
+    return _STOLEN in text or "stolen" in text or "epoch" in text.lower()
+
+
+def message_too_large(error: object) -> bool:
+    """True when the service refused a message or batch as larger than the hub allows."""
+    text = _condition(error)
+    return _TOO_LARGE in text or "message-size-exceeded" in text
+
+
+def data_loss_error(hub: str, partition: str, start: int, end: int, begins_at: int | None = None) -> DataLossError:
+    """Events ``[start, end)`` are no longer in the hub; ``begins_at``: where the partition begins now."""
+    now = f"; the partition now begins at {begins_at}" if begins_at is not None else ""
+    return DataLossError(
+        f"hub {hub!r} partition {partition}: sequence numbers [{start}, {end}) are no longer in the hub "
+        f"({end - start} events, removed by retention before this query read them{now}). Set failOnDataLoss=false "
+        "to skip them and continue."
+    )
+
+
+# -- the retry loop ----------------------------------------------------------------------------------
+
+
+# Python 3.10 still has time-outs of their own in asyncio and concurrent.futures (3.11 made them one).
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+
+
+def retriable(error: BaseException) -> bool:
+    """What :func:`call_with_retries` tries again by default: connector errors that say so, and time-outs."""
+    if isinstance(error, EventHubsError):
+        return error.retriable
+    return isinstance(error, _TIMEOUTS)
+
+
+def call_with_retries(
+    attempt: Callable[[float], T],
+    *,
+    timeout: float,
+    what: str,
+    is_retriable: Callable[[BaseException], bool] = retriable,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+    attempt_share: float = 1.0,
+    max_attempt: float | None = None,
+    first_delay: float = 0.1,
+    max_delay: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``attempt(seconds_it_may_take)`` until it succeeds, a failure is not retriable, or
+    ``timeout`` (eventhubs.operationTimeout) has passed.
+
+    Each attempt may take ``attempt_share`` of the timeout (at most ``max_attempt`` seconds, at least
+    one second), so an attempt that never returns is tried again in time. Between attempts the
+    delay doubles from ``first_delay`` up to ``max_delay``; ``on_retry(attempt number, error)`` runs
+    before each wait (e.g. to drop a connection). The end is an :class:`EventHubsTimeoutError` naming
+    ``what``, the option and the last error, raised from it.
+    """
+    deadline = clock() + timeout
+    delay = first_delay
+    tries = 0
+    per_attempt = max(1.0, timeout * attempt_share)
+    if max_attempt is not None:
+        per_attempt = min(per_attempt, max_attempt)
+    while True:
+        tries += 1
+        try:
+            return attempt(max(0.1, min(deadline - clock(), per_attempt)))
+        except Exception as exc:
+            if not is_retriable(exc):
+                raise
+            last: BaseException = exc
+        if on_retry is not None:
+            on_retry(tries, last)
+        if clock() + delay >= deadline:
+            raise EventHubsTimeoutError(
+                f"{what} did not succeed within eventhubs.operationTimeout ({timeout:g} s, {tries} attempts); "
+                f"last error: {' '.join(str(last).split())}"
+            ) from last
+        sleep(delay)
+        delay = min(delay * 2, max_delay)

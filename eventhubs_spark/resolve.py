@@ -23,7 +23,7 @@ from .client import sdk
 from .client.management import PartitionInfo
 from .client.receiver import ReceiverConfig, close_later
 from .client.settings import ConnectionSettings
-from .errors import EventHubsTimeoutError
+from .errors import EventHubsTimeoutError, link_stolen
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
 
 _LOG = logging.getLogger(__name__)
@@ -113,26 +113,37 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
         owner_level=config.owner_level if config.exclusive else None,
         prefetch=1,
     )
-    try:
-        deadline = time.monotonic() + timeout
-        while not got and time.monotonic() < deadline:
-            consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
-            error = sdk.link_error(consumer)
-            if error is not None:
-                raise EventHubsTimeoutError(
-                    f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
-                )
-        if not got:
+    with settings.sign_in_errors():
+        try:
+            return _first_received(consumer, got, settings, partition, pos, timeout)
+        finally:
+            close_later(consumer)  # closing waits up to 1 s for the SDK's keep-alive thread
+            close_later(client)
+
+
+def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings, partition: str, pos: Position,
+                    timeout: float) -> Any:  # fmt: skip
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while not got and time.monotonic() < deadline:
+        consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
+        error = sdk.link_error(consumer)
+        if error is not None and _lasting(error):
             raise EventHubsTimeoutError(
-                f"no event at {pos} in partition {partition} of hub {settings.hub!r} within {timeout:g} s "
-                f"(eventhubs.receiverTimeout), although the partition has events past it"
+                f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
             )
-        return got[0]
-    except Exception as exc:
-        failure = settings.auth_failure(exc)
-        if failure is not None:
-            raise failure from None
-        raise
-    finally:
-        close_later(consumer)  # closing waits up to 1 s for the SDK's keep-alive thread
-        close_later(client)
+        last_error = error or last_error  # a dropped link or connection: the SDK reconnects by itself
+    if not got:
+        cause = f"; last error: {last_error}" if last_error else ""
+        raise EventHubsTimeoutError(
+            f"no event at {pos} in partition {partition} of hub {settings.hub!r} within {timeout:g} s "
+            f"(eventhubs.receiverTimeout), although the partition has events past it{cause}"
+        )
+    return got[0]
+
+
+def _lasting(error: str) -> bool:
+    """A link error another attempt would meet again: a higher owner level holds the partition, or the
+    consumer group or the rights are missing. Anything else (a forced detach, a dropped connection)
+    the SDK's next receive recovers from."""
+    return link_stolen(error) or "not-found" in error or "unauthorized" in error

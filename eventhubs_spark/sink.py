@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from .client.settings import ConnectionSettings
-from .errors import EventHubsTimeoutError, SinkError
+from .errors import SinkError, call_with_retries, message_too_large
 from .options import WRITE, parse_options
 
 try:  # Spark 4.1+
@@ -280,25 +279,28 @@ class EventSender:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
         from azure.eventhub.exceptions import AuthenticationError, EventHubError
 
-        deadline = time.monotonic() + self.timeout
-        delay = 0.2
-        while True:
+        def attempt(seconds: float) -> None:
             try:
-                self._client.send_batch(batch, timeout=max(1.0, deadline - time.monotonic()))
-                return
-            except AuthenticationError:
-                raise
-            except (EventHubError, OSError) as exc:
-                if "message-size-exceeded" in str(exc):
+                self._client.send_batch(batch, timeout=max(1.0, seconds))
+            except Exception as exc:
+                if message_too_large(exc):
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
-                if time.monotonic() + delay >= deadline:
-                    raise EventHubsTimeoutError(
-                        f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r}) did not "
-                        f"succeed within eventhubs.operationTimeout ({self.timeout:g} s): {exc}"
-                    ) from exc
-                _LOG.warning("send to hub %s failed, retrying in %.1f s: %s", self.settings.hub, delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                raise
+
+        def transient(error: BaseException) -> bool:
+            return isinstance(error, EventHubError | OSError) and not isinstance(error, AuthenticationError)
+
+        def log(tries: int, error: BaseException) -> None:
+            _LOG.warning("send to hub %s failed (attempt %d), retrying: %s", self.settings.hub, tries, error)
+
+        call_with_retries(
+            attempt,
+            timeout=self.timeout,
+            what=f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})",
+            is_retriable=transient,
+            on_retry=log,
+            first_delay=0.2,
+        )
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
@@ -306,17 +308,15 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
     sender = EventSender(settings, layout, timeout)
     try:
-        if arrow:
-            for batch in items:
-                sender.add_columns([column.to_pylist() for column in batch.columns])
-        else:
-            sender.add_rows(items)
-        sender.flush()
-    except Exception as exc:
+        with settings.sign_in_errors():
+            if arrow:
+                for batch in items:
+                    sender.add_columns([column.to_pylist() for column in batch.columns])
+            else:
+                sender.add_rows(items)
+            sender.flush()
+    except Exception:
         PRODUCERS.invalidate(settings)
-        failure = settings.auth_failure(exc)
-        if failure is not None:
-            raise failure from None
         raise
     return sender.report
 

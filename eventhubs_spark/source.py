@@ -22,7 +22,7 @@ from .checkpoints.mirror import CheckpointMirror
 from .client.management import ManagementClient, PartitionInfo
 from .client.receiver import POOL, RangeResult, ReceiverConfig
 from .client.settings import ConnectionSettings
-from .errors import DataLossError, OptionError
+from .errors import OptionError, data_loss_error
 from .offsets import Range, SourceOffset, plan_trigger, split_ranges
 from .options import BATCH, STREAM, Options, parse_options
 from .positions import Latest, Position
@@ -116,14 +116,10 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     result = RangeResult()
     started = time.monotonic()
     try:
-        for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
-            yield messages_to_batch(events, split.partition)
+        with split.settings.sign_in_errors():
+            for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
+                yield messages_to_batch(events, split.partition)
         healthy = True
-    except Exception as exc:
-        failure = split.settings.auth_failure(exc)
-        if failure is not None:
-            raise failure from None  # the SDK's chain adds nothing the message lacks
-        raise
     finally:
         POOL.release(receiver, healthy)
         stats = POOL.stats
@@ -269,11 +265,7 @@ class _Planner:
             return start
         lost_until = min(begin, end)
         if self.options["failOnDataLoss"]:
-            raise DataLossError(
-                f"hub {self.settings.hub!r} partition {partition}: sequence numbers [{start}, {lost_until}) are no "
-                f"longer in the hub ({lost_until - start} events, removed by retention before this query read them; "
-                f"the partition now begins at {begin}). Set failOnDataLoss=false to skip them and continue."
-            )
+            raise data_loss_error(self.settings.hub, partition, start, lost_until, begins_at=begin)
         _LOG.warning(
             "hub %s partition %s: %d events [%d, %d) were lost to retention before they were read; continuing "
             "because failOnDataLoss=false",

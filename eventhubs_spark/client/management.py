@@ -15,13 +15,12 @@ import asyncio
 import datetime as dt
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import EventHubsError, EventHubsTimeoutError, TransientError
+from ..errors import EventHubsError, TransientError, call_with_retries
 from . import sdk
 from .settings import ConnectionSettings
 
@@ -135,44 +134,37 @@ class ManagementClient:
 
     # -- internals --
     def _run(self, make: Callable[[], Awaitable[T]]) -> T:
-        """Run ``make()`` with retries of transient failures until the operation timeout."""
-        deadline = time.monotonic() + self.operation_timeout
-        delay = 0.1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                # One attempt gets a third of the deadline (at most 30 s): a request that is never answered,
-                # or a connection dropped mid-handshake, is retried on a new connection instead of using up
-                # the whole deadline.
-                per_attempt = min(_ATTEMPT_TIMEOUT, max(1.0, self.operation_timeout / 3))
-                remaining = max(0.1, min(deadline - time.monotonic(), per_attempt))
-                return _LoopThread.run(self._with_timeout(make, remaining), timeout=remaining + 5)
-            except EventHubsError as exc:
-                if not exc.retriable:
-                    raise
-                last: BaseException = exc
-            except (TimeoutError, asyncio.TimeoutError) as exc:
-                last = exc
+        """Run ``make()`` with retries of transient failures until the operation timeout.
+
+        One attempt gets a third of the deadline (at most 30 s): a request that is never answered, or a
+        connection dropped mid-handshake, is retried on a new connection instead of using up the whole
+        deadline.
+        """
+
+        def attempt(seconds: float) -> T:
+            return _LoopThread.run(self._with_timeout(make, seconds), timeout=seconds + 5)
+
+        def reconnect(tries: int, error: BaseException) -> None:
             # The cached connection may have been closed by the service while it sat idle between
             # triggers (its idle time-out): reconnecting once is routine; more is worth a warning.
             _LOG.log(
-                logging.INFO if attempt == 1 else logging.WARNING,
+                logging.INFO if tries == 1 else logging.WARNING,
                 "management request for %s/%s failed (attempt %d), reconnecting: %s",
                 self.settings.namespace,
                 self.settings.hub,
-                attempt,
-                " ".join(str(last).split()),
+                tries,
+                " ".join(str(error).split()),
             )
             _LoopThread.run(self._close(), timeout=30)
-            if time.monotonic() + delay >= deadline:
-                raise EventHubsTimeoutError(
-                    f"management request for hub {self.settings.hub!r} on {self.settings.namespace} did not succeed "
-                    f"within eventhubs.operationTimeout ({self.operation_timeout:g} s, {attempt} attempts); last "
-                    f"error: {last}"
-                ) from last
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+
+        return call_with_retries(
+            attempt,
+            timeout=self.operation_timeout,
+            what=f"management request for hub {self.settings.hub!r} on {self.settings.namespace}",
+            on_retry=reconnect,
+            attempt_share=1 / 3,
+            max_attempt=_ATTEMPT_TIMEOUT,
+        )
 
     async def _with_timeout(self, make: Callable[[], Awaitable[T]], timeout: float) -> T:
         return await asyncio.wait_for(make(), timeout)
@@ -218,15 +210,11 @@ class ManagementClient:
                 status_code_field=b"status-code",
                 description_fields=b"status-description",
             )
-        except EventHubsError:
-            raise
-        except asyncio.CancelledError:
+        except (EventHubsError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            failure = self.settings.auth_failure(exc)
-            if failure is not None:
-                raise failure from None
-            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            with self.settings.sign_in_errors():  # a refused sign-in is not transient: it fails at once
+                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
         status = int(status)
         if isinstance(description, bytes):
             description = description.decode("utf-8", "replace")

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DataLossError, EventHubsTimeoutError, ReceiverDisconnectedError
+from ..errors import EventHubsTimeoutError, ReceiverDisconnectedError, data_loss_error, link_stolen
 from . import sdk
 from .settings import ConnectionSettings
 
@@ -114,7 +114,7 @@ class PartitionReceiver:
                 # Another owner-level receiver of the group (usually the driver's own lookup between
                 # micro-batches) took the link, or the service closed an idle link or connection, while
                 # this receiver sat in the pool: not an error, it reopens where it stands.
-                if _is_stolen(closed):
+                if link_stolen(closed):
                     self.displaced_idle += 1
                 else:
                     self.closed_idle += 1
@@ -129,7 +129,7 @@ class PartitionReceiver:
             events = self._next_events(end - expected)
             if events is None:
                 error = self._link_error()
-                if error is not None and _is_stolen(error):
+                if error is not None and link_stolen(error):
                     if not reopened:
                         # Events handed out so far came before the detach; read on from the next one.
                         reopened = True
@@ -159,11 +159,7 @@ class PartitionReceiver:
                 if seq > expected:
                     lost = min(seq, end) - expected
                     if fail_on_data_loss:
-                        raise DataLossError(
-                            f"hub {self.settings.hub!r} partition {self.partition}: sequence numbers "
-                            f"[{expected}, {min(seq, end)}) are gone ({lost} events, removed by retention "
-                            f"before they were read). Set failOnDataLoss=false to continue past lost events."
-                        )
+                        raise data_loss_error(self.settings.hub, self.partition, expected, min(seq, end))
                     _LOG.warning(
                         "hub %r partition %s: %d events [%d, %d) were lost to retention; continuing because "
                         "failOnDataLoss=false",
@@ -208,7 +204,7 @@ class PartitionReceiver:
             sdk.receive_frames(self._consumer, max(1, min(wanted, self.config.prefetch)), self.config.prefetch)
         except Exception as exc:
             text = str(exc)
-            if _is_stolen(text):
+            if link_stolen(text):
                 self._consumer_error = text
                 return None
             raise
@@ -255,10 +251,6 @@ _SEQ = b"x-opt-sequence-number"
 
 def _first_line(text: str) -> str:
     return text.splitlines()[0][:300] if text else text
-
-
-def _is_stolen(error: str) -> bool:
-    return "stolen" in error or "epoch" in error.lower()
 
 
 def _link_failure(receiver: PartitionReceiver, error: str, start: int, end: int) -> Exception:

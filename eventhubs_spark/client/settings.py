@@ -6,7 +6,9 @@ own clients from them, never a pickled client or credential.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -208,6 +210,19 @@ class ConnectionSettings:
     def pool_key(self) -> tuple[str, str, int]:
         """Identifies the credentials without holding them (a hash), for pool keys."""
         return (self.namespace, self.hub, hash((self.connection_string, self.sas_token, self.entra)))
+
+    @contextlib.contextmanager
+    def sign_in_errors(self) -> Iterator[None]:
+        """Turn a failed sign-in raised inside the block (the SDK's or azure-identity's, however deeply
+        chained) into :class:`AuthenticationFailedError` or :class:`HubNotFoundError`, without the SDK's
+        chain, which adds nothing the message lacks. Everything else passes through as it is."""
+        try:
+            yield
+        except Exception as exc:
+            failure = self.auth_failure(exc)
+            if failure is None or failure is exc:
+                raise
+            raise failure from None
 
     def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | HubNotFoundError | None:
         """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in, or
