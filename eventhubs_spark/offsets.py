@@ -30,23 +30,25 @@ class SourceOffset:
     @staticmethod
     def from_json(doc: Any, hub: str) -> SourceOffset:
         """Read an offset; a checkpoint of another hub is an error, not a silent restart."""
+        example = json.dumps({hub: {"0": 42, "1": 7}})
         if isinstance(doc, str):
             try:
                 doc = json.loads(doc)
             except json.JSONDecodeError as exc:
-                example = json.dumps({hub: {"0": 42}})
-                raise OptionError(f"offset is not valid JSON ({exc.msg}): expected {example}") from None
+                raise OptionError(f"offset is not valid JSON ({exc.msg}): expected {example}", example) from None
         if not isinstance(doc, dict) or not doc:
-            raise OptionError(f'offset must look like {{"{hub}": {{"0": 42, "1": 7}}}}, got {doc!r}')
+            raise OptionError(f"offset must look like {example}, got {doc!r}", example)
         matching = {k: v for k, v in doc.items() if k.lower() == hub.lower()}
         if not matching:
+            location = f"df.writeStream.option('checkpointLocation', '/checkpoints/{hub}')"
             raise OptionError(
                 f"the checkpoint's offsets are for hub(s) {sorted(doc)}, but this query reads {hub!r}: use a new "
-                f"checkpoint location for a different hub"
+                f"checkpoint location for a different hub, e.g. {location}",
+                location,
             )
         positions = next(iter(matching.values()))
         if not isinstance(positions, dict) or not all(str(p).isascii() and str(p).isdigit() for p in positions):
-            raise OptionError(f'offset for {hub!r} must map partition ids to sequence numbers, e.g. {{"0": 42}}')
+            raise OptionError(f"offset for {hub!r} must map partition ids to sequence numbers, e.g. {example}", example)
         return SourceOffset(hub, {str(int(p)): int(v) for p, v in positions.items()})
 
 

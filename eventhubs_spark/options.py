@@ -8,21 +8,14 @@ shows a valid example. Nothing is silently ignored.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from .client.settings import (
-    ENTRA_METHODS,
-    ConnectionSettings,
-    EntraSettings,
-    Secret,
-    host_and_port,
-    parse_connection_string,
-)
+from .client.credentials import Secret
+from .client.settings import ConnectionSettings, host_and_port, resolve_sign_in
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 
@@ -37,7 +30,8 @@ def parse_bool(option: str, value: str) -> bool:
     text = str(value).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    raise OptionError(f"{option}: expected true or false, got {value!r}. Example: .option({option!r}, 'true')")
+    example = f".option({option!r}, 'true')"
+    raise OptionError(f"{option}: expected true or false, got {value!r}. Example: {example}", example)
 
 
 def _int(minimum: int) -> Callable[[str, str], int]:
@@ -47,8 +41,9 @@ def _int(minimum: int) -> Callable[[str, str], int]:
         except ValueError:
             number = None
         if number is None or number < minimum:
+            example = f".option({option!r}, '1000')"
             raise OptionError(
-                f"{option}: expected a whole number >= {minimum}, got {value!r}. Example: .option({option!r}, '1000')"
+                f"{option}: expected a whole number >= {minimum}, got {value!r}. Example: {example}", example
             )
         return number
 
@@ -71,16 +66,20 @@ def parse_duration(option: str, value: str) -> float:
     if iso and any(iso.groups()):
         h, m, s = (float(g) if g else 0.0 for g in iso.groups())
         return h * 3600 + m * 60 + s
-    raise OptionError(f"{option}: expected a duration such as '60s', '500ms', '15m' or 'PT1M', got {value!r}")
+    example = f".option({option!r}, '60s')"
+    raise OptionError(
+        f"{option}: expected a duration such as '60s', '500ms', '15m' or 'PT1M', got {value!r}. Example: {example}",
+        example,
+    )
 
 
 def _choice(*allowed: str) -> Callable[[str, str], str]:
     def parse(option: str, value: str) -> str:
         text = str(value).strip().lower()
         if text not in allowed:
+            example = f".option({option!r}, {allowed[0]!r})"
             raise OptionError(
-                f"{option}: expected one of {', '.join(allowed)}, got {value!r}. Example: .option({option!r}, "
-                f"{allowed[0]!r})"
+                f"{option}: expected one of {', '.join(allowed)}, got {value!r}. Example: {example}", example
             )
         return text
 
@@ -93,9 +92,9 @@ def _auth_method(option: str, value: str) -> str:
     by_lower = {m.lower(): m for m in AUTH_METHODS}
     text = str(value).strip().lower()
     if text not in by_lower:
+        example = f".option({option!r}, 'servicePrincipal')"
         raise OptionError(
-            f"{option}: expected one of {', '.join(AUTH_METHODS)}, got {value!r}. Example: .option({option!r}, "
-            "'servicePrincipal')"
+            f"{option}: expected one of {', '.join(AUTH_METHODS)}, got {value!r}. Example: {example}", example
         )
     return by_lower[text]
 
@@ -104,10 +103,8 @@ def _namespace(option: str, value: str) -> str:
     """``NAMESPACE.servicebus.windows.net`` (host[:port]); a pasted ``sb://.../`` endpoint is accepted."""
     namespace = host_and_port(str(value).strip(), allow_path=False)
     if namespace is None:
-        raise OptionError(
-            f"{option}: expected a fully qualified namespace, got {value!r}. Example: .option({option!r}, "
-            "'NAMESPACE.servicebus.windows.net')"
-        )
+        example = f".option({option!r}, 'NAMESPACE.servicebus.windows.net')"
+        raise OptionError(f"{option}: expected a fully qualified namespace, got {value!r}. Example: {example}", example)
     return namespace
 
 
@@ -120,25 +117,25 @@ def _sas_token(option: str, value: str) -> str:
     text = str(value).strip()
     body = text.removeprefix("SharedAccessSignature").strip()
     fields = dict(urllib.parse.parse_qsl(body, keep_blank_values=True))
-    example = "SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen"
+    token = "SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen"
+    example = f".option({option!r}, {token!r})"
     missing = [f for f in ("sr", "sig", "se") if not fields.get(f)]
     if missing:
         raise OptionError(
-            f"{option}: the token lacks {', '.join(missing)} (the token is not shown). Example: "
-            f".option({option!r}, {example!r})"
+            f"{option}: the token lacks {', '.join(missing)} (the token is not shown). Example: {example}", example
         )
     try:
         expiry = int(fields["se"])
     except ValueError:
-        raise OptionError(f"{option}: se= must be a Unix time in seconds. Example: .option({option!r}, "
-                          f"{example!r})") from None  # fmt: skip
+        raise OptionError(f"{option}: se= must be a Unix time in seconds. Example: {example}", example) from None
     if expiry <= time.time():
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(expiry, tz=dt.timezone.utc).isoformat()
         raise OptionError(
             f"{option}: the token expired at {when} (se={expiry}); issue one that outlives the query, or sign in "
-            f"with Microsoft Entra ID, e.g. .option('eventhubs.auth', 'managedIdentity')"
+            f"with Microsoft Entra ID, e.g. .option('eventhubs.auth', 'managedIdentity')",
+            ".option('eventhubs.auth', 'managedIdentity')",
         )
     return "SharedAccessSignature " + body
 
@@ -146,8 +143,8 @@ def _sas_token(option: str, value: str) -> str:
 def _authority(option: str, value: str) -> str:
     text = str(value).strip().rstrip("/")
     if "://" in text and not text.startswith("https://"):
-        raise OptionError(f"{option}: the authority must be https, got {value!r}. Example: "
-                          f".option({option!r}, 'https://login.microsoftonline.us')")  # fmt: skip
+        example = f".option({option!r}, 'https://login.microsoftonline.us')"
+        raise OptionError(f"{option}: the authority must be https, got {value!r}. Example: {example}", example)
     return text
 
 
@@ -487,72 +484,144 @@ ALIASES = {
     "eventhubs.maxeventspertrigger": "maxEventsPerTrigger",
 }
 
+# Each retired key: (why, an example of what to do instead, what the example does).
 _AAD = (
     "sign in with Microsoft Entra ID through eventhubs.auth and the eventhubs.entra.* options instead of a JVM "
-    "callback class; remove it (e.g. .option('eventhubs.auth', 'servicePrincipal')"
-    ".option('eventhubs.entra.tenantId', 'TENANT').option('eventhubs.entra.clientId', 'CLIENT')"
-    ".option('eventhubs.entra.clientSecret', SECRET))"
+    "callback class",
+    ".option('eventhubs.auth', 'servicePrincipal').option('eventhubs.entra.tenantId', 'TENANT')"
+    ".option('eventhubs.entra.clientId', 'CLIENT').option('eventhubs.entra.clientSecret', SECRET)",
+    "",
 )
 _SLOW = (
-    "slow-partition adjustment is replaced by rate limits that follow each partition's backlog; remove it "
-    "(e.g. .option('maxEventsPerTrigger', '10000') is split across partitions by backlog)"
+    "slow-partition adjustment is replaced by rate limits that follow each partition's backlog",
+    ".option('maxEventsPerTrigger', '10000')",
+    "is split across partitions by backlog",
 )
 _PER_PARTITION_RATE = (
     "per-partition caps are replaced by maxEventsPerTrigger, a budget per micro-batch split across partitions in "
-    "proportion to their backlog; remove it (e.g. maxRatePerPartition=1000 on 8 partitions becomes "
-    ".option('maxEventsPerTrigger', '8000'))"
+    "proportion to their backlog",
+    ".option('maxEventsPerTrigger', '8000')",
+    "for maxRatePerPartition=1000 on 8 partitions",
 )
-RETIRED = {
-    "eventhubs.maxsilenttime": "receivers are recreated on error and after eventhubs.receiverTimeout; remove it "
-    "(e.g. .option('eventhubs.receiverTimeout', '60s') bounds the wait instead)",
+RETIRED: dict[str, tuple[str, str, str]] = {
+    "eventhubs.maxsilenttime": (
+        "receivers are recreated on error and after eventhubs.receiverTimeout",
+        ".option('eventhubs.receiverTimeout', '60s')",
+        "bounds the wait instead",
+    ),
     "eventhubs.slowpartitionadjustment": _SLOW,
     "eventhubs.maxacceptablebatchreceivetime": _SLOW,
     "eventhubs.maxbatchreceivetime": _SLOW,
     "eventhubs.throttlingstatusplugin": _SLOW,
-    "eventhubs.dynamicpartitiondiscovery": "partitions added at runtime are always picked up; remove it (e.g. "
-    ".option('eventhubs.partitionDiscoveryInterval', '60s') sets how often)",
-    "eventhubs.threadpoolsize": "not needed: partitions are read by Spark tasks; remove it (e.g. "
-    ".option('eventhubs.prefetchCount', '500') tunes each task's receiver)",
+    "eventhubs.dynamicpartitiondiscovery": (
+        "partitions added at runtime are always picked up",
+        ".option('eventhubs.partitionDiscoveryInterval', '60s')",
+        "sets how often",
+    ),
+    "eventhubs.threadpoolsize": (
+        "not needed: partitions are read by Spark tasks",
+        ".option('eventhubs.prefetchCount', '500')",
+        "tunes each task's receiver",
+    ),
     "eventhubs.maxrateperpartition": _PER_PARTITION_RATE,
     "eventhubs.maxratesperpartition": _PER_PARTITION_RATE,
-    "eventhubs.metricplugin": "a JVM plugin class cannot load into a Python source; each task logs its counts and "
-    "the driver the events behind latest per trigger; remove it (e.g. "
-    "spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL=INFO shows the task counts in the executor logs)",
+    "eventhubs.metricplugin": (
+        "a JVM plugin class cannot load into a Python source; each task logs its counts and the driver the events "
+        "behind latest per trigger",
+        "spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL=INFO",
+        "shows the task counts in the executor logs",
+    ),
     "eventhubs.useaadauth": _AAD,
     "eventhubs.aadauthcallback": _AAD,
     "eventhubs.aadauthcallbackparams": _AAD,
-    "partitionpreferredlocationstrategy": "Spark lets no Python source ask for task placement; receivers are "
-    "kept per executor instead and a move costs one link attach; remove it (e.g. drop "
-    ".option('partitionPreferredLocationStrategy', 'Hash'))",
-    "usesimulatedclient": "the old connector's test switch; test against the local emulator instead "
-    "(python -m eventhubs_spark.emulator); remove it (e.g. .option('eventhubs.connectionString', "
-    "'Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub;"
-    "UseDevelopmentEmulator=true'))",
+    "partitionpreferredlocationstrategy": (
+        "Spark lets no Python source ask for task placement; receivers are kept per executor instead and a move "
+        "costs one link attach",
+        "drop .option('partitionPreferredLocationStrategy', 'Hash')",
+        "",
+    ),
+    "usesimulatedclient": (
+        "the old connector's test switch; test against the local emulator instead (python -m eventhubs_spark.emulator)",
+        ".option('eventhubs.connectionString', 'Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;"
+        "SharedAccessKey=s;EntityPath=hub;UseDevelopmentEmulator=true')",
+        "",
+    ),
 }
+
+
+def _retired(key: str) -> OptionError:
+    why, example, after = RETIRED[key.lower()]
+    return OptionError(
+        f"{key}: not supported by eventhubs-spark: {why}; remove it (e.g. {example}{' ' + after if after else ''})",
+        example,
+    )
+
 
 BY_KEY = {spec.key.lower(): spec for spec in SPECS}
 SPARK_OWNED = {"checkpointlocation"}
 
 
 @dataclass(frozen=True)
-class Options:
-    """Parsed, validated options for one mode. Holds no secret: the connection string stays apart."""
+class StoreOptions:
+    """The blob checkpoint store: a container, reached by a connection string or an account URL (with a
+    SAS token, or signed in with the hub's Entra identity)."""
+
+    container: str
+    connection_string: Secret | None = None
+    account_url: str | None = None
+    sas_token: Secret | None = None
+
+
+@dataclass(frozen=True)
+class OwnershipOptions:
+    """Ownership mode: this query's owner id (None: a random one per run) and the load balancer's settings."""
+
+    owner_id: str | None
+    strategy: str
+    update_interval: float
+    expiration: float
+    max_partitions: int | None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything a stream or batch read takes, parsed and checked once (``spark.readStream`` or ``spark.read``)."""
 
     mode: str
-    values: Mapping[str, Any] = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key.lower()]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key.lower(), default)
+    settings: ConnectionSettings
+    consumer_group: str
+    starting_position: Position | None
+    starting_positions: Mapping[str, Position]
+    ending_position: Position | None
+    ending_positions: Mapping[str, Position]
+    max_events_per_trigger: int | None
+    min_events_per_trigger: int | None
+    max_trigger_delay: float
+    fail_on_data_loss: bool
+    max_events_per_partition: int | None
+    prefetch_count: int
+    receiver_timeout: float
+    operation_timeout: float
+    use_exclusive_receiver: bool
+    partition_discovery_interval: float
+    checkpoint_store: StoreOptions | None
+    start_from_checkpoint_store: bool
+    ownership: OwnershipOptions | None
 
     @property
-    def starting_position(self) -> Position:
-        pos = self.get("eventhubs.startingPosition")
-        if pos is not None:
-            return pos
+    def default_start(self) -> Position:
+        """``eventhubs.startingPosition``, else the end of the stream (streams) or its start (batch reads)."""
+        if self.starting_position is not None:
+            return self.starting_position
         return Latest() if self.mode == STREAM else Earliest()
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What a write takes (``df.write`` and ``df.writeStream``)."""
+
+    settings: ConnectionSettings
+    operation_timeout: float
 
 
 def check_read_options(raw: Mapping[str, str]) -> None:
@@ -562,14 +631,83 @@ def check_read_options(raw: Mapping[str, str]) -> None:
     builds; an option that suits only one of them is left for the reader to judge.
     """
     try:
-        parse_options(raw, STREAM)
+        read_options(raw, STREAM)
     except OptionError:
-        parse_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
+        read_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
 
 
-def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, ConnectionSettings]:
-    """Validate ``raw`` for ``mode``; returns the options and the connection settings, where the
-    secrets live (wrapped in :class:`~eventhubs_spark.client.settings.Secret`)."""
+def read_options(raw: Mapping[str, str], mode: str) -> ReadOptions:
+    """The options of a stream (``mode="stream"``) or batch (``"batch"``) read, checked and typed."""
+    if mode not in READ:
+        raise ValueError(f"mode must be {STREAM!r} or {BATCH!r}, not {mode!r}")
+    options, _ = parse_options(raw, mode)
+    assert isinstance(options, ReadOptions)
+    return options
+
+
+def write_options(raw: Mapping[str, str]) -> WriteOptions:
+    """The options of a write, checked and typed (read options are ignored with one warning)."""
+    options, _ = parse_options(raw, WRITE)
+    assert isinstance(options, WriteOptions)
+    return options
+
+
+def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | WriteOptions, ConnectionSettings]:
+    """Validate ``raw`` for ``mode``; returns the typed options and the connection settings (which the
+    options carry too), where the secrets live, wrapped in :class:`~eventhubs_spark.client.credentials.Secret`."""
+    values, connection = _values(raw, mode)
+    settings = resolve_sign_in(values, connection, _ENTRA_KEYS)
+    _check_combinations(values, mode)
+    if mode == WRITE:
+        return WriteOptions(settings, values["eventhubs.operationtimeout"]), settings
+    get = values.get
+    store = None
+    if get("eventhubs.checkpointstore.container"):
+        store = StoreOptions(
+            container=values["eventhubs.checkpointstore.container"],
+            connection_string=get("eventhubs.checkpointstore.connectionstring"),
+            account_url=get("eventhubs.checkpointstore.accounturl"),
+            sas_token=get("eventhubs.checkpointstore.sastoken"),
+        )
+    ownership = None
+    if get("eventhubs.ownership"):
+        ownership = OwnershipOptions(
+            owner_id=get("eventhubs.ownerid"),
+            strategy=values["eventhubs.loadbalancing.strategy"],
+            update_interval=values["eventhubs.loadbalancing.updateinterval"],
+            expiration=values["eventhubs.loadbalancing.ownershipexpiration"],
+            max_partitions=get("eventhubs.loadbalancing.maxpartitions"),
+        )
+    options = ReadOptions(
+        mode=mode,
+        settings=settings,
+        consumer_group=values["eventhubs.consumergroup"],
+        starting_position=get("eventhubs.startingposition"),
+        starting_positions=get("eventhubs.startingpositions") or {},
+        ending_position=get("eventhubs.endingposition"),
+        ending_positions=get("eventhubs.endingpositions") or {},
+        max_events_per_trigger=get("maxeventspertrigger"),
+        min_events_per_trigger=get("mineventspertrigger"),
+        max_trigger_delay=get("maxtriggerdelay", BY_KEY["maxtriggerdelay"].default),
+        fail_on_data_loss=values["failondataloss"],
+        max_events_per_partition=get("maxeventsperpartition"),
+        prefetch_count=values["eventhubs.prefetchcount"],
+        receiver_timeout=values["eventhubs.receivertimeout"],
+        operation_timeout=values["eventhubs.operationtimeout"],
+        use_exclusive_receiver=values["eventhubs.useexclusivereceiver"],
+        partition_discovery_interval=get(
+            "eventhubs.partitiondiscoveryinterval", BY_KEY["eventhubs.partitiondiscoveryinterval"].default
+        ),
+        checkpoint_store=store,
+        start_from_checkpoint_store=bool(get("eventhubs.startfromcheckpointstore")),
+        ownership=ownership,
+    )
+    return options, settings
+
+
+def _values(raw: Mapping[str, str], mode: str) -> tuple[dict[str, Any], str | None]:
+    """Every option of ``mode`` by lower-cased key (defaults filled in, secrets wrapped), and the
+    connection string, kept apart; unknown, retired and misplaced keys and bad values fail here."""
     values: dict[str, Any] = {spec.key.lower(): spec.default for spec in SPECS if mode in spec.modes}
     connection: str | None = None
     ignored: list[str] = []
@@ -577,34 +715,23 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
         lower = key.lower()
         if lower in ALIASES:
             if ALIASES[lower].lower() in {k.lower() for k in raw if k.lower() != lower}:
+                example = _example(BY_KEY[ALIASES[lower].lower()])
                 raise OptionError(
-                    f"{key} is another name for {ALIASES[lower]}: set one of them, e.g. "
-                    f"{_example(BY_KEY[ALIASES[lower].lower()])}"
+                    f"{key} is another name for {ALIASES[lower]}: set one of them, e.g. {example}", example
                 )
             lower = ALIASES[lower].lower()
         if lower in SPARK_OWNED:
             continue  # Spark's own option, consumed by Spark (it passes it on to sources and sinks too)
         if lower == "path":  # spark.read.load(path) passes it; we take no path
+            example = "spark.read.format('eventhubs').option('eventhubs.connectionString', conn).load()"
             raise OptionError(
-                "the eventhubs source takes no path: pass eventhubs.connectionString instead, e.g. "
-                "spark.read.format('eventhubs').option('eventhubs.connectionString', conn).load()"
+                f"the eventhubs source takes no path: pass eventhubs.connectionString instead, e.g. {example}", example
             )
         if lower in RETIRED:
-            raise OptionError(f"{key}: not supported by eventhubs-spark: {RETIRED[lower]}")
+            raise _retired(key)
         spec = BY_KEY.get(lower)
         if spec is None:
-            import difflib
-
-            usable = {s.key.lower(): s for s in SPECS if mode in s.modes}
-            close = difflib.get_close_matches(lower, list(usable), n=1, cutoff=0.6)
-            if close:
-                hint = f"did you mean {usable[close[0]].key!r}, e.g. {_example(usable[close[0]])}?"
-            else:
-                hint = (
-                    f"the options are listed in the README's options table (e.g. "
-                    f"{_example(BY_KEY['eventhubs.consumergroup'])})"
-                )
-            raise OptionError(f"unknown option {key!r}: {hint}")
+            raise _unknown(key, mode)
         if mode == WRITE and WRITE not in spec.modes:
             # The old connector took one EventHubsConf for reads and writes, so read options come along.
             _with_example(spec, value)  # a bad value is still an error: it would fail the reader too
@@ -613,217 +740,95 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[Options, Connectio
         if mode not in spec.modes:
             where = {STREAM: "streaming reads", BATCH: "batch reads", WRITE: "writes"}
             api = {STREAM: "spark.readStream", BATCH: "spark.read", WRITE: "df.write"}[min(spec.modes)]
+            example = f"{api}.format('eventhubs').option({spec.key!r}, {spec.example!r})"
             raise OptionError(
                 f"{spec.key} applies to {' and '.join(where[m] for m in sorted(spec.modes))}, not to {where[mode]}, "
-                f"e.g. {api}.format('eventhubs').option({spec.key!r}, {spec.example!r})"
+                f"e.g. {example}",
+                example,
             )
         value = _with_example(spec, value)
         if spec.key == "eventhubs.connectionString":
             connection = str(value)
             continue
-        if spec.secret:
-            values[lower] = Secret(value)
-            continue
-        values[lower] = value
+        values[lower] = Secret(value) if spec.secret else value
     if ignored:
         _LOG.warning("eventhubs: %s only appl%s to reads; ignored on this write", ", ".join(sorted(ignored)),
                      "ies" if len(ignored) == 1 else "y")  # fmt: skip
-    settings = connection_settings(values, connection)
+    return values, connection
+
+
+def _unknown(key: str, mode: str) -> OptionError:
+    import difflib
+
+    usable = {s.key.lower(): s for s in SPECS if mode in s.modes}
+    close = difflib.get_close_matches(key.lower(), list(usable), n=1, cutoff=0.6)
+    if close:
+        example = _example(usable[close[0]])
+        return OptionError(f"unknown option {key!r}: did you mean {usable[close[0]].key!r}, e.g. {example}?", example)
+    example = _example(BY_KEY["eventhubs.consumergroup"])
+    return OptionError(f"unknown option {key!r}: the options are listed in the README's options table (e.g. {example})",
+                       example)  # fmt: skip
+
+
+def _check_combinations(values: Mapping[str, Any], mode: str) -> None:
+    """Options that are fine one by one but not together."""
     store_conn = values.get("eventhubs.checkpointstore.connectionstring")
     store_url = values.get("eventhubs.checkpointstore.accounturl")
+    url_example = ".option('eventhubs.checkpointStore.accountUrl', 'https://ACCOUNT.blob.core.windows.net')"
+    container_example = ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
     if store_conn and store_url:
         raise OptionError(
             "set eventhubs.checkpointStore.connectionString or eventhubs.checkpointStore.accountUrl, not both, e.g. "
-            ".option('eventhubs.checkpointStore.accountUrl', 'https://ACCOUNT.blob.core.windows.net')"
+            f"{url_example}",
+            url_example,
         )
     if values.get("eventhubs.checkpointstore.sastoken") and not store_url:
         raise OptionError(
-            "eventhubs.checkpointStore.sasToken goes with eventhubs.checkpointStore.accountUrl, e.g. "
-            ".option('eventhubs.checkpointStore.accountUrl', 'https://ACCOUNT.blob.core.windows.net')"
+            f"eventhubs.checkpointStore.sasToken goes with eventhubs.checkpointStore.accountUrl, e.g. {url_example}",
+            url_example,
         )
     if bool(store_conn or store_url) != bool(values.get("eventhubs.checkpointstore.container")):
         raise OptionError(
             "the checkpoint store needs eventhubs.checkpointStore.container and either "
             "eventhubs.checkpointStore.connectionString or eventhubs.checkpointStore.accountUrl, e.g. "
-            ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
+            f"{container_example}",
+            container_example,
         )
     for needs_store in ("eventhubs.startFromCheckpointStore", "eventhubs.ownership"):
         if values.get(needs_store.lower()) and not values.get("eventhubs.checkpointstore.container"):
             raise OptionError(
                 f"{needs_store} works on the checkpoint store: also set eventhubs.checkpointStore.container and "
                 "eventhubs.checkpointStore.connectionString (or eventhubs.checkpointStore.accountUrl), e.g. "
-                ".option('eventhubs.checkpointStore.container', 'eventhubs-checkpoints')"
+                f"{container_example}",
+                container_example,
             )
     interval = values.get("eventhubs.loadbalancing.updateinterval")
     expiry = values.get("eventhubs.loadbalancing.ownershipexpiration")
     if interval is not None and expiry is not None and expiry <= 2 * interval:
+        example = "updateInterval=10s with ownershipExpiration=60s"
         raise OptionError(
             f"eventhubs.loadBalancing.ownershipExpiration ({expiry:g}s) must be more than twice "
             f"eventhubs.loadBalancing.updateInterval ({interval:g}s), or ownership lapses between renewals, e.g. "
-            "updateInterval=10s with ownershipExpiration=60s"
+            f"{example}",
+            example,
         )
     low, high = values.get("mineventspertrigger"), values.get("maxeventspertrigger")
     if low and high and low > high:
+        example = "minEventsPerTrigger=1000 with maxEventsPerTrigger=10000"
         raise OptionError(
-            f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. minEventsPerTrigger=1000 "
-            "with maxEventsPerTrigger=10000"
+            f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. {example}", example
         )
     if mode != WRITE and values.get("maxeventsperpartition") and values.get("eventhubs.useexclusivereceiver"):
+        example = ".option('eventhubs.useExclusiveReceiver', 'false')"
         raise OptionError(
             "maxEventsPerPartition splits one partition over several concurrent tasks, and owner-level receivers "
-            "would take the partition from each other: also set eventhubs.useExclusiveReceiver=false, e.g. "
-            ".option('eventhubs.useExclusiveReceiver', 'false')"
+            f"would take the partition from each other: also set eventhubs.useExclusiveReceiver=false, e.g. {example}",
+            example,
         )
-    return Options(mode, values), settings
 
 
-_CONN_EXAMPLE = (
-    ".option('eventhubs.connectionString', 'Endpoint=sb://NAMESPACE.servicebus.windows.net/;"
-    "SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB'), or .option('eventhubs.namespace', "
-    "'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB').option('eventhubs.auth', 'managedIdentity')"
-)
 # The identity options that name something (not the disableInstanceDiscovery switch), from the table above.
 _ENTRA_KEYS = tuple(s.key for s in SPECS if s.key.startswith("eventhubs.entra.") and s.default is None)
-
-
-def connection_settings(values: Mapping[str, Any], connection: str | None) -> ConnectionSettings:
-    """Where the hub is and how to sign in, from the connection and ``eventhubs.auth`` options.
-
-    Every combination that would leave an option unused, or a method without what it needs, is an
-    error naming the options: a credential mix-up found on the driver costs nothing; found by a
-    failing executor sign-in it costs a stack trace per task.
-    """
-    namespace, name = values.get("eventhubs.namespace"), values.get("eventhubs.name")
-    sas = values.get("eventhubs.sastoken")
-    entra_set = [k for k in _ENTRA_KEYS if values.get(k.lower())]
-    method = values.get("eventhubs.auth")
-    if connection and namespace:
-        raise OptionError(
-            "set eventhubs.connectionString or eventhubs.namespace, not both, e.g. "
-            ".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB')"
-        )
-    if not connection and not namespace:
-        raise OptionError(f"eventhubs.connectionString (or eventhubs.namespace) is required, e.g. {_CONN_EXAMPLE}")
-    if method is None:
-        if connection:
-            method = "connectionString"
-        elif sas:
-            method = "sasToken"
-        else:
-            method = _implied_entra_method(values)
-    if (method == "connectionString") != bool(connection):
-        raise OptionError(
-            "eventhubs.auth=connectionString signs in with eventhubs.connectionString, and a connection string "
-            "carries its own credentials: drop eventhubs.auth or the connection string, e.g. "
-            f"{_CONN_EXAMPLE}"
-        )
-    if sas and method != "sasToken":
-        raise OptionError(
-            "eventhubs.sasToken goes with eventhubs.namespace (and eventhubs.auth=sasToken, or no eventhubs.auth), "
-            "e.g. .option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.sasToken', "
-            "'SharedAccessSignature sr=...&sig=...&se=...&skn=...')"
-        )
-    if method == "sasToken" and not sas:
-        raise OptionError(
-            "eventhubs.auth=sasToken needs eventhubs.sasToken, e.g. .option('eventhubs.sasToken', "
-            "'SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen')"
-        )
-    store_uses_entra = bool(
-        values.get("eventhubs.checkpointstore.accounturl") and not values.get("eventhubs.checkpointstore.sastoken")
-    )
-    entra = None
-    if method in ENTRA_METHODS or store_uses_entra:
-        entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))
-    elif entra_set:
-        raise OptionError(
-            f"{', '.join(entra_set)} would be unused: eventhubs.auth is {method} "
-            "and nothing else signs in with Microsoft Entra ID. Use the identity with e.g. "
-            ".option('eventhubs.auth', 'servicePrincipal'), or drop the option"
-        )
-    if connection:
-        settings = parse_connection_string(connection, hub=name)
-        return dataclasses.replace(
-            settings, entra=entra, emulator=settings.emulator or bool(values.get("eventhubs.usedevelopmentemulator"))
-        )
-    if not name:
-        raise OptionError(
-            "eventhubs.namespace needs eventhubs.name (the event hub), e.g. .option('eventhubs.name', 'telemetry')"
-        )
-    return ConnectionSettings(
-        namespace=str(namespace),
-        hub=name,
-        sas_token=sas,  # set only with eventhubs.auth=sasToken (checked above)
-        entra=entra,
-        emulator=bool(values.get("eventhubs.usedevelopmentemulator")),
-    )
-
-
-def _implied_entra_method(values: Mapping[str, Any]) -> str:
-    if (
-        values.get("eventhubs.entra.clientsecret")
-        or values.get("eventhubs.entra.certificatepath")
-        or values.get("eventhubs.entra.certificate")
-    ):
-        return "servicePrincipal"
-    if values.get("eventhubs.entra.federatedtokenfile"):
-        return "workloadIdentity"
-    return "defaultAzureCredential"
-
-
-def _entra_settings(values: Mapping[str, Any], method: str) -> EntraSettings:
-    def get(key: str) -> Any:
-        return values.get(f"eventhubs.entra.{key.lower()}")
-
-    secret, path, pem = get("clientSecret"), get("certificatePath"), get("certificate")
-    if method == "servicePrincipal":
-        missing = [f"eventhubs.entra.{k}" for k in ("tenantId", "clientId") if not get(k)]
-        if missing:
-            raise OptionError(
-                f"eventhubs.auth=servicePrincipal needs {' and '.join(missing)}, e.g. "
-                ".option('eventhubs.entra.tenantId', 'TENANT_ID').option('eventhubs.entra.clientId', 'CLIENT_ID')"
-            )
-        if sum(1 for v in (secret, path, pem) if v) != 1:
-            raise OptionError(
-                "eventhubs.auth=servicePrincipal needs exactly one of eventhubs.entra.clientSecret, "
-                "eventhubs.entra.certificatePath and eventhubs.entra.certificate, e.g. "
-                ".option('eventhubs.entra.clientSecret', dbutils.secrets.get('scope', 'sp-secret'))"
-            )
-    else:
-        extra = [f"eventhubs.entra.{k}" for k, v in (("clientSecret", secret), ("certificatePath", path),
-                                                     ("certificate", pem)) if v]  # fmt: skip
-        if extra:
-            raise OptionError(
-                f"{', '.join(extra)} belong to a service principal, but eventhubs.auth is {method}: set "
-                ".option('eventhubs.auth', 'servicePrincipal'), or drop them"
-            )
-        if method == "managedIdentity" and (get("tenantId") or get("federatedTokenFile")):
-            raise OptionError(
-                "eventhubs.auth=managedIdentity takes only eventhubs.entra.clientId (a user-assigned identity); "
-                "drop eventhubs.entra.tenantId and eventhubs.entra.federatedTokenFile, e.g. "
-                ".option('eventhubs.entra.clientId', 'CLIENT_ID')"
-            )
-    if get("certificatePassword") and not (path or pem):
-        raise OptionError(
-            "eventhubs.entra.certificatePassword goes with eventhubs.entra.certificatePath or "
-            "eventhubs.entra.certificate, e.g. .option('eventhubs.entra.certificatePath', '/Volumes/main/certs/sp.pfx')"
-        )
-    if get("federatedTokenFile") and method not in ("workloadIdentity", "defaultAzureCredential"):
-        raise OptionError(
-            "eventhubs.entra.federatedTokenFile belongs to a workload identity: set "
-            ".option('eventhubs.auth', 'workloadIdentity')"
-        )
-    return EntraSettings(
-        method=method,
-        tenant_id=get("tenantId"),
-        client_id=get("clientId"),
-        client_secret=secret,
-        certificate_path=path,
-        certificate=pem,
-        certificate_password=get("certificatePassword"),
-        federated_token_file=get("federatedTokenFile"),
-        authority_host=get("authorityHost"),
-        disable_instance_discovery=bool(values.get("eventhubs.entra.disableinstancediscovery")),
-    )
 
 
 def _example(spec: Spec) -> str:
@@ -835,9 +840,8 @@ def _with_example(spec: Spec, value: str) -> Any:
     try:
         return spec.parse(spec.key, value)
     except OptionError as exc:
-        text = str(exc)
-        if not re.search(r"e\.g\.|[Ee]xample|such as", text):
-            raise OptionError(f"{text}. Example: {_example(spec)}") from None
+        if exc.example is None:
+            raise OptionError(f"{exc}. Example: {_example(spec)}", _example(spec)) from None
         raise
 
 

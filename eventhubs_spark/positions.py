@@ -30,6 +30,8 @@ from typing import Any
 from .errors import OptionError
 
 EXAMPLE = '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42} or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
+_TIME_EXAMPLE = '{"enqueuedTime": "2024-05-01T00:00:00Z"}'
+_KEYED = '{"0": {"seqNo": 10}}'
 
 
 @dataclass(frozen=True)
@@ -103,17 +105,19 @@ def parse_position(value: Any, option: str) -> Position:
     """Parse one position from its JSON text or an already-decoded dict."""
     doc = _load(value, option)
     if not isinstance(doc, dict):
-        raise OptionError(f"{option}: expected a JSON object, got {value!r}. Valid examples: {EXAMPLE}")
+        raise OptionError(f"{option}: expected a JSON object, got {value!r}. Valid examples: {EXAMPLE}", EXAMPLE)
     known = {"offset", "seqno", "enqueuedtime", "isinclusive"}
     lowered = {str(k).lower(): v for k, v in doc.items()}
     unknown = sorted(set(lowered) - known)
     if unknown:
-        raise OptionError(f"{option}: unknown field(s) {unknown} in {value!r}. Valid examples: {EXAMPLE}")
+        raise OptionError(f"{option}: unknown field(s) {unknown} in {value!r}. Valid examples: {EXAMPLE}", EXAMPLE)
     inclusive = lowered.get("isinclusive")
     if inclusive is None:
         inclusive = True  # EventPosition's default in the old connector
     if not isinstance(inclusive, bool):
-        raise OptionError(f"{option}: isInclusive must be true or false, got {inclusive!r}. Example: {EXAMPLE}")
+        raise OptionError(
+            f"{option}: isInclusive must be true or false, got {inclusive!r}. Example: {EXAMPLE}", EXAMPLE
+        )
     offset = lowered.get("offset")
     seq = lowered.get("seqno")
     if seq == -1:
@@ -123,7 +127,8 @@ def parse_position(value: Any, option: str) -> Position:
     if len(chosen) != 1:
         raise OptionError(
             f"{option}: set exactly one of offset, seqNo, enqueuedTime (got {chosen or 'none'} in {value!r}). "
-            f"Valid examples: {EXAMPLE}"
+            f"Valid examples: {EXAMPLE}",
+            EXAMPLE,
         )
     if offset is not None:
         text = str(offset)
@@ -132,11 +137,13 @@ def parse_position(value: Any, option: str) -> Position:
         if text == "@latest":
             return Latest()
         if not (text.isascii() and text.isdigit()):
-            raise OptionError(f'{option}: offset must be "-1", "@latest" or digits, got {offset!r}. Example: {EXAMPLE}')
+            raise OptionError(
+                f'{option}: offset must be "-1", "@latest" or digits, got {offset!r}. Example: {EXAMPLE}', EXAMPLE
+            )
         return Offset(text, inclusive)
     if seq is not None:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise OptionError(f"{option}: seqNo must be a whole number >= 0, got {seq!r}. Example: {EXAMPLE}")
+            raise OptionError(f"{option}: seqNo must be a whole number >= 0, got {seq!r}. Example: {EXAMPLE}", EXAMPLE)
         return SequenceNumber(seq, inclusive)
     return EnqueuedTime(parse_time(when, option), inclusive if "isinclusive" in lowered else False)
 
@@ -144,9 +151,7 @@ def parse_position(value: Any, option: str) -> Position:
 def parse_time(value: Any, option: str) -> dt.datetime:
     """An ISO-8601 instant (``Z`` or an offset; naive means UTC) or epoch milliseconds."""
     if isinstance(value, bool):
-        raise OptionError(
-            f'{option}: expected an ISO-8601 time, e.g. {{"enqueuedTime": "2024-05-01T00:00:00Z"}}, got {value!r}'
-        )
+        raise OptionError(f"{option}: expected an ISO-8601 time, e.g. {_TIME_EXAMPLE}, got {value!r}", _TIME_EXAMPLE)
     if isinstance(value, (int, float)):
         try:
             return dt.datetime.fromtimestamp(value / 1000, tz=dt.timezone.utc)
@@ -159,9 +164,7 @@ def parse_time(value: Any, option: str) -> dt.datetime:
             pass
         else:
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
-    raise OptionError(
-        f'{option}: expected an ISO-8601 time, e.g. {{"enqueuedTime": "2024-05-01T00:00:00Z"}}, got {value!r}'
-    )
+    raise OptionError(f"{option}: expected an ISO-8601 time, e.g. {_TIME_EXAMPLE}, got {value!r}", _TIME_EXAMPLE)
 
 
 def parse_positions(value: Any, option: str) -> dict[str, Position]:
@@ -171,7 +174,7 @@ def parse_positions(value: Any, option: str) -> dict[str, Position]:
     """
     doc = _load(value, option)
     if not isinstance(doc, dict):
-        raise OptionError(f'{option}: expected a JSON object keyed by partition id, e.g. {{"0": {{"seqNo": 10}}}}')
+        raise OptionError(f"{option}: expected a JSON object keyed by partition id, e.g. {_KEYED}", _KEYED)
     out: dict[str, Position] = {}
     for key, pos in doc.items():
         partition = _partition_key(str(key), option)
@@ -189,7 +192,8 @@ def _partition_key(key: str, option: str) -> str:
     if isinstance(doc, dict) and str(doc.get("partitionId", "")).isascii() and str(doc["partitionId"]).isdigit():
         return str(int(doc["partitionId"]))
     raise OptionError(
-        f'{option}: keys must be partition ids such as "0" (or {{"ehName": "hub", "partitionId": 0}}), got {key!r}'
+        f'{option}: keys must be partition ids (or {{"ehName": "hub", "partitionId": 0}}), got {key!r}, e.g. {_KEYED}',
+        _KEYED,
     )
 
 
@@ -198,5 +202,7 @@ def _load(value: Any, option: str) -> Any:
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
-            raise OptionError(f"{option}: not valid JSON ({exc.msg}) in {value!r}. Valid examples: {EXAMPLE}") from None
+            raise OptionError(
+                f"{option}: not valid JSON ({exc.msg}) in {value!r}. Valid examples: {EXAMPLE}", EXAMPLE
+            ) from None
     return value

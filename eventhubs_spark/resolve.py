@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .client import sdk
-from .client.management import PartitionInfo
 from .client.receiver import ReceiverConfig, close_later
 from .client.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError, link_stolen
+from .partitions import PartitionInfo
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
 
 _LOG = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 
 from .client.settings import ConnectionSettings
 from .errors import SinkError, call_with_retries, message_too_large
-from .options import WRITE, parse_options
+from .options import write_options
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -334,8 +334,9 @@ def _summarize(messages: Iterable[Any]) -> tuple[int, dict[str, int], int]:
 
 class _SinkBase:
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        parsed, self.settings = parse_options(dict(options), WRITE)
-        self.timeout = float(parsed["eventhubs.operationTimeout"])
+        parsed = write_options(dict(options))
+        self.settings = parsed.settings
+        self.timeout = parsed.operation_timeout
         self.layout = layout_for(schema)
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:

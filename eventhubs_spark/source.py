@@ -7,11 +7,12 @@ partition, since state set on the driver-side reader never reaches it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -19,12 +20,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from .arrow import SCHEMA_DDL, messages_to_batch
 from .checkpoints.mirror import CheckpointMirror
-from .client.management import ManagementClient, PartitionInfo
+from .client.management import ManagementClient
 from .client.receiver import POOL, RangeResult, ReceiverConfig
 from .client.settings import ConnectionSettings
 from .errors import OptionError, data_loss_error
 from .offsets import Range, SourceOffset, plan_trigger, split_ranges
-from .options import BATCH, STREAM, Options, parse_options
+from .options import BATCH, STREAM, read_options
+from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
 from .positions import Latest, Position
 from .resolve import resolve
 
@@ -148,30 +150,35 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
 class _Planner:
     """What the stream and batch readers share: settings, receiver config, partition metadata."""
 
-    def __init__(self, raw: Mapping[str, str], mode: str) -> None:
-        self.options: Options
-        self.options, self.settings = parse_options(dict(raw), mode)
-        exclusive = self.options["eventhubs.useExclusiveReceiver"]
+    def __init__(
+        self, raw: Mapping[str, str], mode: str, metadata: Callable[[], PartitionMetadata] | None = None
+    ) -> None:
+        """``metadata``: where partition properties come from (default: the hub's management link)."""
+        self.options = read_options(dict(raw), mode)
+        self.settings = self.options.settings
         self.config = ReceiverConfig(
-            consumer_group=self.options["eventhubs.consumerGroup"],
-            prefetch=self.options["eventhubs.prefetchCount"],
-            receiver_timeout=self.options["eventhubs.receiverTimeout"],
-            exclusive=exclusive,
+            consumer_group=self.options.consumer_group,
+            prefetch=self.options.prefetch_count,
+            receiver_timeout=self.options.receiver_timeout,
+            exclusive=self.options.use_exclusive_receiver,
         )
-        self._ids: list[str] | None = None
-        self._ids_at = 0.0
-        self.mirror = CheckpointMirror(self.options, self.settings, self.config)  # the store: progress, hand-over
+        self.catalog = PartitionCatalog(
+            self.settings.hub,
+            metadata or functools.partial(ManagementClient.get, self.settings, self.options.operation_timeout),
+        )
+        # the checkpoint store: progress for others to see, and hand-overs in ownership mode
+        self.mirror = CheckpointMirror(self.options.checkpoint_store, self.settings, self.config)
         self._ownership: Any = None
 
     def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         """eventhubs.startingPosition(s) per partition."""
         return self.positions_for(
-            infos, "eventhubs.startingPosition", "eventhubs.startingPositions", self.options.starting_position
+            infos, self.options.default_start, self.options.starting_positions, "eventhubs.startingPositions"
         )
 
     def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         positions = self.configured_starts(infos)
-        if self.options.get("eventhubs.startFromCheckpointStore"):
+        if self.options.start_from_checkpoint_store:
             from .ownership import checkpoint_position
 
             found = {
@@ -186,56 +193,47 @@ class _Planner:
 
     def ownership(self) -> Any:
         """Ownership mode's cycle for this query (built once, in the stream runner process), or None."""
-        if not self.options.get("eventhubs.ownership"):
+        settings = self.options.ownership
+        if settings is None:
             return None
         if self._ownership is None:
             from .checkpoints.balancer import BalancerConfig
             from .ownership import QueryOwnership, default_owner_id
 
             config = BalancerConfig(
-                strategy=self.options["eventhubs.loadBalancing.strategy"],
-                interval=self.options["eventhubs.loadBalancing.updateInterval"],
-                expiry=self.options["eventhubs.loadBalancing.ownershipExpiration"],
-                max_partitions=self.options.get("eventhubs.loadBalancing.maxPartitions"),
+                strategy=settings.strategy,
+                interval=settings.update_interval,
+                expiry=settings.expiration,
+                max_partitions=settings.max_partitions,
             )
-            owner = self.options.get("eventhubs.ownerId") or default_owner_id()
+            owner = settings.owner_id or default_owner_id()
             self._ownership = QueryOwnership(
                 self.mirror.store(), self.settings.namespace, self.settings.hub, self.config.consumer_group,
-                owner, lambda: list(self._ids or []), config,
+                owner, lambda: self.catalog.ids, config,
             )  # fmt: skip
             _LOG.info("hub %s: ownership mode as owner %s (%s)", self.settings.hub, owner, config)
         return self._ownership
 
-    @property
-    def management(self) -> ManagementClient:
-        return ManagementClient.get(self.settings, self.options["eventhubs.operationTimeout"])
-
     def partition_infos(self, refresh_ids_after: float | None = None) -> dict[str, PartitionInfo]:
-        now = time.monotonic()
-        if self._ids is None or (refresh_ids_after is not None and now - self._ids_at >= refresh_ids_after):
-            ids = self.management.partition_ids()
-            if self._ids is not None and len(ids) > len(self._ids):
-                _LOG.info(
-                    "hub %s: %d new partition(s) %s",
-                    self.settings.hub,
-                    len(ids) - len(self._ids),
-                    sorted(set(ids) - set(self._ids), key=int),
-                )
-            self._ids, self._ids_at = ids, now
-        infos = self.management.partition_properties(self._ids)
+        infos = self.catalog.infos(refresh_ids_after)
         self.mirror.note(infos)
         return infos
 
     def positions_for(
-        self, infos: Mapping[str, PartitionInfo], single: str, per_partition: str, default: Position
+        self,
+        infos: Mapping[str, PartitionInfo],
+        chosen: Position,
+        overrides: Mapping[str, Position],
+        per_partition: str,
     ) -> dict[str, Position]:
-        chosen = self.options.get(single) or default
-        overrides: dict[str, Position] = self.options.get(per_partition) or {}
+        """``chosen`` for every partition, but where ``overrides`` (option ``per_partition``) names one."""
         unknown = sorted(set(overrides) - set(infos), key=int)
         if unknown:
+            example = f'.option({per_partition!r}, \'{{"{min(infos, key=int)}": {{"seqNo": 0}}}}\')'
             raise OptionError(
                 f"{per_partition}: hub {self.settings.hub!r} has no partition(s) {unknown}; its partitions are "
-                f"{sorted(infos, key=int)}"
+                f"{sorted(infos, key=int)}, e.g. {example}",
+                example,
             )
         return {pid: overrides.get(pid, chosen) for pid in infos}
 
@@ -249,8 +247,8 @@ class _Planner:
         owner: str | None = None,
         owned: frozenset[str] | None = None,
     ) -> list[EventHubsPartition]:
-        pieces = split_ranges([r for r in ranges if r.size > 0], self.options.get("maxEventsPerPartition"))
-        fail = self.options["failOnDataLoss"]
+        pieces = split_ranges([r for r in ranges if r.size > 0], self.options.max_events_per_partition)
+        fail = self.options.fail_on_data_loss
         return [
             EventHubsPartition(
                 self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned
@@ -264,7 +262,7 @@ class _Planner:
         if start >= begin or end <= start:  # nothing missing, or nothing to read in this range
             return start
         lost_until = min(begin, end)
-        if self.options["failOnDataLoss"]:
+        if self.options.fail_on_data_loss:
             raise data_loss_error(self.settings.hub, partition, start, lost_until, begins_at=begin)
         _LOG.warning(
             "hub %s partition %s: %d events [%d, %d) were lost to retention before they were read; continuing "
@@ -281,9 +279,9 @@ class _Planner:
 class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("eventhubs")``."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], metadata: Callable[[], PartitionMetadata] | None = None) -> None:
         _worker_logging()  # the stream runner is a Python worker process too
-        self.planner = _Planner(options, STREAM)
+        self.planner = _Planner(options, STREAM, metadata)
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
@@ -299,13 +297,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._waiting: dict[str, Any] = {}  # ownership mode: partitions gained, waiting for their hand-over
 
     def _refresh(self) -> dict[str, PartitionInfo]:
-        self._infos = self.planner.partition_infos(self.planner.options["eventhubs.partitionDiscoveryInterval"])
+        self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
         return self._infos
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
             infos = self._refresh()
-            if self.planner.options.get("eventhubs.ownership"):
+            if self.planner.options.ownership is not None:
                 self._initial = {}  # partitions join the offsets as this query gains them
             else:
                 self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
@@ -360,9 +358,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(self._max_events())
 
     def _max_events(self) -> int:
-        configured = self.planner.options.get("maxEventsPerTrigger")
+        configured = self.planner.options.max_events_per_trigger
         if configured:
-            return int(configured)
+            return configured
         count = len(self._infos) or len(self._refresh())
         return DEFAULT_EVENTS_PER_PARTITION * max(1, count)
 
@@ -383,8 +381,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         and in ownership mode at most one update interval, so a partition handed over is free in time."""
         cadence = self._cadence if self._cadence is not None else MIN_STREAM_IDLE_TIMEOUT
         timeout = min(max(MIN_STREAM_IDLE_TIMEOUT, 3 * cadence + 2), MAX_STREAM_IDLE_TIMEOUT)
-        if self.planner.options.get("eventhubs.ownership"):
-            timeout = min(timeout, self.planner.options["eventhubs.loadBalancing.updateInterval"])
+        ownership = self.planner.options.ownership
+        if ownership is not None:
+            timeout = min(timeout, ownership.update_interval)
         return timeout
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
@@ -412,7 +411,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if limit is None:
             # Spark 4.0/4.1: no admission control. Only an explicit maxEventsPerTrigger applies, because
             # Trigger.AvailableNow there takes this answer as the end of the whole run.
-            max_events: int | None = self.planner.options.get("maxEventsPerTrigger")
+            max_events = self.planner.options.max_events_per_trigger
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             max_events = limit.max_rows
         else:
@@ -423,15 +422,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             latest,
             max_events=max_events,
             target=self._target,
-            min_events=self.planner.options.get("minEventsPerTrigger"),
-            max_trigger_delay=self.planner.options["maxTriggerDelay"],
+            min_events=self.planner.options.min_events_per_trigger,
+            max_trigger_delay=self.planner.options.max_trigger_delay,
             now=now,
             last_batch_at=self._last_batch_at,
         )
         latest = self._latest = plan.latest
         if plan.skipped:
             _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger", self.hub,
-                      plan.backlog, self.planner.options.get("minEventsPerTrigger"))  # fmt: skip
+                      plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
             self._last_end = begin
             return SourceOffset(self.hub, begin).to_json()
         end = plan.end
@@ -461,7 +460,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = []
         for pid in sorted(e, key=int):
             first = s.get(pid)
-            if first is None and self.planner.options.get("eventhubs.ownership"):
+            if first is None and self.planner.options.ownership is not None:
                 first = e[pid]  # just gained: the offset records where it starts, read from the next batch
             elif first is None:  # new partition: from its first retained event, no data loss to report
                 first = infos[pid].beginning_sequence_number if pid in infos else 0
@@ -488,26 +487,29 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 class EventHubsBatchReader(DataSourceReader):
     """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.planner = _Planner(options, BATCH)
+    def __init__(self, options: Mapping[str, str], metadata: Callable[[], PartitionMetadata] | None = None) -> None:
+        self.planner = _Planner(options, BATCH, metadata)
 
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner
         infos = planner.partition_infos()
         starts = planner.resolve(infos, planner.starting_positions(infos))
-        ending = planner.positions_for(infos, "eventhubs.endingPosition", "eventhubs.endingPositions", Latest())
+        options = planner.options
+        ending = planner.positions_for(
+            infos, options.ending_position or Latest(), options.ending_positions, "eventhubs.endingPositions"
+        )
         # An ending position names the first event *not* read (as the old connector's translate() used it).
         ends = planner.resolve(infos, ending)
         ranges = []
         for pid in sorted(infos, key=int):
             start, end = starts[pid], ends[pid]
-            explicit_end = pid in (planner.options.get("eventhubs.endingPositions") or {}) or planner.options.get(
-                "eventhubs.endingPosition"
-            )
+            explicit_end = pid in options.ending_positions or options.ending_position is not None
             if end < start and explicit_end:
+                example = f".option('eventhubs.endingPositions', '{{\"{pid}\": {{\"seqNo\": {start}}}}}')"
                 raise OptionError(
                     f"partition {pid}: the ending position (sequence number {end}) is before the starting position "
-                    f"({start}); check eventhubs.startingPosition(s) and eventhubs.endingPosition(s)"
+                    f"({start}); check eventhubs.startingPosition(s) and eventhubs.endingPosition(s), e.g. {example}",
+                    example,
                 )
             # A batch read never waits for events that do not exist yet.
             end = min(end, infos[pid].end)
@@ -534,7 +536,7 @@ class EventHubsDataSource(DataSource):
             check_read_options(self.options)
         except OptionError as exc:
             # Spark shows the traceback with the message: keep it to this one frame.
-            error = OptionError(str(exc))
+            error = OptionError(str(exc), exc.example)
         else:
             return SCHEMA_DDL
         raise error
@@ -576,7 +578,7 @@ class _Failing:
         self.error = error
 
     def fail(self) -> NoReturn:
-        raise OptionError(str(self.error)) from None
+        raise OptionError(str(self.error), self.error.example) from None
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         self.fail()
@@ -603,4 +605,6 @@ class _FailingReader(_Failing, DataSourceReader):
 
 def _append_only(overwrite: bool) -> None:
     if overwrite:
-        raise OptionError("an event hub is append-only: write with mode('append') (or outputMode('append'))")
+        raise OptionError(
+            "an event hub is append-only: write with mode('append') (or outputMode('append'))", "mode('append')"
+        )

@@ -17,12 +17,16 @@ import logging
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..client.management import PartitionInfo
+from ..client.credentials import EntraSettings
 from ..client.receiver import ReceiverConfig
-from ..client.settings import ConnectionSettings, EntraSettings
+from ..client.settings import ConnectionSettings
+from ..partitions import PartitionInfo
 from . import Checkpoint
+
+if TYPE_CHECKING:
+    from ..options import StoreOptions
 
 _LOG = logging.getLogger("eventhubs_spark")
 _KNOWN_PER_PARTITION = 256
@@ -31,8 +35,8 @@ _KNOWN_PER_PARTITION = 256
 class CheckpointMirror:
     """Writes completed progress and hand-overs for one query; reads the store's checkpoints."""
 
-    def __init__(self, options: Any, settings: ConnectionSettings, config: ReceiverConfig) -> None:
-        self.options = options
+    def __init__(self, store: StoreOptions | None, settings: ConnectionSettings, config: ReceiverConfig) -> None:
+        self.store_options = store
         self.settings = settings
         self.config = config
         self._store: Any = None
@@ -43,24 +47,25 @@ class CheckpointMirror:
 
     @property
     def configured(self) -> bool:
-        return bool(self.options.get("eventhubs.checkpointStore.container"))
+        return self.store_options is not None
 
     def store(self) -> Any:
         """The configured blob checkpoint store (built once, in this process), or None."""
-        container = self.options.get("eventhubs.checkpointStore.container")
-        if self._store is None and container:
+        options = self.store_options
+        if self._store is None and options is not None:
             from .blob import BlobCheckpointStore
 
-            url = self.options.get("eventhubs.checkpointStore.accountUrl")
-            if url:
-                sas = self.options.get("eventhubs.checkpointStore.sasToken")
+            if options.account_url:
                 # Without a SAS token the store signs in with the same Entra identity as the hub
                 # (or DefaultAzureCredential), built here, in this process.
+                sas = options.sas_token
                 credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
-                store = BlobCheckpointStore.from_account_url(url, container, credential)
+                store = BlobCheckpointStore.from_account_url(options.account_url, options.container, credential)
             else:
-                secret = self.options["eventhubs.checkpointStore.connectionString"]
-                store = BlobCheckpointStore.from_connection_string(secret.reveal(), container)
+                assert options.connection_string is not None  # one of the two (checked with the options)
+                store = BlobCheckpointStore.from_connection_string(
+                    options.connection_string.reveal(), options.container
+                )
             store.ensure_container()
             self._store = store
         return self._store

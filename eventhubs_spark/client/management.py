@@ -17,35 +17,15 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import EventHubsError, TransientError, call_with_retries
+from ..partitions import PartitionInfo
 from . import sdk
 from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """A partition's properties; ``end`` is the next sequence number the partition will assign."""
-
-    id: str
-    beginning_sequence_number: int
-    last_enqueued_sequence_number: int
-    last_enqueued_offset: str
-    last_enqueued_time: dt.datetime | None
-    is_empty: bool
-
-    @property
-    def end(self) -> int:
-        return self.last_enqueued_sequence_number + 1
-
-    @property
-    def available(self) -> int:
-        return 0 if self.is_empty else self.end - self.beginning_sequence_number
 
 
 class _LoopThread:
@@ -82,7 +62,8 @@ _ATTEMPT_TIMEOUT = 30.0
 
 
 class ManagementClient:
-    """Hub and partition properties for one hub, over a connection kept open between calls."""
+    """Hub and partition properties for one hub, over a connection kept open between calls (the
+    readers' :class:`~eventhubs_spark.partitions.PartitionMetadata`)."""
 
     _cache: dict[tuple[Any, ...], ManagementClient] = {}
     _cache_lock = threading.Lock()

@@ -7,145 +7,23 @@ own clients from them, never a pickled client or credential.
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import AuthenticationFailedError, HubNotFoundError, OptionError
+from .credentials import EntraSettings, Secret
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"
 )
 
 
-class Secret:
-    """A string that never shows itself in repr, str, logs or Spark plans."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
-        return (Secret, (self._value,))
-
-
 #: How a client signs in to Event Hubs, the values of ``eventhubs.auth``.
 ENTRA_METHODS = ("servicePrincipal", "managedIdentity", "workloadIdentity", "defaultAzureCredential")
 AUTH_METHODS = ("connectionString", "sasToken", *ENTRA_METHODS)
-
-
-@dataclass(frozen=True)
-class EntraSettings:
-    """A Microsoft Entra ID identity as plain data: the credential is built from it in each process.
-
-    Azure-identity credentials hold HTTP sessions, locks and token caches: they cannot be pickled, and
-    one built on the driver would be useless on an executor. These settings travel instead, and
-    :meth:`credential` builds (once per process) the credential ``method`` names.
-    """
-
-    method: str = "defaultAzureCredential"
-    tenant_id: str | None = None
-    client_id: str | None = None
-    client_secret: Secret | None = None
-    certificate_path: str | None = None
-    certificate: Secret | None = None  # PEM text, e.g. from a secret scope
-    certificate_password: Secret | None = None
-    federated_token_file: str | None = None
-    authority_host: str | None = None
-    disable_instance_discovery: bool = False
-
-    def credential(self) -> Any:
-        """The azure-identity credential for this identity, shared by every client of this process
-        (one token cache, one sign-in per token lifetime, however many receivers)."""
-        with _CREDENTIALS_LOCK:
-            credential = _CREDENTIALS.get(self)
-            if credential is None:
-                credential = _CREDENTIALS[self] = self._build()
-            return credential
-
-    def _build(self) -> Any:
-        try:
-            import azure.identity as identity
-        except ImportError:
-            raise OptionError(
-                f"eventhubs.auth={self.method} signs in with Microsoft Entra ID, which needs azure-identity: "
-                "pip install 'eventhubs-spark[aad]' (on Databricks: %pip install 'eventhubs-spark[aad]')"
-            ) from None
-        common: dict[str, Any] = {}
-        if self.authority_host:
-            common["authority"] = self.authority_host
-        if self.disable_instance_discovery:
-            common["disable_instance_discovery"] = True
-        if self.method == "servicePrincipal":
-            tenant, client = str(self.tenant_id), str(self.client_id)  # both checked by the options
-            if self.client_secret is not None:
-                return identity.ClientSecretCredential(tenant, client, self.client_secret.reveal(), **common)
-            password = self.certificate_password.reveal().encode() if self.certificate_password else None
-            if self.certificate is not None:
-                return identity.CertificateCredential(
-                    tenant, client, certificate_data=self.certificate.reveal().encode(),
-                    password=password, **common,
-                )  # fmt: skip
-            return identity.CertificateCredential(tenant, client, self.certificate_path, password=password, **common)
-        if self.method == "managedIdentity":
-            return identity.ManagedIdentityCredential(client_id=self.client_id)
-        if self.method == "workloadIdentity":
-            return identity.WorkloadIdentityCredential(
-                tenant_id=self.tenant_id, client_id=self.client_id, token_file_path=self.federated_token_file,
-                **common,
-            )  # fmt: skip
-        extra: dict[str, Any] = {}
-        if self.client_id:
-            extra["managed_identity_client_id"] = self.client_id
-            extra["workload_identity_client_id"] = self.client_id
-        if self.tenant_id:
-            extra["workload_identity_tenant_id"] = self.tenant_id
-        return identity.DefaultAzureCredential(**common, **extra)
-
-    def async_credential(self) -> Any:
-        """The same credential for the SDK's asyncio clients: their ``await credential.get_token()``
-        runs the synchronous credential on a thread (no aiohttp needed, one token cache)."""
-        return _AsyncCredential(self.credential())
-
-
-class _AsyncCredential:
-    """Adapts a synchronous token credential to the asyncio clients' protocol."""
-
-    def __init__(self, credential: Any) -> None:
-        self._credential = credential
-
-    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        import asyncio
-
-        return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self._credential.get_token(*scopes, **kwargs)
-        )
-
-    async def close(self) -> None:
-        """The shared synchronous credential outlives any one client."""
-
-    async def __aenter__(self) -> _AsyncCredential:
-        return self
-
-    async def __aexit__(self, *args: Any) -> None:
-        return None
 
 
 _AUTH_FAILURES = frozenset(
@@ -174,9 +52,6 @@ _AUTH_HINTS = {
     "identity and the Azure CLI, in each Spark process; name one with eventhubs.auth "
     f"(e.g. servicePrincipal) for a precise error, and check {_ROLES}.",
 }
-
-_CREDENTIALS: dict[EntraSettings, Any] = {}
-_CREDENTIALS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -320,35 +195,206 @@ def parse_connection_string(
         key, sep, value = piece.partition("=")
         if not sep:
             raise OptionError(
-                f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}"
+                f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}",
+                CONNECTION_EXAMPLE,
             )
         parts[key.strip().lower()] = value.strip()
     endpoint = parts.get("endpoint")
     if not endpoint:
-        raise OptionError(f"{option}: Endpoint=sb://... is missing. Example: {CONNECTION_EXAMPLE}")
+        raise OptionError(f"{option}: Endpoint=sb://... is missing. Example: {CONNECTION_EXAMPLE}", CONNECTION_EXAMPLE)
     namespace = host_and_port(endpoint)
     if namespace is None:
-        raise OptionError(f"{option}: Endpoint has no valid host. Example: {CONNECTION_EXAMPLE}")
+        raise OptionError(f"{option}: Endpoint has no valid host. Example: {CONNECTION_EXAMPLE}", CONNECTION_EXAMPLE)
     entity = parts.get("entitypath", "")
     if not entity and not hub:
         raise OptionError(
             f"{option}: EntityPath=<event hub name> is missing; add it, or name the hub with eventhubs.name. "
-            f"Example: {CONNECTION_EXAMPLE}"
+            f"Example: {CONNECTION_EXAMPLE}",
+            CONNECTION_EXAMPLE,
         )
     if entity and hub and entity != hub:
         raise OptionError(
             f"eventhubs.name ({hub!r}) differs from the EntityPath of {option} ({entity!r}): drop one, e.g. "
-            f".option('eventhubs.name', {entity!r})"
+            f".option('eventhubs.name', {entity!r})",
+            f".option('eventhubs.name', {entity!r})",
         )
     has_key = "sharedaccesskeyname" in parts and "sharedaccesskey" in parts
     if not has_key and "sharedaccesssignature" not in parts:
         raise OptionError(
             f"{option}: needs SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature. "
-            f"Example: {CONNECTION_EXAMPLE}"
+            f"Example: {CONNECTION_EXAMPLE}",
+            CONNECTION_EXAMPLE,
         )
     return ConnectionSettings(
         namespace=namespace,
         hub=entity or str(hub),
         connection_string=Secret(text.strip()),
         emulator=parts.get("usedevelopmentemulator", "").lower() == "true",
+    )
+
+
+# -- which sign-in the options describe -------------------------------------------------------------------
+
+_CONN_EXAMPLE = (
+    ".option('eventhubs.connectionString', 'Endpoint=sb://NAMESPACE.servicebus.windows.net/;"
+    "SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB'), or .option('eventhubs.namespace', "
+    "'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB').option('eventhubs.auth', 'managedIdentity')"
+)
+_NAMESPACE_EXAMPLE = (
+    ".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB')"
+)
+_SAS_EXAMPLE = (
+    ".option('eventhubs.sasToken', "
+    "'SharedAccessSignature sr=NAMESPACE.servicebus.windows.net%2Fhub&sig=SIG&se=1900000000&skn=listen')"
+)
+
+
+def resolve_sign_in(values: Mapping[str, Any], connection: str | None, entra_keys: Sequence[str]) -> ConnectionSettings:
+    """Where the hub is and how to sign in, from the connection and ``eventhubs.auth`` options
+    (``values``: parsed options by lower-cased key; ``entra_keys``: the ``eventhubs.entra.*`` options
+    that name an identity).
+
+    Every combination that would leave an option unused, or a method without what it needs, is an
+    error naming the options: a credential mix-up found on the driver costs nothing; found by a
+    failing executor sign-in it costs a stack trace per task.
+    """
+    namespace, name = values.get("eventhubs.namespace"), values.get("eventhubs.name")
+    sas = values.get("eventhubs.sastoken")
+    entra_set = [k for k in entra_keys if values.get(k.lower())]
+    method = values.get("eventhubs.auth")
+    if connection and namespace:
+        raise OptionError(
+            f"set eventhubs.connectionString or eventhubs.namespace, not both, e.g. {_NAMESPACE_EXAMPLE}",
+            _NAMESPACE_EXAMPLE,
+        )
+    if not connection and not namespace:
+        raise OptionError(
+            f"eventhubs.connectionString (or eventhubs.namespace) is required, e.g. {_CONN_EXAMPLE}", _CONN_EXAMPLE
+        )
+    if method is None:
+        if connection:
+            method = "connectionString"
+        elif sas:
+            method = "sasToken"
+        else:
+            method = _implied_entra_method(values)
+    if (method == "connectionString") != bool(connection):
+        raise OptionError(
+            "eventhubs.auth=connectionString signs in with eventhubs.connectionString, and a connection string "
+            f"carries its own credentials: drop eventhubs.auth or the connection string, e.g. {_CONN_EXAMPLE}",
+            _CONN_EXAMPLE,
+        )
+    if sas and method != "sasToken":
+        example = (
+            ".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.sasToken', "
+            "'SharedAccessSignature sr=...&sig=...&se=...&skn=...')"
+        )
+        raise OptionError(
+            "eventhubs.sasToken goes with eventhubs.namespace (and eventhubs.auth=sasToken, or no eventhubs.auth), "
+            f"e.g. {example}",
+            example,
+        )
+    if method == "sasToken" and not sas:
+        raise OptionError(f"eventhubs.auth=sasToken needs eventhubs.sasToken, e.g. {_SAS_EXAMPLE}", _SAS_EXAMPLE)
+    store_uses_entra = bool(
+        values.get("eventhubs.checkpointstore.accounturl") and not values.get("eventhubs.checkpointstore.sastoken")
+    )
+    entra = None
+    if method in ENTRA_METHODS or store_uses_entra:
+        entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))
+    elif entra_set:
+        example = ".option('eventhubs.auth', 'servicePrincipal')"
+        raise OptionError(
+            f"{', '.join(entra_set)} would be unused: eventhubs.auth is {method} "
+            f"and nothing else signs in with Microsoft Entra ID. Use the identity with e.g. {example}, or drop "
+            "the option",
+            example,
+        )
+    if connection:
+        settings = parse_connection_string(connection, hub=name)
+        return dataclasses.replace(
+            settings, entra=entra, emulator=settings.emulator or bool(values.get("eventhubs.usedevelopmentemulator"))
+        )
+    if not name:
+        example = ".option('eventhubs.name', 'telemetry')"
+        raise OptionError(f"eventhubs.namespace needs eventhubs.name (the event hub), e.g. {example}", example)
+    return ConnectionSettings(
+        namespace=str(namespace),
+        hub=name,
+        sas_token=sas,  # set only with eventhubs.auth=sasToken (checked above)
+        entra=entra,
+        emulator=bool(values.get("eventhubs.usedevelopmentemulator")),
+    )
+
+
+def _implied_entra_method(values: Mapping[str, Any]) -> str:
+    if (
+        values.get("eventhubs.entra.clientsecret")
+        or values.get("eventhubs.entra.certificatepath")
+        or values.get("eventhubs.entra.certificate")
+    ):
+        return "servicePrincipal"
+    if values.get("eventhubs.entra.federatedtokenfile"):
+        return "workloadIdentity"
+    return "defaultAzureCredential"
+
+
+def _entra_settings(values: Mapping[str, Any], method: str) -> EntraSettings:
+    def get(key: str) -> Any:
+        return values.get(f"eventhubs.entra.{key.lower()}")
+
+    def fail(message: str, example: str) -> OptionError:
+        return OptionError(f"{message}, e.g. {example}", example)
+
+    secret, path, pem = get("clientSecret"), get("certificatePath"), get("certificate")
+    if method == "servicePrincipal":
+        missing = [f"eventhubs.entra.{k}" for k in ("tenantId", "clientId") if not get(k)]
+        if missing:
+            raise fail(
+                f"eventhubs.auth=servicePrincipal needs {' and '.join(missing)}",
+                ".option('eventhubs.entra.tenantId', 'TENANT_ID').option('eventhubs.entra.clientId', 'CLIENT_ID')",
+            )
+        if sum(1 for v in (secret, path, pem) if v) != 1:
+            raise fail(
+                "eventhubs.auth=servicePrincipal needs exactly one of eventhubs.entra.clientSecret, "
+                "eventhubs.entra.certificatePath and eventhubs.entra.certificate",
+                ".option('eventhubs.entra.clientSecret', dbutils.secrets.get('scope', 'sp-secret'))",
+            )
+    else:
+        extra = [f"eventhubs.entra.{k}" for k, v in (("clientSecret", secret), ("certificatePath", path),
+                                                     ("certificate", pem)) if v]  # fmt: skip
+        if extra:
+            raise fail(
+                f"{', '.join(extra)} belong to a service principal, but eventhubs.auth is {method}: set "
+                "eventhubs.auth, or drop them",
+                ".option('eventhubs.auth', 'servicePrincipal')",
+            )
+        if method == "managedIdentity" and (get("tenantId") or get("federatedTokenFile")):
+            raise fail(
+                "eventhubs.auth=managedIdentity takes only eventhubs.entra.clientId (a user-assigned identity); "
+                "drop eventhubs.entra.tenantId and eventhubs.entra.federatedTokenFile",
+                ".option('eventhubs.entra.clientId', 'CLIENT_ID')",
+            )
+    if get("certificatePassword") and not (path or pem):
+        raise fail(
+            "eventhubs.entra.certificatePassword goes with eventhubs.entra.certificatePath or "
+            "eventhubs.entra.certificate",
+            ".option('eventhubs.entra.certificatePath', '/Volumes/main/certs/sp.pfx')",
+        )
+    if get("federatedTokenFile") and method not in ("workloadIdentity", "defaultAzureCredential"):
+        raise fail(
+            "eventhubs.entra.federatedTokenFile belongs to a workload identity: set eventhubs.auth",
+            ".option('eventhubs.auth', 'workloadIdentity')",
+        )
+    return EntraSettings(
+        method=method,
+        tenant_id=get("tenantId"),
+        client_id=get("clientId"),
+        client_secret=secret,
+        certificate_path=path,
+        certificate=pem,
+        certificate_password=get("certificatePassword"),
+        federated_token_file=get("federatedTokenFile"),
+        authority_host=get("authorityHost"),
+        disable_instance_discovery=bool(values.get("eventhubs.entra.disableinstancediscovery")),
     )

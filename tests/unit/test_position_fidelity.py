@@ -15,10 +15,10 @@ import datetime as dt
 import pytest
 
 from eventhubs_spark import resolve as resolve_module
-from eventhubs_spark.client.management import PartitionInfo
 from eventhubs_spark.client.receiver import ReceiverConfig
 from eventhubs_spark.client.settings import parse_connection_string
 from eventhubs_spark.options import parse_options
+from eventhubs_spark.partitions import PartitionInfo
 from eventhubs_spark.positions import parse_position, selector
 
 # A partition of 10 events, sequence numbers 0..9. Offsets and times are placeholders filled per
@@ -100,8 +100,8 @@ def test_the_batch_default_start_differs_from_the_old_connector():
     conn = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"
     batch, _ = parse_options({"eventhubs.connectionString": conn}, "batch")
     stream, _ = parse_options({"eventhubs.connectionString": conn}, "stream")
-    assert batch.starting_position.to_json() == {"offset": "-1"}
-    assert stream.starting_position.to_json() == {"offset": "@latest"}
+    assert batch.default_start.to_json() == {"offset": "-1"}
+    assert stream.default_start.to_json() == {"offset": "@latest"}
 
 
 # --- every option the old connector knew gets an answer -------------------------------------------------
@@ -154,7 +154,7 @@ def test_every_old_key_is_taken_or_answered_with_its_replacement(key):
         with pytest.raises(OptionError) as info:
             parse_options(raw, mode)
         text = str(info.value)
-        assert text.startswith(key) and "remove it" in text and "e.g." in text, text
+        assert text.startswith(key) and "remove it" in text and f"e.g. {info.value.example}" in text, text
     else:
         assert lower in BY_KEY or lower in ALIASES, f"{key} is neither taken nor answered"
         parse_options(raw, mode)  # the old value is valid here too
@@ -162,7 +162,7 @@ def test_every_old_key_is_taken_or_answered_with_its_replacement(key):
 
 def test_the_old_max_events_key_is_an_alias():
     options, _ = parse_options({"eventhubs.connectionString": CONN, "eventhubs.maxEventsPerTrigger": "42"}, "stream")
-    assert options["maxEventsPerTrigger"] == 42
+    assert options.max_events_per_trigger == 42
     from eventhubs_spark.errors import OptionError
 
     with pytest.raises(OptionError, match="another name for maxEventsPerTrigger"):

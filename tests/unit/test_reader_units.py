@@ -101,13 +101,13 @@ def test_options_are_case_insensitive_and_typed():
         "stream",
     )
     assert conn.connection_string.reveal() == CONN and conn.hub == "hub"
-    assert options["maxEventsPerTrigger"] == 500
-    assert options["eventhubs.receiverTimeout"] == 30.0
-    assert options["failOnDataLoss"] is False
-    assert options["eventhubs.consumerGroup"] == "$Default"
-    assert isinstance(options.starting_position, Latest)
+    assert options.max_events_per_trigger == 500
+    assert options.receiver_timeout == 30.0
+    assert options.fail_on_data_loss is False
+    assert options.consumer_group == "$Default"
+    assert isinstance(options.default_start, Latest) and options.starting_position is None
     batch, _ = parse_options({"eventhubs.connectionString": CONN}, "batch")
-    assert isinstance(batch.starting_position, Earliest)
+    assert isinstance(batch.default_start, Earliest)
 
 
 @pytest.mark.parametrize(
@@ -419,3 +419,70 @@ def test_chunked_reads_leave_an_unknown_transport_alone():
     _buffer_socket_reads(consumer)
     assert not getattr(transport, "_chunked", False)
     assert transport._read.__func__ is SSLTransport._read
+
+
+def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
+    """Nothing is parsed and then left unused: setting any read option changes what the readers get (the
+    typed options, or the connection settings where sign-in options go)."""
+    from eventhubs_spark.options import READ
+
+    store = {"eventhubs.checkpointStore.connectionString": "UseDevelopmentStorage=true",
+             "eventhubs.checkpointStore.container": "c"}  # fmt: skip
+    by_connection = {"eventhubs.connectionString": CONN, **store}
+    by_namespace = {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub", **store}
+    principal = {"eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "s"}
+    # option -> (options it is set beside, the value it gets)
+    cases = {
+        "eventhubs.connectionString": ({"eventhubs.namespace": None, "eventhubs.name": None, **store}, CONN),
+        "eventhubs.namespace": (by_namespace, "other.servicebus.windows.net"),
+        "eventhubs.name": (by_namespace, "other"),
+        "eventhubs.auth": (by_namespace, "managedIdentity"),
+        "eventhubs.sasToken": (by_namespace, "SharedAccessSignature sr=ns&sig=s&se=4102444800&skn=k"),
+        "eventhubs.entra.tenantId": ({**by_namespace, "eventhubs.auth": "workloadIdentity"}, "tenant"),
+        "eventhubs.entra.clientId": (by_namespace, "client"),
+        "eventhubs.entra.clientSecret": ({**by_namespace, **principal}, "other-secret"),
+        "eventhubs.entra.certificatePath": ({**by_namespace, **principal, "eventhubs.entra.clientSecret": None},
+                                            "/c.pem"),
+        "eventhubs.entra.certificate": ({**by_namespace, **principal, "eventhubs.entra.clientSecret": None},
+                                        "-----BEGIN PRIVATE KEY-----"),
+        "eventhubs.entra.certificatePassword": ({**by_namespace, **principal, "eventhubs.entra.clientSecret": None,
+                                                 "eventhubs.entra.certificatePath": "/c.pem"}, "pw"),
+        "eventhubs.entra.federatedTokenFile": (by_namespace, "/token"),
+        "eventhubs.entra.authorityHost": (by_namespace, "https://login.microsoftonline.us"),
+        "eventhubs.entra.disableInstanceDiscovery": (by_namespace, "true"),
+        "eventhubs.useDevelopmentEmulator": (by_namespace, "true"),
+        "eventhubs.checkpointStore.connectionString": (by_connection, "UseDevelopmentStorage=false"),
+        "eventhubs.checkpointStore.accountUrl": ({**by_connection,
+                                                  "eventhubs.checkpointStore.connectionString": None}, "https://a"),
+        "eventhubs.checkpointStore.sasToken": ({**by_connection, "eventhubs.checkpointStore.connectionString": None,
+                                                "eventhubs.checkpointStore.accountUrl": "https://a"}, "sv=1&sig=s"),
+        "eventhubs.checkpointStore.container": (by_connection, "other"),
+        "eventhubs.useExclusiveReceiver": (by_connection, "false"),
+        "maxEventsPerPartition": ({**by_connection, "eventhubs.useExclusiveReceiver": "false"}, "50000"),
+        "failOnDataLoss": (by_connection, "false"),
+        "eventhubs.startFromCheckpointStore": (by_connection, "true"),
+        "eventhubs.ownership": (by_connection, "true"),
+        "eventhubs.loadBalancing.strategy": ({**by_connection, "eventhubs.ownership": "true"}, "balanced"),
+        # options whose example is their default
+        "eventhubs.consumerGroup": (by_connection, "other"),
+        "maxTriggerDelay": (by_connection, "5m"),
+        "eventhubs.prefetchCount": (by_connection, "100"),
+        "eventhubs.receiverTimeout": (by_connection, "30s"),
+        "eventhubs.operationTimeout": (by_connection, "30s"),
+        "eventhubs.partitionDiscoveryInterval": (by_connection, "30s"),
+        "eventhubs.loadBalancing.updateInterval": ({**by_connection, "eventhubs.ownership": "true"}, "5s"),
+        "eventhubs.loadBalancing.ownershipExpiration": ({**by_connection, "eventhubs.ownership": "true"}, "90s"),
+    }  # fmt: skip
+    ownership = {"eventhubs.ownerId", "eventhubs.loadBalancing.maxPartitions"}
+    for spec in SPECS:
+        beside, value = cases.get(spec.key, (by_connection, spec.example))
+        if spec.key in ownership:
+            beside = {**by_connection, "eventhubs.ownership": "true"}
+        after = {**{k: v for k, v in beside.items() if v is not None}, spec.key: value}
+        for mode in sorted(spec.modes & READ):
+            before = {k: v for k, v in beside.items() if v is not None}
+            try:
+                parse_options(before, mode)
+            except OptionError:  # the option is needed beside the others: compare with a plain read
+                before = by_namespace if spec.key == "eventhubs.connectionString" else by_connection
+            assert parse_options(before, mode) != parse_options(after, mode), f"{spec.key} ({mode}) changes nothing"

@@ -1,0 +1,138 @@
+"""Secrets that never show themselves, and Microsoft Entra ID identities as plain data, with the
+credentials each process builds from them (one per identity and process)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import OptionError
+
+
+class Secret:
+    """A string that never shows itself in repr, str, logs or Spark plans."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
+        return (Secret, (self._value,))
+
+
+@dataclass(frozen=True)
+class EntraSettings:
+    """A Microsoft Entra ID identity as plain data: the credential is built from it in each process.
+
+    Azure-identity credentials hold HTTP sessions, locks and token caches: they cannot be pickled, and
+    one built on the driver would be useless on an executor. These settings travel instead, and
+    :meth:`credential` builds (once per process) the credential ``method`` names.
+    """
+
+    method: str = "defaultAzureCredential"
+    tenant_id: str | None = None
+    client_id: str | None = None
+    client_secret: Secret | None = None
+    certificate_path: str | None = None
+    certificate: Secret | None = None  # PEM text, e.g. from a secret scope
+    certificate_password: Secret | None = None
+    federated_token_file: str | None = None
+    authority_host: str | None = None
+    disable_instance_discovery: bool = False
+
+    def credential(self) -> Any:
+        """The azure-identity credential for this identity, shared by every client of this process
+        (one token cache, one sign-in per token lifetime, however many receivers)."""
+        with _CREDENTIALS_LOCK:
+            credential = _CREDENTIALS.get(self)
+            if credential is None:
+                credential = _CREDENTIALS[self] = self._build()
+            return credential
+
+    def _build(self) -> Any:
+        try:
+            import azure.identity as identity
+        except ImportError:
+            raise OptionError(
+                f"eventhubs.auth={self.method} signs in with Microsoft Entra ID, which needs azure-identity: "
+                "pip install 'eventhubs-spark[aad]' (on Databricks: %pip install 'eventhubs-spark[aad]')",
+                "pip install 'eventhubs-spark[aad]'",
+            ) from None
+        common: dict[str, Any] = {}
+        if self.authority_host:
+            common["authority"] = self.authority_host
+        if self.disable_instance_discovery:
+            common["disable_instance_discovery"] = True
+        if self.method == "servicePrincipal":
+            tenant, client = str(self.tenant_id), str(self.client_id)  # both checked by the options
+            if self.client_secret is not None:
+                return identity.ClientSecretCredential(tenant, client, self.client_secret.reveal(), **common)
+            password = self.certificate_password.reveal().encode() if self.certificate_password else None
+            if self.certificate is not None:
+                return identity.CertificateCredential(
+                    tenant, client, certificate_data=self.certificate.reveal().encode(),
+                    password=password, **common,
+                )  # fmt: skip
+            return identity.CertificateCredential(tenant, client, self.certificate_path, password=password, **common)
+        if self.method == "managedIdentity":
+            return identity.ManagedIdentityCredential(client_id=self.client_id)
+        if self.method == "workloadIdentity":
+            return identity.WorkloadIdentityCredential(
+                tenant_id=self.tenant_id, client_id=self.client_id, token_file_path=self.federated_token_file,
+                **common,
+            )  # fmt: skip
+        extra: dict[str, Any] = {}
+        if self.client_id:
+            extra["managed_identity_client_id"] = self.client_id
+            extra["workload_identity_client_id"] = self.client_id
+        if self.tenant_id:
+            extra["workload_identity_tenant_id"] = self.tenant_id
+        return identity.DefaultAzureCredential(**common, **extra)
+
+    def async_credential(self) -> Any:
+        """The same credential for the SDK's asyncio clients: their ``await credential.get_token()``
+        runs the synchronous credential on a thread (no aiohttp needed, one token cache)."""
+        return _AsyncCredential(self.credential())
+
+
+class _AsyncCredential:
+    """Adapts a synchronous token credential to the asyncio clients' protocol."""
+
+    def __init__(self, credential: Any) -> None:
+        self._credential = credential
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self._credential.get_token(*scopes, **kwargs)
+        )
+
+    async def close(self) -> None:
+        """The shared synchronous credential outlives any one client."""
+
+    async def __aenter__(self) -> _AsyncCredential:
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        return None
+
+
+_CREDENTIALS: dict[EntraSettings, Any] = {}
+_CREDENTIALS_LOCK = threading.Lock()

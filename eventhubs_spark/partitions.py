@@ -1,0 +1,86 @@
+"""What planning knows of a hub's partitions, and the small interface it asks through.
+
+The readers plan from partition properties (where each partition begins and ends) and the list of
+partition ids; they never talk to the AMQP management link themselves. :class:`PartitionMetadata`
+is all they need, :class:`~eventhubs_spark.client.management.ManagementClient` provides it over one
+kept-open connection, and a test can hand them a table instead. :class:`PartitionCatalog` keeps the
+list of ids between triggers and looks for added partitions now and then.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition's properties; ``end`` is the next sequence number the partition will assign."""
+
+    id: str
+    beginning_sequence_number: int
+    last_enqueued_sequence_number: int
+    last_enqueued_offset: str
+    last_enqueued_time: dt.datetime | None
+    is_empty: bool
+
+    @property
+    def end(self) -> int:
+        return self.last_enqueued_sequence_number + 1
+
+    @property
+    def available(self) -> int:
+        return 0 if self.is_empty else self.end - self.beginning_sequence_number
+
+
+class PartitionMetadata(Protocol):
+    """Where planning learns a hub's partitions and their properties."""
+
+    def partition_ids(self) -> list[str]:
+        """The hub's partition ids."""
+        ...
+
+    def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
+        """Fresh properties of these partitions (asked all at once)."""
+        ...
+
+
+class PartitionCatalog:
+    """A hub's partition ids, listed once and again every ``refresh`` seconds when asked to, and fresh
+    properties of all of them on every call (what each trigger plans from).
+
+    ``metadata`` is called for the source each time: the readers that hold a catalog are pickled
+    between Spark's processes, and a live client must not travel with them.
+    """
+
+    def __init__(
+        self, hub: str, metadata: Callable[[], PartitionMetadata], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.hub = hub
+        self.metadata = metadata
+        self.clock = clock
+        self._ids: list[str] | None = None
+        self._listed_at = 0.0
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids listed last (empty before the first listing)."""
+        return list(self._ids or [])
+
+    def infos(self, refresh_ids_after: float | None = None) -> dict[str, PartitionInfo]:
+        """Properties of every partition; the ids are listed again when ``refresh_ids_after`` seconds have
+        passed since the last listing (None: listed once, for a batch read)."""
+        now = self.clock()
+        if self._ids is None or (refresh_ids_after is not None and now - self._listed_at >= refresh_ids_after):
+            ids = self.metadata().partition_ids()
+            if self._ids is not None and len(ids) > len(self._ids):
+                added = sorted(set(ids) - set(self._ids), key=int)
+                _LOG.info("hub %s: %d new partition(s) %s", self.hub, len(added), added)
+            self._ids, self._listed_at = ids, now
+        return self.metadata().partition_properties(self._ids)
