@@ -1,6 +1,6 @@
 """Events per second the plain SDK sends to and receives from the emulator, and who spends the CPU.
 
-The emulator runs as its own process (``python -m eventhubs_spark.emulator``), as a user would run
+The emulator runs as its own process (``python -m eventhubs_emulator``), as a user would run
 it, so the SDK client and the server do not share a GIL. CPU seconds of both processes are read from
 ``/proc`` around each phase: the figure that matters is the emulator's share, which shows whether the
 SDK client (the intended bottleneck) or the server limits throughput.
@@ -41,7 +41,7 @@ def start_emulator(
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """The emulator in its own process with these hubs (each with ``$Default`` and ``consumer_groups``);
     returns it and each hub's connection string."""
-    args = [sys.executable, "-m", "eventhubs_spark.emulator", "--port", "0"]
+    args = [sys.executable, "-m", "eventhubs_emulator", "--port", "0"]
     if consumer_groups:
         import json
         import tempfile

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from .emulator import Emulator
-from .emulator import __main__ as emulator_cli
+from eventhubs_emulator import Emulator
+from eventhubs_emulator import __main__ as emulator_cli
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -541,7 +541,7 @@ RETIRED: dict[str, tuple[str, str, str]] = {
         "",
     ),
     "usesimulatedclient": (
-        "the old connector's test switch; test against the local emulator instead (python -m eventhubs_spark.emulator)",
+        "the old connector's test switch; test against the local emulator instead (python -m eventhubs_emulator)",
         ".option('eventhubs.connectionString', 'Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;"
         "SharedAccessKey=s;EntityPath=hub;UseDevelopmentEmulator=true')",
         "",

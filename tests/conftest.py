@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["eventhubs_spark.emulator.pytest_plugin"]
+pytest_plugins = ["eventhubs_emulator.pytest_plugin"]
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_ACCOUNT = "devstoreaccount1"

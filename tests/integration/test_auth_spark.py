@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from eventhubs_spark.emulator import Emulator
-from eventhubs_spark.emulator.entra import EVENTHUBS_AUDIENCE, LocalEntra
+from eventhubs_emulator import Emulator
+from eventhubs_emulator.entra import EVENTHUBS_AUDIENCE, LocalEntra
 from tests.conftest import ROOT, Azurite
 
 pytestmark = [pytest.mark.spark]

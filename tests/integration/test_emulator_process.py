@@ -1,4 +1,4 @@
-"""The emulator as a process (``python -m eventhubs_spark.emulator``), and the shared test services."""
+"""The emulator as a process (``python -m eventhubs_emulator``), and the shared test services."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .sdk_helpers import receive, send
 
 def _start(args: list[str]) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "eventhubs_spark.emulator", *args],
+        [sys.executable, "-m", "eventhubs_emulator", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -10,7 +10,7 @@ import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError, EventHubError
 
-from eventhubs_spark.emulator import Emulator
+from eventhubs_emulator import Emulator
 
 from .sdk_helpers import Receiver, attach_error, receive, send, wait_until
 

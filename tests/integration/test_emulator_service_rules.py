@@ -20,7 +20,7 @@ import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError
 
-from eventhubs_spark.emulator import Emulator, amqp
+from eventhubs_emulator import Emulator, amqp
 
 from .sdk_helpers import wait_until
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from eventhubs_spark.emulator import Emulator
+from eventhubs_emulator import Emulator
 
 from .sdk_helpers import receive, send, wait_until
 

@@ -9,8 +9,8 @@ from azure.eventhub._pyamqp._decode import decode_frame, decode_payload
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventhubs_spark.emulator import amqp
-from eventhubs_spark.emulator.amqp import Array, Described, Symbol, Timestamp, UInt, ULong
+from eventhubs_emulator import amqp
+from eventhubs_emulator.amqp import Array, Described, Symbol, Timestamp, UInt, ULong
 
 scalars = st.one_of(
     st.none(),

@@ -18,10 +18,10 @@ from azure.eventhub._pyamqp._decode import decode_payload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eventhubs_emulator import amqp
+from eventhubs_emulator.amqp import Array, Described, Int, Symbol, Timestamp, UByte, UInt, ULong, UShort
 from eventhubs_spark.arrow import Columns
 from eventhubs_spark.client.decode import decode_message
-from eventhubs_spark.emulator import amqp
-from eventhubs_spark.emulator.amqp import Array, Described, Int, Symbol, Timestamp, UByte, UInt, ULong, UShort
 
 _I = struct.Struct(">I")
 

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from eventhubs_spark.emulator import amqp
-from eventhubs_spark.emulator.__main__ import build, main
-from eventhubs_spark.emulator.broker import Broker, parse_batch, parse_message
-from eventhubs_spark.emulator.config import load_official_config, parse_hub_flag
-from eventhubs_spark.emulator.server import LinkError, Server, parse_entity, parse_selector
+from eventhubs_emulator import amqp
+from eventhubs_emulator.__main__ import build, main
+from eventhubs_emulator.broker import Broker, parse_batch, parse_message
+from eventhubs_emulator.config import load_official_config, parse_hub_flag
+from eventhubs_emulator.server import LinkError, Server, parse_entity, parse_selector
 
 
 def message(body: bytes, key: str | None = None) -> bytes:
@@ -197,7 +197,7 @@ def test_cli_errors(capsys):
 def test_cli_build_merges_config_and_flags(tmp_path):
     import argparse
 
-    from eventhubs_spark.emulator.__main__ import add_arguments
+    from eventhubs_emulator.__main__ import add_arguments
 
     path = tmp_path / "Config.json"
     path.write_text(
@@ -208,3 +208,36 @@ def test_cli_build_merges_config_and_flags(tmp_path):
     emu = build(parser.parse_args(["--config", str(path), "--hub", "b:2", "--key", "k=v"]))
     assert sorted(emu.broker.hubs) == ["a", "b"]
     assert emu.config.keys == {"k": "v"}
+
+
+def test_the_old_import_path_and_module_entry_still_reach_the_emulator():
+    import importlib
+    import subprocess
+    import sys
+    import warnings
+
+    import eventhubs_emulator
+    import eventhubs_emulator.amqp
+    import eventhubs_emulator.server
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sys.modules.pop("eventhubs_spark.emulator", None)
+        old = importlib.import_module("eventhubs_spark.emulator")
+    assert any(issubclass(w.category, DeprecationWarning) and "eventhubs_emulator" in str(w.message) for w in caught)
+    assert old.Emulator is eventhubs_emulator.Emulator
+    assert importlib.import_module("eventhubs_spark.emulator.amqp") is eventhubs_emulator.amqp
+    assert importlib.import_module("eventhubs_spark.emulator.server") is eventhubs_emulator.server
+    for module in ("eventhubs_emulator", "eventhubs_spark.emulator"):
+        shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and "--hub" in shown.stdout, (module, shown.stderr)
+
+
+def test_the_emulator_imports_nothing_of_the_connector():
+    import pathlib
+    import re
+
+    import eventhubs_emulator
+
+    for path in pathlib.Path(eventhubs_emulator.__file__).parent.glob("*.py"):
+        assert not re.search(r"^\s*(from|import) eventhubs_spark", path.read_text(), re.M), path.name

@@ -1,4 +1,4 @@
-"""Reader pieces that need nothing running: options, positions, offsets, rate limits, placement, pool."""
+"""Reader pieces that need nothing running: options, positions, offsets, rate limits, the receiver pool."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from eventhubs_spark.client.settings import parse_connection_string
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
 from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
-from eventhubs_spark.placement import loads, per_partition_hash_place, place
 from eventhubs_spark.positions import (
     Earliest,
     EnqueuedTime,
@@ -226,38 +225,6 @@ def test_split_ranges():
     pieces = split_ranges([Range("0", 0, 10), Range("1", 5, 6)], 4)
     assert [(r.partition, r.start, r.end) for r in pieces] == [("0", 0, 4), ("0", 4, 8), ("0", 8, 10), ("1", 5, 6)]
     assert split_ranges([Range("0", 0, 10)], None) == [Range("0", 0, 10)]
-
-
-# --- placement ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("partitions", "executors"),
-    [(4, 2), (8, 3), (32, 3), (32, 5), (100, 7), (1024, 10), (3, 8)],
-)
-def test_placement_is_balanced_within_one(partitions, executors):
-    names = [f"exec-{i}" for i in range(executors)]
-    counts = loads("telemetry", partitions, names)
-    assert max(counts.values()) - min(counts.values()) <= 1
-    assert sum(counts.values()) == partitions
-
-
-def test_placement_beats_per_partition_hashing():
-    names = [f"exec-{i}" for i in range(5)]
-    spread = []
-    for hub in ("orders", "telemetry", "clicks", "logs", "payments"):
-        ours = loads(hub, 32, names)
-        naive = loads(hub, 32, names, per_partition_hash_place)
-        spread.append((max(ours.values()) - min(ours.values()), max(naive.values()) - min(naive.values())))
-    assert all(o <= 1 for o, _ in spread)
-    assert sum(n for _, n in spread) > sum(o for o, _ in spread)
-
-
-def test_placement_is_deterministic_and_order_free():
-    assert place("hub", 3, ["b", "a", "c"]) == place("hub", 3, ["c", "b", "a"])
-    assert place("hub", 0, ["a", "b", "c", "d"]) != place("hub", 1, ["a", "b", "c", "d"])
-    with pytest.raises(ValueError):
-        place("hub", 0, [])
 
 
 # --- receiver pool -----------------------------------------------------------------------------------

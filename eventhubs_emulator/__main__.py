@@ -1,0 +1,140 @@
+"""``python -m eventhubs_emulator``: run the emulator until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from . import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator, EmulatorConfig, load_official_config, parse_hub_flag
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The emulator's flags, shared with ``eventhubs-spark emulator``."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=5672, help="AMQP port (default 5672; 0 picks a free one)")
+    parser.add_argument(
+        "--hub",
+        action="append",
+        default=[],
+        metavar="NAME:PARTITIONS",
+        help="an event hub with consumer group $Default, e.g. --hub telemetry:8 (repeatable)",
+    )
+    parser.add_argument("--config", help="the official Event Hubs emulator's Config.json")
+    parser.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="NAME=KEY",
+        help="check SAS tokens against this policy key (repeatable); without it any key is accepted",
+    )
+    parser.add_argument(
+        "--entra",
+        action="store_true",
+        help="also run a local Microsoft Entra ID token service (needs cryptography, from eventhubs-spark[aad]) "
+        "and accept its tokens; prints a client ID and secret to sign in with",
+    )
+    parser.add_argument(
+        "--max-message-size", type=int, default=1024 * 1024, help="largest event or batch in bytes (default 1 MiB)"
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection that sends nothing for this long, advertised in OPEN (default 120, as the "
+        "service; 0 = never)",
+    )
+    parser.add_argument(
+        "--link-idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="force-detach a consumer link with no delivery and no credit for this long (default 1800, as the "
+        "service; 0 = never)",
+    )
+
+
+def build(args: argparse.Namespace) -> Emulator:
+    config = load_official_config(args.config) if args.config else EmulatorConfig()
+    config.hubs.extend(parse_hub_flag(text) for text in args.hub)
+    for text in args.key:
+        name, sep, key = text.partition("=")
+        if not sep or not name or not key:
+            raise ValueError(f"--key {text!r}: expected NAME=KEY, e.g. --key RootManageSharedAccessKey=secret")
+        config.keys[name] = key
+    if not config.hubs:
+        raise ValueError("no event hub configured: add --hub NAME:PARTITIONS (e.g. --hub telemetry:4) or --config")
+    config.max_message_size = args.max_message_size
+    for name in ("idle_timeout", "link_idle_timeout"):
+        value = getattr(args, name, None)
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"--{name.replace('_', '-')} {value:g}: expected seconds >= 0 (0 = never)")
+            setattr(config, name, value)
+    if not getattr(args, "entra", False):
+        return Emulator(config=config, host=args.host, port=args.port)
+    import secrets
+
+    from .entra import LocalEntra
+
+    entra = LocalEntra().start()
+    entra.add_secret_client("local-app", secrets.token_urlsafe(16))
+    emulator = Emulator(config=config, host=args.host, port=args.port, token_verifier=entra.verify)
+    emulator.entra = entra  # type: ignore[attr-defined]
+    return emulator
+
+
+def serve(emulator: Emulator) -> int:
+    """Start, print the connection strings, block until SIGINT/SIGTERM, stop."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    emulator.start()
+    shown_key = DEFAULT_KEY if not emulator.config.keys else "<your key>"
+    shown_name = DEFAULT_KEY_NAME if not emulator.config.keys else next(iter(emulator.config.keys))
+    print(f"Event Hubs emulator listening on {emulator.host}:{emulator.port}", flush=True)
+    for hub in emulator.config.hubs:
+        print(
+            f"  {hub.name} ({hub.partitions} partitions, consumer groups {', '.join(hub.consumer_groups)}): "
+            f"{emulator.connection_string(hub.name, key_name=shown_name, key=shown_key)}",
+            flush=True,
+        )
+    entra = getattr(emulator, "entra", None)
+    if entra is not None:
+        secret = entra.clients["local-app"].secret
+        print(
+            f"Local Entra ID on {entra.authority} (tenant {entra.tenant_id}); trust it with "
+            f"REQUESTS_CA_BUNDLE={entra.ca_file}\n"
+            f"  sign in with eventhubs.namespace={emulator.fully_qualified_namespace} "
+            f"eventhubs.useDevelopmentEmulator=true eventhubs.entra.authorityHost={entra.authority} "
+            f"eventhubs.entra.disableInstanceDiscovery=true eventhubs.entra.tenantId={entra.tenant_id} "
+            f"eventhubs.entra.clientId=local-app eventhubs.entra.clientSecret={secret}\n"
+            f"  managed identity: IDENTITY_ENDPOINT={entra.identity_endpoint} IDENTITY_HEADER={entra.identity_header}",
+            flush=True,
+        )
+    while not stop.wait(0.5):
+        pass
+    emulator.stop()
+    if entra is not None:
+        entra.stop()
+    print("emulator stopped", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eventhubs_emulator", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        emulator = build(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return serve(emulator)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The emulator's state: hubs, partitions and their event logs, independent of AMQP.
+
+Everything here runs on the emulator's event-loop thread; the public :class:`~.Emulator` API
+marshals calls onto it. Sequence numbers start at 0 per partition; offsets are byte positions in the
+partition's log (as on the service, strings on the wire); enqueued times are milliseconds since the
+epoch, never decreasing within a partition.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import amqp
+
+_q = struct.Struct(">q")
+
+# Encoded map keys of the annotations the service stamps on each event (symbols).
+_K_SEQ = amqp.encode_value(amqp.Symbol("x-opt-sequence-number"))
+_K_OFFSET = amqp.encode_value(amqp.Symbol("x-opt-offset"))
+_K_TIME = amqp.encode_value(amqp.Symbol("x-opt-enqueued-time"))
+_K_KEY = amqp.encode_value(amqp.Symbol("x-opt-partition-key"))
+_STAMPED = {"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-opt-partition-key"}
+
+
+class Event:
+    """One stored event: its position and the bytes to deliver (minus per-delivery annotations)."""
+
+    __slots__ = (
+        "body",
+        "delivery",
+        "delivery_entries",
+        "enqueued_ms",
+        "header",
+        "offset",
+        "partition_key",
+        "sequence_number",
+        "size",
+    )
+
+    def __init__(
+        self,
+        sequence_number: int,
+        offset: int,
+        enqueued_ms: int,
+        partition_key: str | None,
+        header: bytes,
+        body: bytes,
+        delivery_entries: tuple[bytes, ...] = (),
+    ) -> None:
+        self.sequence_number = sequence_number
+        self.offset = offset
+        self.enqueued_ms = enqueued_ms
+        self.partition_key = partition_key
+        self.header = header
+        self.body = body  # message-annotations section onwards, annotations already stamped
+        # The producer's delivery annotations, delivered as they came (raw map entries, and the section).
+        self.delivery_entries = delivery_entries
+        self.delivery = b"\x00\x53\x71" + amqp.map_from_raw(list(delivery_entries)) if delivery_entries else b""
+        self.size = len(header) + len(self.delivery) + len(body)
+
+
+@dataclass
+class IncomingMessage:
+    """A message as a producer sent it, split so the broker can stamp service annotations."""
+
+    header: bytes
+    annotations: list[tuple[object, bytes]]  # raw map entries of the producer's own annotations
+    rest: bytes  # properties, application properties, body, footer
+    partition_key: str | None
+    delivery: tuple[bytes, ...] = ()  # raw map entries of the producer's delivery annotations
+
+
+def parse_message(message: bytes) -> IncomingMessage:
+    """Split an encoded message into the parts the broker keeps and the annotations it stamps."""
+    header = b""
+    delivery: list[bytes] = []
+    annotations: list[tuple[object, bytes]] = []
+    rest_parts = []
+    key = None
+    for descriptor, start, end in amqp.split_sections(message):
+        if descriptor == amqp.HEADER:
+            header = message[start:end]
+        elif descriptor == amqp.DELIVERY_ANNOTATIONS:
+            _, value_pos = amqp.decode_value(message, start + 1)
+            delivery.extend(raw for _, raw in amqp.map_entries_raw(message, value_pos))
+        elif descriptor == amqp.MESSAGE_ANNOTATIONS:
+            _, value_pos = amqp.decode_value(message, start + 1)
+            for k, raw in amqp.map_entries_raw(message, value_pos):
+                if k == "x-opt-partition-key":
+                    value, _ = amqp.decode_value(raw, amqp.skip_value(raw, 0))
+                    key = value if isinstance(value, str) else None
+                if k not in _STAMPED:
+                    annotations.append((k, raw))
+        else:
+            rest_parts.append(message[start:end])
+    return IncomingMessage(bytes(header), annotations, b"".join(rest_parts), key, tuple(delivery))
+
+
+def parse_batch(payload: bytes) -> tuple[list[IncomingMessage], str | None]:
+    """Unpack an Event Hubs batch (message format 0x80013700): one data section per event."""
+    outer_key = None
+    events = []
+    for descriptor, start, _end in amqp.split_sections(payload):
+        if descriptor == amqp.DATA:
+            inner = amqp.section_value(payload, start)
+            events.append(parse_message(inner))
+        elif descriptor == amqp.MESSAGE_ANNOTATIONS:
+            annotations = amqp.section_value(payload, start) or {}
+            value = annotations.get("x-opt-partition-key")
+            outer_key = value if isinstance(value, str) else None
+    if outer_key is None:
+        outer_key = next((e.partition_key for e in events if e.partition_key is not None), None)
+    return events, outer_key
+
+
+class Partition:
+    """An append-only log with retention, plus the receivers attached to it."""
+
+    def __init__(self, hub: Hub, partition_id: str) -> None:
+        self.hub = hub
+        self.id = partition_id
+        self.events: list[Event] = []
+        self.next_sequence_number = 0
+        self.next_offset = 0
+        self.last_enqueued_ms = 0
+        self.last_offset = -1
+        self.listeners: set[Callable[[], None]] = set()
+        self.stalled = False
+        self.delay_s = 0.0
+
+    # -- positions --
+    @property
+    def beginning_sequence_number(self) -> int:
+        return self.events[0].sequence_number if self.events else self.next_sequence_number
+
+    def index_of_sequence(self, seq: int) -> int:
+        """Index in ``events`` of the first event with sequence number >= ``seq``."""
+        if not self.events:
+            return 0
+        return max(0, min(len(self.events), seq - self.events[0].sequence_number))
+
+    def index_of_offset(self, offset: int, inclusive: bool) -> int:
+        fn = bisect.bisect_left if inclusive else bisect.bisect_right
+        return fn(self.events, offset, key=lambda e: e.offset)
+
+    def index_of_time(self, ms: int, inclusive: bool) -> int:
+        fn = bisect.bisect_left if inclusive else bisect.bisect_right
+        return fn(self.events, ms, key=lambda e: e.enqueued_ms)
+
+    # -- writes --
+    def append(self, messages: list[IncomingMessage], key: str | None) -> None:
+        now = max(int(time.time() * 1000), self.last_enqueued_ms)
+        for m in messages:
+            seq = self.next_sequence_number
+            offset = self.next_offset
+            pkey = key if key is not None else m.partition_key
+            entries = [raw for _, raw in m.annotations]
+            entries.append(_K_SEQ + b"\x81" + _q.pack(seq))
+            entries.append(_K_OFFSET + amqp.encode_value(str(offset)))
+            entries.append(_K_TIME + b"\x83" + _q.pack(now))
+            if pkey is not None:
+                entries.append(_K_KEY + amqp.encode_value(pkey))
+            body = b"\x00\x53\x72" + amqp.map_from_raw(entries) + m.rest
+            event = Event(seq, offset, now, pkey, m.header, body, m.delivery)
+            self.events.append(event)
+            self.next_sequence_number = seq + 1
+            self.next_offset = offset + event.size
+            self.last_offset = offset
+        self.last_enqueued_ms = now
+        for notify in list(self.listeners):
+            notify()
+
+    def trim_before(self, sequence_number: int) -> int:
+        """Drop events with a sequence number below ``sequence_number``; returns how many."""
+        n = self.index_of_sequence(sequence_number)
+        del self.events[:n]
+        return n
+
+    def trim_older_than(self, cutoff_ms: int) -> int:
+        n = bisect.bisect_left(self.events, cutoff_ms, key=lambda e: e.enqueued_ms)
+        del self.events[:n]
+        return n
+
+    def properties(self) -> dict[str, object]:
+        last = self.next_sequence_number - 1
+        return {
+            "name": self.hub.name,
+            "partition": self.id,
+            "begin_sequence_number": self.beginning_sequence_number,
+            "last_enqueued_sequence_number": last,
+            "last_enqueued_offset": str(self.last_offset),
+            "is_partition_empty": not self.events,
+            "last_enqueued_time_utc": amqp.Timestamp(self.last_enqueued_ms),
+        }
+
+
+@dataclass
+class Hub:
+    name: str
+    partitions: list[Partition] = field(default_factory=list)
+    consumer_groups: set[str] = field(default_factory=lambda: {"$default"})
+    retention_s: float | None = None
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    _round_robin: int = 0
+
+    def add_partitions(self, count: int) -> None:
+        start = len(self.partitions)
+        self.partitions.extend(Partition(self, str(i)) for i in range(start, start + count))
+
+    def partition(self, partition_id: str) -> Partition | None:
+        if partition_id.isascii() and partition_id.isdigit() and int(partition_id) < len(self.partitions):
+            return self.partitions[int(partition_id)]
+        return None
+
+    def route(self, key: str | None) -> Partition:
+        """Pick the partition for an event sent to the hub: one key always maps to one partition."""
+        if key is not None:
+            return self.partitions[zlib.crc32(key.encode("utf-8")) % len(self.partitions)]
+        p = self.partitions[self._round_robin % len(self.partitions)]
+        self._round_robin += 1
+        return p
+
+    def has_consumer_group(self, name: str) -> bool:
+        return name.lower() in self.consumer_groups
+
+    def properties(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "type": "com.microsoft:eventhub",
+            "created_at": amqp.Timestamp(self.created_ms),
+            "partition_count": len(self.partitions),
+            "partition_ids": amqp.Array("string", [p.id for p in self.partitions]),
+        }
+
+
+class Broker:
+    """All hubs of one emulated namespace."""
+
+    def __init__(self, max_message_size: int = 1024 * 1024) -> None:
+        self.hubs: dict[str, Hub] = {}
+        self.max_message_size = max_message_size
+
+    def add_hub(
+        self,
+        name: str,
+        partitions: int,
+        consumer_groups: list[str] | tuple[str, ...] = (),
+        retention_s: float | None = None,
+    ) -> Hub:
+        if not name or "/" in name:
+            raise ValueError(f"invalid hub name {name!r}: use letters, digits, '.', '-' or '_', e.g. 'telemetry'")
+        if not 1 <= partitions <= 1024:
+            raise ValueError(f"hub {name!r}: partition count must be between 1 and 1024, got {partitions}")
+        key = name.lower()
+        if key in self.hubs:
+            raise ValueError(f"hub {name!r} already exists")
+        hub = Hub(name=name, retention_s=retention_s)
+        hub.consumer_groups.update(g.lower() for g in consumer_groups)
+        hub.add_partitions(partitions)
+        self.hubs[key] = hub
+        return hub
+
+    def hub(self, name: str) -> Hub | None:
+        return self.hubs.get(name.lower())
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        removed = 0
+        for hub in self.hubs.values():
+            if hub.retention_s is not None:
+                cutoff = now_ms - int(hub.retention_s * 1000)
+                for p in hub.partitions:
+                    removed += p.trim_older_than(cutoff)
+        return removed

@@ -1,0 +1,59 @@
+"""pytest fixtures for the emulator, as a pytest plugin a test suite opts into, in its conftest.py::
+
+    pytest_plugins = ["eventhubs_emulator.pytest_plugin"]
+
+(or ``pytest -p eventhubs_emulator.pytest_plugin``). It is not registered on install, so it
+loads into no other pytest run of an environment that has the package.
+
+* ``eventhubs_emulator`` (session): one running emulator for the whole test session.
+* ``eventhub`` (function): a fresh, uniquely named hub with 4 partitions on it, so tests never see
+  each other's events. Use ``eventhub.connection_string`` with the SDK or the connector.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from . import Emulator
+
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class EventHubHandle:
+    """A hub on the session's emulator."""
+
+    emulator: Emulator
+    name: str
+    partitions: int
+
+    @property
+    def connection_string(self) -> str:
+        return self.emulator.connection_string(self.name)
+
+    @property
+    def namespace_connection_string(self) -> str:
+        return self.emulator.connection_string()
+
+
+@pytest.fixture(scope="session")
+def eventhubs_emulator() -> Iterator[Emulator]:
+    with Emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def eventhub(eventhubs_emulator: Emulator, request: pytest.FixtureRequest) -> EventHubHandle:
+    marker = request.node.get_closest_marker("partitions")
+    partitions = int(marker.args[0]) if marker else 4
+    name = f"hub{next(_counter)}"
+    eventhubs_emulator.add_hub(name, partitions, consumer_groups=("$Default", "other"))
+    return EventHubHandle(eventhubs_emulator, name, partitions)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "partitions(n): partition count of the `eventhub` fixture's hub")
