@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, latency, planning, pool_memory, read, read_profile, sink, soak
+from . import emulator_sdk, latency, planning, read, read_profile, receivers, sink, soak
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
@@ -14,7 +14,7 @@ BENCHMARKS = {
     "sink": sink.run,
     "planning": planning.run,
     "latency": latency.run,
-    "pool_memory": pool_memory.run,
+    "receivers": receivers.run,  # issue 15: attaches per partition, reuse, memory; with and without the service
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

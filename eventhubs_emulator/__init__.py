@@ -267,6 +267,20 @@ class Emulator:
         key = (hub.lower(), consumer_group.lower(), str(partition))
         return self._call(lambda: sum(1 for r in self._server().receivers.get(key, []) if not r.detached))
 
+    def consumer_attaches(self, hub: str, consumer_group: str = DEFAULT_CONSUMER_GROUP) -> dict[str, int]:
+        """Receiving links attached so far to each partition of a hub in one consumer group."""
+        prefix = (hub.lower(), consumer_group.lower())
+        return self._call(lambda: {k[2]: n for k, n in self._server().consumer_attaches.items() if k[:2] == prefix})
+
+    def consumer_connections(self, hub: str) -> int:
+        """How many client connections hold receiving links on a hub now (for tests of connection sharing)."""
+
+        def count() -> int:
+            links = [r for k, rs in self._server().receivers.items() if k[0] == hub.lower() for r in rs]
+            return len({id(r.session.conn) for r in links if not r.detached})
+
+        return self._call(count)
+
     def stats(self) -> dict[str, int]:
         return self._call(lambda: dict(self._server().stats, connections=len(self._server().connections)))
 

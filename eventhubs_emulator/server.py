@@ -116,6 +116,9 @@ class Server:
         self.max_frame_size = max_frame_size
         self.connections: set[Connection] = set()
         self.receivers: dict[tuple[str, str, str], list[OutLink]] = {}
+        # Receiving links attached, by (hub, consumer group, partition): what a client's reuse of its links
+        # costs the service (each attach is a round trip, a token check and a restart of delivery).
+        self.consumer_attaches: dict[tuple[str, str, str], int] = {}
         self.failing_management_calls = 0
         self.unanswered_management_calls = 0
         self.failing_status = 503
@@ -314,6 +317,8 @@ class Server:
         link.runtime_metrics = RUNTIME_METRIC in desired
         link.next_sequence_number = self._start_position(partition, source)
         self._admit(conn, link)
+        key = link.key()
+        self.consumer_attaches[key] = self.consumer_attaches.get(key, 0) + 1
         link.notify = lambda: self.schedule_pump(link)
         partition.listeners.add(link.notify)
 

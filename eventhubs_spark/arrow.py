@@ -310,8 +310,8 @@ def _optional_key(value: Any) -> str | None:
 def _texts(values: list[Any], one: Any) -> pa.Array:
     """A string column from raw values: ``bytes`` checked as UTF-8 in one pass, the rest (and any
     bytes that are not UTF-8) through ``one``, the per-value rule."""
-    if all(v is None or type(v) is bytes for v in values):
-        try:
+    if all(v is None or type(v) is bytes or type(v) is str for v in values):
+        try:  # str values are text already; bytes are checked as UTF-8 by the cast
             return pa.array(values, pa.binary()).cast(pa.string())
         except pa.ArrowInvalid:
             pass
@@ -337,7 +337,15 @@ def _pairs(rows: list[list[tuple[Any, Any]] | None]) -> pa.Array:
         if pairs:
             for k, v in pairs:
                 keys.append(k)
-                values.append(v if v is None or type(v) is bytes else to_text(v))
+                t = type(v)
+                if t is bytes or v is None:
+                    values.append(v)  # made text with the rest in one pass (below)
+                elif t is int:
+                    values.append(str(v))  # what to_text (json) makes of an int, without the call
+                elif t is bool:
+                    values.append("true" if v else "false")
+                else:
+                    values.append(to_text(v))
             total += len(pairs)
         offsets.append(total)
     return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), _texts(keys, _key), _texts(values, to_text))

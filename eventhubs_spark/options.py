@@ -73,6 +73,21 @@ def parse_duration(option: str, value: str) -> float:
     )
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|k|kib|mb|m|mib|gb|g|gib)?\s*$", re.I)
+_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(option: str, value: str) -> int:
+    """Bytes from ``"1048576"``, ``"512KB"``, ``"8MB"`` or ``"1g"`` (units of 1024)."""
+    match = _SIZE.match(str(value))
+    if not match or float(match.group(1)) < 1:
+        example = f".option({option!r}, '8MB')"
+        raise OptionError(f"{option}: expected a size such as '8MB', '512KB' or '1048576', got {value!r}. "
+                          f"Example: {example}", example)  # fmt: skip
+    unit = (match.group(2) or "b").lower()[0]
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
 def _choice(*allowed: str) -> Callable[[str, str], str]:
     def parse(option: str, value: str) -> str:
         text = str(value).strip().lower()
@@ -374,6 +389,31 @@ SPECS: tuple[Spec, ...] = (
         READ,
     ),
     Spec(
+        "eventhubs.receiverService",
+        True,
+        parse_bool,
+        "Read through one receiver service per executor, which keeps receivers (and what they read ahead) "
+        "between micro-batches whichever Python worker runs the next task; false: each worker reads for itself.",
+        "true",
+        READ,
+    ),
+    Spec(
+        "eventhubs.readAhead.maxEvents",
+        2000,
+        _int(1),
+        "Most events a receiver reads ahead of its tasks, per partition (between micro-batches, in memory).",
+        "2000",
+        READ,
+    ),
+    Spec(
+        "eventhubs.readAhead.maxBytes",
+        8 * 1024 * 1024,
+        parse_size,
+        "Most bytes of event bodies a receiver reads ahead of its tasks, per partition.",
+        "8MB",
+        READ,
+    ),
+    Spec(
         "eventhubs.partitionDiscoveryInterval",
         60.0,
         parse_duration,
@@ -604,6 +644,9 @@ class ReadOptions:
     operation_timeout: float
     use_exclusive_receiver: bool
     partition_discovery_interval: float
+    receiver_service: bool
+    read_ahead_events: int
+    read_ahead_bytes: int
     checkpoint_store: StoreOptions | None
     start_from_checkpoint_store: bool
     ownership: OwnershipOptions | None
@@ -698,6 +741,9 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
         partition_discovery_interval=get(
             "eventhubs.partitiondiscoveryinterval", BY_KEY["eventhubs.partitiondiscoveryinterval"].default
         ),
+        receiver_service=values["eventhubs.receiverservice"],
+        read_ahead_events=values["eventhubs.readahead.maxevents"],
+        read_ahead_bytes=values["eventhubs.readahead.maxbytes"],
         checkpoint_store=store,
         start_from_checkpoint_store=bool(get("eventhubs.startfromcheckpointstore")),
         ownership=ownership,
@@ -854,6 +900,8 @@ def options_table() -> str:
         default = "this or `eventhubs.namespace`" if required else "" if spec.default is None else str(spec.default)
         if isinstance(spec.default, bool):
             default = str(spec.default).lower()
+        elif spec.parse is parse_size:
+            default = f"{spec.default // 1024**2}MB"
         modes = ", ".join(where[m] for m in (STREAM, BATCH, WRITE) if m in spec.modes)
         rows.append(f"| `{spec.key}` | {default} | {modes} | {spec.doc} | `{spec.example}` |")
     return "\n".join(rows)

@@ -15,12 +15,13 @@ driver between micro-batches, never while the query's own tasks read.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .client import sdk
-from .client.receiver import ReceiverConfig, close_later
+from .client.receiver import ReceiverConfig
 from .client.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError, link_stolen
 from .partitions import PartitionInfo
@@ -147,3 +148,17 @@ def _lasting(error: str) -> bool:
     consumer group or the rights are missing. Anything else (a forced detach, a dropped connection)
     the SDK's next receive recovers from."""
     return link_stolen(error) or "not-found" in error or "unauthorized" in error
+
+
+def close_later(closable: Any) -> None:
+    """Close an SDK consumer or client on a thread of its own, without waiting for it: an SDK consumer's
+    ``close()`` joins its keep-alive thread, which wakes once a second. The consumer being closed has
+    its own connection and is never used again, so nothing needs to wait for it."""
+    threading.Thread(target=_close, args=(closable,), name="eventhubs-close", daemon=True).start()
+
+
+def _close(closable: Any) -> None:
+    try:
+        closable.close()
+    except Exception:
+        _LOG.debug("closing %s failed", type(closable).__name__, exc_info=True)

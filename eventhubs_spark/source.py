@@ -7,6 +7,7 @@ partition, since state set on the driver-side reader never reaches it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -18,11 +19,11 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from .arrow import SCHEMA_DDL, messages_to_batch
+from .arrow import SCHEMA_DDL
 from .checkpoints.mirror import CheckpointMirror
 from .client.management import ManagementClient
-from .client.receiver import POOL, RangeResult, ReceiverConfig
-from .client.settings import ConnectionSettings
+from .client.receiver import RangeRequest, ReceiverConfig
+from .client.service import read_batches
 from .errors import OptionError, data_loss_error
 from .offsets import Range, SourceOffset, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
@@ -76,75 +77,69 @@ except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
 
 @dataclass(frozen=True)
 class EventHubsPartition(InputPartition):
-    """One Spark task: read ``[start, end)`` of one Event Hubs partition. Plain data only."""
+    """One Spark task: a range of one Event Hubs partition, and where to read it. Plain data only."""
 
-    settings: ConnectionSettings
-    config: ReceiverConfig
-    partition: str
-    start: int
-    end: int
-    fail_on_data_loss: bool
-    # How long the receiver may sit idle after this task before it is closed (see client.receiver).
-    idle_timeout: float = BATCH_IDLE_TIMEOUT
-    # Ownership mode: this query's owner id and the partitions it owns now (idle receivers of others close).
-    owner: str | None = None
-    owned: frozenset[str] | None = None
+    request: RangeRequest
+    service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
+
+    @property
+    def partition(self) -> str:
+        return self.request.partition
+
+    @property
+    def start(self) -> int:
+        return self.request.start
+
+    @property
+    def end(self) -> int:
+        return self.request.end
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
-    """Executor side: read one range through the process's receiver pool, as Arrow record batches.
+    """Executor side: read one range as Arrow record batches, through the executor's receiver service
+    (or in this worker when there is none), and log what it took.
 
     (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
     the readers answer that with no rows.)
     """
-    if split.end <= split.start:
+    request = split.request
+    if request.end <= request.start:
         return
     from pyspark import TaskContext
 
     _worker_logging()
     ctx = TaskContext.get()
-    retry = ctx is not None and ctx.attemptNumber() > 0
-    receiver = POOL.acquire(
-        split.settings,
-        split.config,
-        split.partition,
-        split.start,
-        retry=retry,
-        idle_timeout=split.idle_timeout,
-        scope=split.owner,
-        owned=split.owned,
-    )
-    healthy = False
-    result = RangeResult()
+    if ctx is not None and ctx.attemptNumber() > 0:
+        request = dataclasses.replace(request, retry=True)
+    stats: dict[str, Any] = {}
     started = time.monotonic()
     try:
-        with split.settings.sign_in_errors():
-            for events in receiver.read_range(split.start, split.end, split.fail_on_data_loss, result):
-                yield messages_to_batch(events, split.partition)
-        healthy = True
+        yield from read_batches(request, split.service, stats)
     finally:
-        POOL.release(receiver, healthy)
-        stats = POOL.stats
-        _LOG.info(
-            "eventhubs read hub=%s partition=%s range=[%d,%d) events=%d lost=%d seconds=%.3f pid=%d pool_hits=%d "
-            "pool_repositions=%d pool_creates=%d pool_reuse_rate=%.3f displaced_idle=%d displaced_reading=%d "
-            "closed_idle=%d",
-            split.settings.hub,
-            split.partition,
-            split.start,
-            split.end,
-            result.read,
-            result.lost,
-            time.monotonic() - started,
-            os.getpid(),
-            stats.hits,
-            stats.repositions,
-            stats.creates,
-            stats.reuse_rate(),
-            receiver.displaced_idle,
-            receiver.displaced_reading,
-            receiver.closed_idle,
-        )
+        if _LOG.isEnabledFor(logging.INFO):
+            figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
+            _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
+                      request.settings.hub, request.partition, request.start, request.end,
+                      time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+
+
+# What a task logs of its read: the range's counts, then (pid: the process that read, the executor's
+# receiver service or the worker) that process's pool and links, so reuse can be followed across tasks.
+_LOGGED = (
+    "read",
+    "lost",
+    "fallbacks",
+    "pid",
+    "pool_hits",
+    "pool_repositions",
+    "pool_creates",
+    "pool_reuse_rate",
+    "link_attaches",
+    "displaced_idle",
+    "displaced_reading",
+    "closed_idle",
+    "reconnects",
+)
 
 
 class _Planner:
@@ -161,6 +156,8 @@ class _Planner:
             prefetch=self.options.prefetch_count,
             receiver_timeout=self.options.receiver_timeout,
             exclusive=self.options.use_exclusive_receiver,
+            read_ahead_events=self.options.read_ahead_events,
+            read_ahead_bytes=self.options.read_ahead_bytes,
         )
         self.catalog = PartitionCatalog(
             self.settings.hub,
@@ -251,7 +248,8 @@ class _Planner:
         fail = self.options.fail_on_data_loss
         return [
             EventHubsPartition(
-                self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned
+                RangeRequest(self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned),
+                self.options.receiver_service,
             )
             for r in pieces
         ]

@@ -174,7 +174,16 @@ def decode_into(cols: Columns, buf: bytes, p: int, end: int) -> None:
                     q += 2 + n
                 else:
                     k, q = _scalar(buf, q)
-                v, q = _scalar(buf, q)
+                c = buf[q]  # the usual value encodings inline, the rest through _scalar
+                if c == 0x81 or c == 0x83:
+                    v = _q(buf, q + 1)[0]
+                    q += 9
+                elif c == 0xA1:
+                    n = buf[q + 1]
+                    v = buf[q + 2 : q + 2 + n]
+                    q += 2 + n
+                else:
+                    v, q = _scalar(buf, q)
                 if k == _SEQ:
                     seq = v
                 elif k == _OFFSET:
@@ -193,8 +202,29 @@ def decode_into(cols: Columns, buf: bytes, p: int, end: int) -> None:
             count, q, p = _compound(buf, p)
             props = []
             for _ in range(count >> 1):
-                k, q = _scalar(buf, q)
-                v, q = _scalar(buf, q)
+                c = buf[q]
+                if c == 0xA1 or c == 0xA3:
+                    n = buf[q + 1]
+                    k = buf[q + 2 : q + 2 + n]
+                    q += 2 + n
+                else:
+                    k, q = _scalar(buf, q)
+                c = buf[q]
+                if c == 0xA1:
+                    n = buf[q + 1]
+                    v = buf[q + 2 : q + 2 + n]
+                    q += 2 + n
+                elif c == 0x81:
+                    v = _q(buf, q + 1)[0]
+                    q += 9
+                elif c == 0x41:
+                    v = True
+                    q += 1
+                elif c == 0x42:
+                    v = False
+                    q += 1
+                else:
+                    v, q = _scalar(buf, q)
                 props.append((k, v))
         elif d == 0x73:  # properties
             count, q, p = _compound(buf, p)

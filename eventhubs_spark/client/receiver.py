@@ -27,16 +27,18 @@ Owner-level (epoch) receivers are claims on a partition, so two rules keep them 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..arrow import Columns
 from ..errors import EventHubsTimeoutError, ReceiverDisconnectedError, data_loss_error, link_stolen
-from . import sdk
+from .engine import CONNECTIONS, Link, LinkSpec, SharedConnection
 from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
@@ -51,6 +53,9 @@ class ReceiverConfig:
     receiver_timeout: float = 60.0
     exclusive: bool = True
     owner_level: int = 0
+    # How far an idle receiver reads ahead of what its tasks took (events, bytes).
+    read_ahead_events: int = 2000
+    read_ahead_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass
@@ -59,90 +64,117 @@ class RangeResult:
 
     read: int = 0
     lost: int = 0
+    fallbacks: int = 0  # events the SDK's decoder made (see client.decode)
+    # the receiver's life so far (see PartitionReceiver)
+    displaced_idle: int = 0
+    displaced_reading: int = 0
+    closed_idle: int = 0
+    reconnects: int = 0
+
+
+# How long a reader waits on its link before it looks at the clock and the link's state again.
+_WAIT_SLICE = 0.5
 
 
 class PartitionReceiver:
-    """One SDK consumer for one partition, positioned by sequence number."""
+    """One partition's receiving link on the process's shared connection, positioned by sequence number.
+
+    ``position`` is the next sequence number it hands out; the events its link read ahead of that
+    wait in the link's sink (and in ``_carry``, the part of the last chunk a range did not need).
+    """
 
     def __init__(self, settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> None:
         self.settings = settings
         self.config = config
         self.partition = partition
-        self._client = settings.consumer(consumer_group=config.consumer_group)
-        self._consumer: Any = None
-        self._received: list[Any] = []
-        self._carry: list[Any] = []
+        self._link: Link | None = None
+        self._connection: SharedConnection | None = None
+        self._carry: Columns | None = None
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
         self.displaced_idle = 0  # reopened because the link was taken while the receiver sat in the pool
         self.displaced_reading = 0  # reopened once because the link was taken during a read
         self.closed_idle = 0  # reopened because the service closed the idle link or connection
-        self._consumer_error: str | None = None
-        self._raw = False  # True: the consumer hands out AMQP messages, not EventData (see sdk.deliver_raw)
+        self.reconnects = 0  # reopened during a read after a dropped link or connection
 
-    def _on_events(self, events: Any) -> None:
-        if isinstance(events, list):
-            self._received.extend(events)
-        elif events is not None:
-            self._received.append(events)
-
-    def open_at(self, sequence_number: int) -> None:
-        self._close_consumer()
-        self._consumer = sdk.create_consumer(
-            self._client,
-            self.config.consumer_group,
-            self.partition,
-            sequence_number,
-            self._on_events,
-            inclusive=True,
+    def open_at(self, sequence_number: int, keep: Columns | None = None) -> None:
+        """Read from ``sequence_number`` on a new link; ``keep``: events before it still to hand out."""
+        self._close_link()
+        spec = LinkSpec(
+            consumer_group=self.config.consumer_group,
+            partition=self.partition,
+            start=sequence_number,
             owner_level=self.config.owner_level if self.config.exclusive else None,
             prefetch=self.config.prefetch,
+            read_ahead_events=self.config.read_ahead_events,
+            read_ahead_bytes=self.config.read_ahead_bytes,
         )
-        self._raw = sdk.deliver_raw(self._consumer)
-        sdk.bounded_reads(self._consumer, self.config.prefetch)
-        self._carry = []
-        self.position = sequence_number
+        self._connection, self._link = CONNECTIONS.open_link(self.settings, spec)
+        self._carry = keep if keep else None
+        if keep is None:
+            self.position = sequence_number
         self.opens += 1
 
-    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[list[Any]]:
-        """Yield lists of events with ``start <= sequence number < end``, in order, each once."""
-        if self.position != start or self._consumer is None:
+    def _reopen_after_held(self, fallback: int) -> None:
+        """Open a new link after every event this receiver still holds (read ahead before its link ended),
+        keeping them: nothing is read twice, nothing skipped. Without any, at ``fallback``."""
+        held = self._carry or Columns()
+        self._carry = None
+        if self._link is not None:
+            sink = self._link.sink
+            with sink.cond:
+                while (chunk := sink.take(1 << 62)) is not None:
+                    held.extend(chunk)
+        if held.seqs:
+            self.open_at(held.seqs[-1] + 1, keep=held)
+        else:
+            self.open_at(fallback)
+
+    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[Columns]:
+        """Yield the events with ``start <= sequence number < end``, in order, each once, as Columns."""
+        if self.position != start or self._link is None:
             self.open_at(start)
         else:
             closed = self._closed_while_idle()
             if closed is not None:
                 # Another owner-level receiver of the group (usually the driver's own lookup between
                 # micro-batches) took the link, or the service closed an idle link or connection, while
-                # this receiver sat in the pool: not an error, it reopens where it stands.
+                # this receiver sat in the pool: not an error, it reopens after what it holds.
                 if link_stolen(closed):
                     self.displaced_idle += 1
                 else:
                     self.closed_idle += 1
                 _LOG.info("hub %s partition %s: the receiver's link was closed while idle; reopening at %d (%s)",
                           self.settings.hub, self.partition, start, _first_line(closed))  # fmt: skip
-                self.open_at(start)
+                self._reopen_after_held(start)
         expected = start
         last_progress = time.monotonic()
         reopened = False
+        backoff = 0.05
         last_error: str | None = None
         while expected < end:
-            events = self._next_events(end - expected)
-            if events is None:
+            chunk = self._next_events(end - expected)
+            if chunk is None:
                 error = self._link_error()
-                if error is not None and link_stolen(error):
-                    if not reopened:
+                if error is not None:
+                    self._raise_if_lasting(error)
+                    if link_stolen(error):
+                        if reopened:
+                            raise _link_failure(self, error, expected, end)
                         # Events handed out so far came before the detach; read on from the next one.
                         reopened = True
                         self.displaced_reading += 1
                         _LOG.warning("hub %s partition %s: receiver displaced while reading [%d, %d); reopening "
                                      "once at %d (%s)", self.settings.hub, self.partition, start, end, expected,
                                      _first_line(error))  # fmt: skip
-                        self.open_at(expected)
-                        continue
-                    raise _link_failure(self, error, expected, end)
-                # Other link errors (a dropped connection, a forced detach) the SDK recovers from on the
-                # next receive, from the last event it delivered; only lasting silence fails the task.
-                last_error = error or last_error
+                    else:
+                        # A dropped connection or a forced detach: reopen where the read stands, a little later
+                        # each time; only lasting silence fails the task (below).
+                        last_error = error
+                        self.reconnects += 1
+                        time.sleep(backoff)
+                        backoff = min(backoff * 2, 2.0)
+                    self._reopen_after_held(expected)
                 if time.monotonic() - last_progress > self.config.receiver_timeout:
                     cause = f"; last error: {last_error}" if last_error else ""
                     raise EventHubsTimeoutError(
@@ -151,102 +183,108 @@ class PartitionReceiver:
                         f"numbers [{expected}, {end}); the partition may be stalled or unavailable{cause}"
                     )
                 continue
-            out = []
-            for event in events:
-                seq = event.message_annotations[_SEQ] if self._raw else event.sequence_number
-                if seq < expected:
-                    continue  # a reconnect re-delivered what was already read
-                if seq > expected:
-                    lost = min(seq, end) - expected
-                    if fail_on_data_loss:
-                        raise data_loss_error(self.settings.hub, self.partition, expected, min(seq, end))
-                    _LOG.warning(
-                        "hub %r partition %s: %d events [%d, %d) were lost to retention; continuing because "
-                        "failOnDataLoss=false",
-                        self.settings.hub,
-                        self.partition,
-                        lost,
-                        expected,
-                        min(seq, end),
-                    )
-                    result.lost += lost
-                    expected = seq
-                if seq >= end:
-                    self._carry.append(event)
+            seqs = chunk.seqs
+            if seqs[0] < expected:  # a reopened link re-delivered what was already read
+                chunk.take(bisect.bisect_left(seqs, expected))
+                if not chunk.seqs:
                     continue
-                out.append(event)
-                expected = seq + 1
-            if out:
-                last_progress = time.monotonic()
-                result.read += len(out)
+                seqs = chunk.seqs
+            if seqs[0] > expected:  # the events before this chunk are gone
+                expected = self._lost(expected, min(seqs[0], end), fail_on_data_loss, result)
+                if expected >= end:
+                    self._hold(chunk)
+                    break
+            if seqs[-1] >= end:  # the rest is the next range's: held back
+                head = chunk.take(bisect.bisect_left(seqs, end))
+                self._hold(chunk)
+                chunk = head
+            while chunk.seqs:
+                gap = _first_gap(chunk.seqs)
+                piece = chunk if gap is None else chunk.take(gap)
+                expected = piece.seqs[-1] + 1
+                result.read += len(piece)
+                result.fallbacks += piece.fallbacks
                 self.position = expected
-                yield out
+                last_progress = time.monotonic()
+                backoff = 0.05  # it reads again: the next reopen need not wait long
+                yield piece
+                if gap is None:
+                    break
+                expected = self._lost(expected, chunk.seqs[0], fail_on_data_loss, result)
         self.position = end
 
+    def _lost(self, expected: int, until: int, fail_on_data_loss: bool, result: RangeResult) -> int:
+        """Events ``[expected, until)`` are gone: fail, or count them and go on from ``until``."""
+        if fail_on_data_loss:
+            raise data_loss_error(self.settings.hub, self.partition, expected, until)
+        _LOG.warning("hub %r partition %s: %d events [%d, %d) were lost to retention; continuing because "
+                     "failOnDataLoss=false", self.settings.hub, self.partition, until - expected, expected,
+                     until)  # fmt: skip
+        result.lost += until - expected
+        return until
+
+    def _hold(self, chunk: Columns) -> None:
+        """Keep events a range did not need, before anything held already (they come first)."""
+        if not chunk.seqs:
+            return
+        if self._carry is not None and self._carry.seqs:
+            chunk.extend(self._carry)
+        self._carry = chunk
+
+    def _raise_if_lasting(self, error: str) -> None:
+        """A refused sign-in fails the task at once, as itself."""
+        exc = self._link.sink.exception if self._link is not None else None
+        if exc is not None and self.settings.auth_failure(exc) is not None:
+            raise exc
+
     def _closed_while_idle(self) -> str | None:
-        """Why the link or its connection was closed while this receiver sat in the pool, else None.
+        """Why the link or its connection ended while this receiver sat in the pool, else None. The
+        connection's reader notices at once (it reads between tasks too), so this only asks the sink."""
+        return self._link.sink.error if self._link is not None else None
 
-        Nothing reads the connection between tasks, so a detach (another owner took the partition, the
-        service's idle timer) or a close sent then is still waiting on the socket: process what is
-        already there, without waiting for more, and look at the link and the connection.
-        """
-        sdk.drain_pending_frames(self._consumer, limit=4 * self.config.prefetch + 16)
-        error = self._link_error()
-        return error if error is not None else sdk.connection_error(self._consumer)
+    def _next_events(self, wanted: int) -> Columns | None:
+        """Up to ``wanted`` events, waiting a little for them; None when none came (see ``_link_error``)."""
+        carry = self._carry
+        if carry is not None and carry.seqs:
+            if len(carry) <= wanted:
+                self._carry = None
+                return carry
+            return carry.take(wanted)
+        return self._from_link(wanted)
 
-    def _next_events(self, wanted: int) -> list[Any] | None:
-        if self._carry:
-            taken, self._carry = self._carry[:wanted], self._carry[wanted:]
-            return taken
-        self._received = []
-        try:
-            # no more frames than the range needs (see sdk.receive_frames)
-            sdk.receive_frames(self._consumer, max(1, min(wanted, self.config.prefetch)), self.config.prefetch)
-        except Exception as exc:
-            text = str(exc)
-            if link_stolen(text):
-                self._consumer_error = text
-                return None
-            raise
-        return self._received or None
+    def _from_link(self, wanted: int) -> Columns | None:
+        """Up to ``wanted`` events the link decoded, waiting a little for them; None when none came."""
+        if self._link is None:
+            return None
+        sink = self._link.sink
+        with sink.cond:
+            if not sink.ready and sink.error is None:
+                sink.cond.wait(min(_WAIT_SLICE, self.config.receiver_timeout))
+            return sink.take(wanted)
 
     def _link_error(self) -> str | None:
-        pending = self._consumer_error
-        if pending:
-            self._consumer_error = None
-            return str(pending)
-        return sdk.link_error(self._consumer)
+        return self._link.sink.error if self._link is not None else None
 
-    def _close_consumer(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            close_later(consumer)
+    def _close_link(self) -> None:
+        link, connection = self._link, self._connection
+        self._link = self._connection = None
+        if link is not None and connection is not None:
+            connection.close_link(link)
 
     def close(self) -> None:
-        self._close_consumer()
-        close_later(self._client)
+        self._close_link()
+        self._carry = None
 
 
-def _close(closable: Any) -> None:
-    try:
-        closable.close()
-    except Exception:
-        _LOG.debug("closing %s failed", type(closable).__name__, exc_info=True)
-
-
-def close_later(closable: Any) -> None:
-    """Close an SDK consumer or client on a thread of its own, without waiting for it.
-
-    An SDK consumer's ``close()`` joins its keep-alive thread, which wakes once a second: every close
-    took up to 1 s. A pooled receiver repositions by closing its consumer and opening another, so a
-    task that found its receiver elsewhere in the stream waited that second before reading (most of a
-    micro-batch under a 0-second trigger). The consumer being closed has its own connection and is
-    never used again, so nothing needs to wait for it; the thread lives at most about a second.
-    """
-    threading.Thread(target=_close, args=(closable,), name="eventhubs-close", daemon=True).start()
-
-
-_SEQ = b"x-opt-sequence-number"
+def _first_gap(seqs: list[int]) -> int | None:
+    """The index of the first sequence number that does not follow the one before it, or None when they
+    run on without a gap (the usual case, found without a loop)."""
+    if seqs[-1] - seqs[0] == len(seqs) - 1:
+        return None
+    for i in range(1, len(seqs)):
+        if seqs[i] != seqs[i - 1] + 1:
+            return i
+    return None
 
 
 def _first_line(text: str) -> str:
@@ -260,6 +298,55 @@ def _link_failure(receiver: PartitionReceiver, error: str, start: int, end: int)
         f"group {receiver.config.consumer_group!r}. Give each query its own consumer group, or stop the other "
         f"reader. Service said: {error}"
     )
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """One task's range: read ``[start, end)`` of ``partition``. Plain data: it travels to the
+    executor's receiver service too. ``idle_timeout``: how long the receiver may sit idle afterwards;
+    ``owner``/``owned`` (ownership mode): the query's owner id and the partitions it owns now;
+    ``retry``: the task is a retry (a pooled receiver is not trusted then)."""
+
+    settings: ConnectionSettings
+    config: ReceiverConfig
+    partition: str
+    start: int
+    end: int
+    fail_on_data_loss: bool
+    idle_timeout: float | None = None
+    owner: str | None = None
+    owned: frozenset[str] | None = None
+    retry: bool = False
+
+
+def read_here(request: RangeRequest, result: RangeResult) -> Generator[Columns, None, None]:
+    """Read a range through this process's receiver pool; the receiver goes back to the pool after a
+    read that ended well, and is closed after any failure (or a read stopped half-way)."""
+    receiver = POOL.acquire(
+        request.settings,
+        request.config,
+        request.partition,
+        request.start,
+        retry=request.retry,
+        idle_timeout=request.idle_timeout,
+        scope=request.owner,
+        owned=request.owned,
+    )
+    healthy = False
+    started = time.monotonic()
+    try:
+        with request.settings.sign_in_errors():
+            yield from receiver.read_range(request.start, request.end, request.fail_on_data_loss, result)
+        healthy = True
+    finally:
+        POOL.release(receiver, healthy)
+        _LOG.debug("hub %s partition %s: [%d, %d) read here in %.3f s (%d events, %d lost)", request.settings.hub,
+                   request.partition, request.start, request.end, time.monotonic() - started, result.read,
+                   result.lost)  # fmt: skip
+        result.displaced_idle = receiver.displaced_idle
+        result.displaced_reading = receiver.displaced_reading
+        result.closed_idle = receiver.closed_idle
+        result.reconnects = receiver.reconnects
 
 
 @dataclass
@@ -396,6 +483,17 @@ class ReceiverPool:
                 to_close.append(receiver)  # not pooled (the slot was taken): close it
             to_close.extend(self._evict_over_capacity())
         _close_all(to_close)
+
+    def stats_dict(self) -> dict[str, Any]:
+        """The pool's counts, for the task's log line."""
+        stats = self.stats
+        return {
+            "pool_hits": stats.hits,
+            "pool_repositions": stats.repositions,
+            "pool_creates": stats.creates,
+            "pool_reuse_rate": round(stats.reuse_rate(), 3),
+            "link_attaches": CONNECTIONS.attaches,
+        }
 
     def reap(self) -> int:
         """Close the idle receivers past their idle time-out; returns how many."""

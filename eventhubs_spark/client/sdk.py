@@ -6,15 +6,14 @@ needs. Each function here says which internals it uses and why. :func:`missing_i
 that an installed SDK still has all of them; a contract test runs it against a live consumer and
 the management client, so an SDK release that drops one fails CI instead of a user's query.
 
-Where an attribute is missing at run time, the function falls back to the SDK's public behaviour
-(slower, never wrong) unless the internal is essential, where it raises at once.
+The receive path needs every one of them (it reads frames itself and moves the SDK's counters as
+the SDK would): an SDK that lacks one fails the contract test in CI, naming it, before a query meets it.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import select
 from collections.abc import Callable
 from typing import Any
 
@@ -62,175 +61,198 @@ def link_error(consumer: Any) -> str | None:
     return None if error is None else str(error)
 
 
-def connection_error(consumer: Any) -> str | None:
-    """The error the consumer's connection ended with (``_handler._connection._error``), if any."""
-    connection = getattr(getattr(consumer, "_handler", None), "_connection", None)
-    error = getattr(connection, "_error", None)
-    return None if error is None else str(error)
+# -- one connection shared by the consumers of a process ---------------------------------------------------
 
 
-def receive_frames(consumer: Any, frames: int, prefetch: int) -> None:
-    """Run one ``receive`` that reads at most ``frames`` transfer frames (``consumer._prefetch``).
+class SharedConnections:
+    """Stands in for a consumer client's connection manager and hands every consumer one connection.
 
-    The SDK reads up to ``_prefetch`` frames per call and returns early only when the socket goes
-    quiet, so under a steady trickle of new events it would wait for a whole prefetch window (500
-    events at 50 events/s: 10 s) although the range needs far fewer. The link credit stays the full
-    prefetch (see :func:`bounded_reads`).
+    The SDK has a shared-connection mode, but its public clients cannot switch it on (its manager
+    needs arguments they never pass). The first consumer opens a connection as usual; :func:`adopt`
+    then makes it the one every later consumer of every client given this manager opens its link on.
     """
-    consumer._prefetch = frames
-    try:
-        consumer.receive(batch=True, max_batch_size=frames, max_wait_time=None)
-        buffer_socket_reads(consumer)
-    finally:
-        consumer._prefetch = prefetch
-
-
-class _Delivered:
-    """What the SDK consumer remembers of the last event handed out: its offset, to reconnect after it.
-
-    The SDK reads ``offset`` only when it reconnects, so it is decoded then, not for every event.
-    """
-
-    __slots__ = ("message",)
 
     def __init__(self) -> None:
-        self.message: Any = None
+        self.connection: Any = None
 
-    @property
-    def offset(self) -> str | None:
-        from ..arrow import offset_text
+    def get_connection(self, *, endpoint: str, auth: Any = None) -> Any:
+        return self.connection
 
-        return offset_text((self.message.message_annotations or {}).get(b"x-opt-offset"))
+    def close_connection(self) -> None:
+        """The owner of the shared connection closes it (see :func:`close_connection`)."""
+
+    def reset_connection_if_broken(self) -> None:
+        """Ditto: a broken connection is replaced by its owner."""
 
 
-def deliver_raw(consumer: Any) -> bool:
-    """Make an SDK consumer hand out the received AMQP messages themselves instead of ``EventData``.
+def share_connection(client: Any, manager: SharedConnections) -> None:
+    """Make ``client``'s consumers open their links on ``manager``'s connection (``client._conn_manager``)."""
+    client._conn_manager = manager
 
-    Building an ``EventData`` per event costs more CPU than decoding the AMQP frame; the Arrow batch is
-    built straight from the messages instead (:func:`eventhubs_spark.arrow.messages_to_batch`). The
-    consumer still needs the last delivered event's offset to reconnect after it, which is kept.
-    Only for the SDK's own (pyamqp) transport; with another one, events stay ``EventData``.
+
+def new_consumer(
+    client: Any,
+    consumer_group: str,
+    partition: str,
+    sequence_number: int,
+    on_message: Callable[[Any], None],
+    *,
+    owner_level: int | None,
+    prefetch: int,
+) -> Any:
+    """A consumer positioned at ``sequence_number`` (inclusive), not opened yet (:func:`open_step`).
+
+    Its link gets no keep-alive thread of its own (``_keep_alive``): the thread that reads the shared
+    connection keeps it alive. Messages the SDK decodes itself (anything the tap leaves to it) go to
+    ``on_message`` (``_message_received``, read when the handler is created).
     """
-    transport = getattr(consumer, "_amqp_transport", None)
-    buffer = getattr(consumer, "_message_buffer", None)
-    if getattr(transport, "KIND", None) != "pyamqp" or buffer is None:
-        return False
-    last = _Delivered()
-
-    def next_message() -> Any:
-        message = buffer.popleft()
-        last.message = message
-        consumer._last_received_event = last
-        return message
-
-    consumer._next_message_in_buffer = next_message
-    return True
+    consumer = create_consumer(
+        client, consumer_group, partition, sequence_number, lambda _: None,
+        inclusive=True, owner_level=owner_level, prefetch=prefetch,
+    )  # fmt: skip
+    consumer._keep_alive = 0
+    consumer._message_received = on_message
+    return consumer
 
 
-_READ_CHUNK = 64 * 1024
+def open_step(consumer: Any) -> bool:
+    """One step of opening (``_open``): connection, session, CBS, link; True once the link is attached.
+    Raises what the SDK raises for a refused sign-in or a refused link."""
+    return bool(consumer._open())
 
 
-def buffer_socket_reads(consumer: Any) -> None:
-    """Make the consumer's AMQP transport read the socket in large chunks.
-
-    The SDK's transport reads every frame with two ``recv`` calls of exactly the header's and the
-    body's size: two system calls per event, a tenth of a task's read loop. Reading up to 64 KiB at
-    a time and serving the frames from that buffer keeps its exact semantics (the transport already
-    serves reads from ``_read_buffer`` first, and the socket is only read when that is empty, so a
-    timeout or an error never strands buffered bytes). Only the SDK's own socket transport is
-    changed, per connection; anything else is left alone.
-    """
-    handler = getattr(consumer, "_handler", None)
-    transport = getattr(getattr(handler, "_connection", None), "_transport", None)
-    if transport is None or getattr(transport, "_chunked", False):
-        return
-    if not any(cls.__name__ == "SSLTransport" for cls in type(transport).__mro__):
-        return
-    if not all(hasattr(transport, name) for name in ("_read", "_read_buffer", "sock")):
-        return  # another SDK version: keep its own reads
-    original = transport._read
-    chunk = bytearray(_READ_CHUNK)
-    chunk_view = memoryview(chunk)
-
-    def read(n: int, initial: bool = False, buffer: Any = None, **kwargs: Any) -> Any:
-        view = buffer if buffer is not None else memoryview(bytearray(n))
-        got = transport._read_buffer.readinto(view)
-        if got == n:
-            return view
-        if got:  # a partial buffer: let the SDK's own read finish this frame part
-            transport._read_buffer = io.BytesIO(bytes(view[:got]))
-            return original(n, initial=initial, buffer=buffer, **kwargs)
-        try:
-            received = transport.sock.recv_into(chunk_view)
-        except TimeoutError:
-            transport._read_buffer = io.BytesIO()  # as the SDK's read leaves it: nothing read
-            raise
-        except Exception:
-            return original(n, initial=initial, buffer=buffer, **kwargs)  # the SDK's own handling: EINTR, errors
-        if not received:
-            raise OSError("Server unexpectedly closed connection")
-        take = min(received, n)
-        view[:take] = chunk_view[:take]
-        if take < received:
-            transport._read_buffer = io.BytesIO(bytes(chunk_view[take:received]))
-            return view
-        if take == n:
-            return view
-        transport._read_buffer = io.BytesIO(bytes(view[:take]))
-        return original(n, initial=initial, buffer=buffer, **kwargs)
-
-    transport._read = read
-    transport._chunked = True
+def adopt(consumer: Any, manager: SharedConnections) -> Any:
+    """The connection the first consumer opened becomes the shared one: the consumer no longer closes
+    it when it closes (``_handler._external_connection``)."""
+    handler = consumer._handler
+    handler._external_connection = True
+    manager.connection = handler._connection
+    return handler._connection
 
 
-def bounded_reads(consumer: Any, prefetch: int) -> None:
-    """Links are always created with the full prefetch as their credit, whatever a read asks for."""
-    create = consumer._create_handler
-
-    def create_with_full_credit(auth: Any) -> None:
-        asked = consumer._prefetch
-        consumer._prefetch = prefetch
-        try:
-            create(auth)
-        finally:
-            consumer._prefetch = asked
-
-    consumer._create_handler = create_with_full_credit
+def consumer_link(consumer: Any) -> Any:
+    """The consumer's AMQP link (``_handler._link``), or None before its handler made one."""
+    return getattr(getattr(consumer, "_handler", None), "_link", None)
 
 
-def drain_pending_frames(consumer: Any, limit: int) -> None:
-    """Process the frames already waiting on an SDK consumer's connection, without blocking.
-
-    Transfers land in the consumer's buffer as they would on its next ``receive``; a detach sets the
-    link's error. Reads only while bytes are there (in the transport's buffer, TLS's, or the socket),
-    so an idle connection costs one ``select`` with no wait. Anything unexpected is left for the next
-    ``receive`` to meet and handle as it always does.
-    """
-    handler = getattr(consumer, "_handler", None)
-    connection: Any = getattr(handler, "_connection", None)
-    transport = getattr(connection, "_transport", None)
-    sock = getattr(transport, "sock", None)
-    link = getattr(handler, "_link", None)
-    if sock is None or link is None or not hasattr(connection, "listen"):
-        return
-    try:
-        for _ in range(limit):
-            if getattr(link, "_error", None) is not None or not _input_waiting(transport, sock):
-                return
-            connection.listen(wait=False, batch=1)
-    except Exception:
-        _LOG.debug("reading pending frames failed; the next receive meets it", exc_info=True)
+def has_connection(consumer: Any) -> bool:
+    """True once the consumer's handler has a connection (``_handler._connection``)."""
+    return getattr(getattr(consumer, "_handler", None), "_connection", None) is not None
 
 
-def _input_waiting(transport: Any, sock: Any) -> bool:
+def attach_sink(consumer: Any, sink: Any) -> None:
+    """Mark the consumer's link as one whose transfers a frame tap decodes into ``sink`` (an attribute
+    of ours on the SDK's link object, read by :class:`~eventhubs_spark.client.tap.FrameTap`)."""
+    link = consumer_link(consumer)
+    if link is not None and getattr(link, "eventhubs_sink", None) is not sink:
+        link.eventhubs_sink = sink
+
+
+def link_detached(consumer: Any) -> str | None:
+    """Why the consumer's link ended (the service's error, or a detach without one), or None while attached."""
+    error = link_error(consumer)
+    if error is not None:
+        return error
+    link = consumer_link(consumer)
+    state = getattr(getattr(link, "state", None), "name", "")
+    if state in ("DETACHED", "DETACH_RCVD", "ERROR"):
+        return f"the service detached the link ({state})"
+    return None
+
+
+def close_consumer(consumer: Any) -> None:
+    """Close the consumer's link, CBS links and session; a shared connection stays open. Returns at
+    once: the consumer has no keep-alive thread to wait for (see :func:`new_consumer`)."""
+    consumer.close()
+
+
+def credit(link: Any) -> int:
+    """The credit the link has left (``current_link_credit``)."""
+    return int(link.current_link_credit)
+
+
+def grant(link: Any, credit: int) -> None:
+    """Give the service ``credit`` more deliveries on ``link`` (the SDK's flow)."""
+    link.flow(link_credit=credit)
+
+
+def keep_signed_in(consumer: Any) -> None:
+    """Renew the consumer's CBS token when it is due (``_handler.client_ready``); raises when refused."""
+    handler = consumer._handler
+    if handler is not None:
+        handler.client_ready()
+
+
+def transport(connection: Any) -> Any:
+    """The connection's socket transport (``_transport``); its ``sock`` is the (TLS) socket."""
+    return connection._transport
+
+
+def take_buffered_bytes(transport: Any) -> bytes:
+    """Bytes the SDK's transport read but has not cut into frames yet (``_read_buffer``), taken away."""
     buffered = getattr(transport, "_read_buffer", None)
-    if isinstance(buffered, io.BytesIO) and buffered.tell() < len(buffered.getbuffer()):
-        return True
-    pending = getattr(sock, "pending", None)  # bytes TLS has decrypted but not handed out
-    if callable(pending) and pending() > 0:
-        return True
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    if not isinstance(buffered, io.BytesIO):
+        return b""
+    data = buffered.read()
+    transport._read_buffer = io.BytesIO()
+    return data
+
+
+def set_receive_frame(transport: Any, receive_frame: Callable[..., Any]) -> None:
+    """Every frame the connection reads comes from ``receive_frame`` (the transport's, replaced)."""
+    transport.receive_frame = receive_frame
+
+
+def decode_frame(body: memoryview) -> Any:
+    """The SDK's own decoding of one frame body into (performative, fields)."""
+    from azure.eventhub._pyamqp._decode import decode_frame as sdk_decode_frame
+
+    return sdk_decode_frame(body)
+
+
+def link_at(connection: Any, channel: int, handle: int) -> tuple[Any, Any] | None:
+    """(session, link) that frames on ``channel`` with ``handle`` are for (``_incoming_endpoints``,
+    ``_input_handles``), or None."""
+    session = connection._incoming_endpoints.get(channel)
+    link = None if session is None else session._input_handles.get(handle)
+    return None if link is None else (session, link)
+
+
+def count_transfer(session: Any, link: Any, more: bool) -> int:
+    """Move the session's and the link's counters for one transfer frame as the SDK's own handling does
+    (``Session._incoming_transfer``, ``ReceiverLink._incoming_transfer``): windows and credit stay right.
+    Returns the link's credit left."""
+    session.next_incoming_id += 1
+    session.remote_outgoing_window -= 1
+    session.incoming_window -= 1
+    if session.incoming_window == 0:
+        session.incoming_window = session.target_incoming_window
+        session._outgoing_flow()
+    if not more:
+        link.current_link_credit -= 1
+        link.delivery_count += 1
+    return int(link.current_link_credit)
+
+
+def listen(connection: Any, wait: float, batch: int) -> None:
+    """Read and process frames for up to ``wait`` seconds (``listen``); raises a failed connection's error."""
+    connection.listen(wait=wait, batch=batch)
+
+
+def connection_closed(connection: Any) -> str | None:
+    """Why the connection ended (its error, or its state), or None while it is usable."""
+    error = getattr(connection, "_error", None)
+    if error is not None:
+        return str(error)
+    state = getattr(connection, "state", None)
+    name = getattr(state, "name", "")
+    if name in ("END", "CLOSE_RCVD", "CLOSE_SENT", "DISCARDING", "CLOSE_PIPE", "OC_PIPE"):
+        return f"the connection was closed ({name})"
+    return None
+
+
+def close_connection(connection: Any) -> None:
+    connection.close()
 
 
 # -- messages -------------------------------------------------------------------------------------------
@@ -276,21 +298,34 @@ def management_message(client: Any, properties: dict[str, str]) -> Any:
 # -- the contract ---------------------------------------------------------------------------------------
 
 # (what, attribute path) the functions above read; checked on live objects by missing_internals().
+# A consumer opened by the engine: on a shared connection, with a frame tap on it (client.engine, client.tap).
 CONSUMER_INTERNALS = (
-    "_prefetch",
-    "_last_received_event",  # set by deliver_raw; the SDK reconnects after its offset
-    "_create_handler",
-    "_message_buffer",
-    "_next_message_in_buffer",
-    "_amqp_transport.KIND",
-    "_handler._link._error",
-    "_handler._connection._error",
-    "_handler._connection.listen",
-    "_handler._connection._transport._read",
+    "_keep_alive",
+    "_message_received",
+    "_open",
+    "_handler._external_connection",
+    "_handler._connection",
+    "_handler._connection._transport.receive_frame",
     "_handler._connection._transport._read_buffer",
     "_handler._connection._transport.sock",
+    "_handler._connection._incoming_endpoints",
+    "_handler._connection.listen",
+    "_handler._connection._error",
+    "_handler._connection.state",
+    "_handler._link._error",
+    "_handler._link.state",
+    "_handler._link.current_link_credit",
+    "_handler._link.delivery_count",
+    "_handler._link.flow",
+    "_handler._link._session.next_incoming_id",
+    "_handler._link._session.remote_outgoing_window",
+    "_handler._link._session.incoming_window",
+    "_handler._link._session.target_incoming_window",
+    "_handler._link._session._outgoing_flow",
+    "_handler._link._session._input_handles",
+    "_handler.client_ready",
 )
-CLIENT_INTERNALS = ("_create_consumer",)  # EventHubConsumerClient
+CLIENT_INTERNALS = ("_create_consumer", "_conn_manager")  # EventHubConsumerClient
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
     "_create_auth_async",
     "_amqp_transport.create_mgmt_client",
@@ -301,7 +336,7 @@ ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the man
 
 
 def missing_internals(consumer: Any = None, client: Any = None, async_client: Any = None) -> list[str]:
-    """The internals this module uses that ``consumer`` (opened: it has received once), ``client`` (an
+    """The internals this module uses that ``consumer`` (opened by the engine), ``client`` (an
     ``EventHubConsumerClient``) or ``async_client`` (an async ``EventHubProducerClient``) lack; empty
     when the installed SDK has them all."""
     missing = []

@@ -307,7 +307,7 @@ def test_one_partition_stalled(spark, eventhub):
         receiver = POOL.acquire(settings, config, pid, 0, retry=False)
         healthy = False
         try:
-            events = [e for batch in receiver.read_range(0, 20, True, RangeResult()) for e in batch]
+            events = [s for chunk in receiver.read_range(0, 20, True, RangeResult()) for s in chunk.seqs]
             assert len(events) == 20
             healthy = True
         except Exception as exc:

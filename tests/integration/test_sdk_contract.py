@@ -1,7 +1,7 @@
 """The SDK internals the connector uses (all in eventhubs_spark.client.sdk) exist on the installed SDK.
 
-Run on live objects: a consumer that has received once (its connection, link and transport exist
-only then), a consumer client, and the async producer client the management link is built from.
+Run on live objects: a consumer the engine opened on its shared connection (with the frame tap on it)
+after it received, a consumer client, and the async producer client the management link is built from.
 A new azure-eventhub release that drops or renames one fails here, naming it.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from eventhubs_spark.client import sdk
+from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
 from eventhubs_spark.client.settings import parse_connection_string
 
 from .sdk_helpers import send
@@ -18,28 +19,22 @@ from .sdk_helpers import send
 def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
     send(eventhub.connection_string, ["x"], partition_id="0")
     settings = parse_connection_string(eventhub.connection_string)
-    client = settings.consumer(consumer_group="$Default")
-    got: list = []
-    consumer = sdk.create_consumer(client, "$Default", "0", "-1", got.extend, inclusive=True, owner_level=None,
-                                   prefetch=10)  # fmt: skip
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "0")
     try:
-        assert sdk.deliver_raw(consumer), "the pyamqp transport hands out raw messages"
-        sdk.bounded_reads(consumer, 10)
-        for _ in range(50):
-            sdk.receive_frames(consumer, 10, 10)
-            if got:
-                break
-        assert got, "received through the internals"
-        assert sdk.missing_internals(consumer=consumer, client=client) == []
+        got = [seq for chunk in receiver.read_range(0, 1, True, RangeResult()) for seq in chunk.seqs]
+        assert got == [0], "received through the internals"
+        link = receiver._link
+        assert link is not None and link.consumer is not None
+        client = link.consumer._client
+        assert sdk.missing_internals(consumer=link.consumer, client=client) == []
         producer = settings.async_producer()
         assert sdk.missing_internals(async_client=producer) == []
     finally:
-        consumer.close()
-        client.close()
+        receiver.close()
 
 
 def test_a_missing_internal_is_named():
-    fake_consumer = SimpleNamespace(_prefetch=1, _handler=SimpleNamespace(_link=SimpleNamespace()))
+    fake_consumer = SimpleNamespace(_keep_alive=1, _handler=SimpleNamespace(_link=SimpleNamespace()))
     missing = sdk.missing_internals(consumer=fake_consumer)
-    assert "SimpleNamespace._handler._link._error" in missing and "SimpleNamespace._create_handler" in missing
-    assert "SimpleNamespace._prefetch" not in missing
+    assert "SimpleNamespace._handler._link._error" in missing and "SimpleNamespace._open" in missing
+    assert "SimpleNamespace._keep_alive" not in missing

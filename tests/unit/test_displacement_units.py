@@ -7,8 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from eventhubs_spark.arrow import Columns
 from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig, ReceiverPool
 from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.client.tap import LinkSink
 from eventhubs_spark.errors import ReceiverDisconnectedError
 
 from .test_reader_units import Clock, FakeReceiver
@@ -20,6 +22,13 @@ STOLEN = (
     "Error condition: amqp:link:stolen\n Error Description: New receiver 'x' with higher epoch of '0' is created "
     "hence current receiver 'y' with epoch '0' is getting disconnected."
 )
+
+
+def columns(seqs: range) -> Columns:
+    cols = Columns()
+    for seq in seqs:
+        cols.append(b"", seq, None, None, None, None, None, None)
+    return cols
 
 
 class ScriptedReceiver(PartitionReceiver):
@@ -39,10 +48,11 @@ class ScriptedReceiver(PartitionReceiver):
         self._left: int | None = None
         self._stolen = False
 
-    def open_at(self, sequence_number: int) -> None:
-        self._consumer = object()
-        self._carry = []
-        self.position = sequence_number
+    def open_at(self, sequence_number: int, keep: Columns | None = None) -> None:
+        self._link = SimpleNamespace(sink=LinkSink())  # nothing arrives there: the script hands events out
+        self._carry = keep if keep else None
+        if keep is None:
+            self.position = sequence_number
         self.opens += 1
         self._next = sequence_number
         self._left = self.steals[self.links] if self.links < len(self.steals) else None
@@ -54,7 +64,7 @@ class ScriptedReceiver(PartitionReceiver):
     def _closed_while_idle(self) -> str | None:
         return STOLEN if self.taken_while_idle else self.closed_by_service
 
-    def _next_events(self, wanted: int) -> list[object] | None:
+    def _from_link(self, wanted: int) -> Columns | None:
         if self._stolen:
             return None
         count = min(wanted, 3)
@@ -64,7 +74,7 @@ class ScriptedReceiver(PartitionReceiver):
                 return None
             count = min(count, self._left)
             self._left -= count
-        events = [SimpleNamespace(sequence_number=s) for s in range(self._next, self._next + count)]
+        events = columns(range(self._next, self._next + count))
         self._next += count
         return events
 
@@ -74,7 +84,7 @@ class ScriptedReceiver(PartitionReceiver):
 
 def read(receiver: PartitionReceiver, start: int, end: int) -> list[int]:
     result = RangeResult()
-    seqs = [e.sequence_number for batch in receiver.read_range(start, end, True, result) for e in batch]
+    seqs = [seq for chunk in receiver.read_range(start, end, True, result) for seq in chunk.seqs]
     assert result.read == len(seqs)
     return seqs
 
@@ -113,8 +123,8 @@ def test_displaced_twice_in_one_read_fails_and_names_the_partition_and_the_fix()
     receiver = ScriptedReceiver([5, 3])
     seen: list[int] = []
     with pytest.raises(ReceiverDisconnectedError) as info:
-        for batch in receiver.read_range(0, 20, True, RangeResult()):
-            seen += [e.sequence_number for e in batch]
+        for chunk in receiver.read_range(0, 20, True, RangeResult()):
+            seen += chunk.seqs
     assert seen == list(range(8)), "nothing read twice, nothing skipped before the failure"
     text = str(info.value)
     assert "partition 0" in text and "[8, 20)" in text and "consumer group" in text and "link:stolen" in text

@@ -300,9 +300,9 @@ def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_proces
     assert copy.pool_key() == settings.pool_key()
 
 
-def test_repositioning_a_receiver_does_not_wait_for_the_old_consumer_to_close():
-    """An SDK consumer's close() waits up to 1 s for its keep-alive thread; a reposition must not."""
-    import threading
+def test_repositioning_a_receiver_hands_the_old_link_to_its_reader_thread_and_goes_on():
+    """Closing a link is the connection's reader thread's work (a command), never the task's wait."""
+    from types import SimpleNamespace
 
     from eventhubs_spark.client.receiver import PartitionReceiver
 
@@ -310,82 +310,11 @@ def test_repositioning_a_receiver_does_not_wait_for_the_old_consumer_to_close():
         "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x;UseDevelopmentEmulator=true"
     )
     receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 5.0, True), "0")
-    release, closed = threading.Event(), threading.Event()
-
-    class SlowConsumer:
-        def close(self):
-            release.wait(10)
-            closed.set()
-
-    receiver._consumer = SlowConsumer()
-    receiver._close_consumer()  # returns while the old consumer is still closing
-    assert receiver._consumer is None and not closed.is_set()
-    release.set()
-    assert closed.wait(5), "the old consumer was never closed"
-
-
-@given(
-    st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=12),
-    st.lists(st.integers(1, 700), min_size=1, max_size=30),
-    st.lists(st.booleans(), max_size=30),
-)
-def test_chunked_socket_reads_hand_the_sdk_the_same_frames(bodies, splits, timeouts):
-    """The receiver's chunked socket reads: any split of the byte stream, with timeouts anywhere, gives
-    the SDK's frame reader exactly the frames it would read alone."""
-    import struct
-    import threading
-    from io import BytesIO
-    from types import SimpleNamespace
-
-    from azure.eventhub._pyamqp._transport import SSLTransport
-
-    from eventhubs_spark.client.sdk import buffer_socket_reads as _buffer_socket_reads
-
-    frames = [struct.pack(">IBBH", 8 + len(b), 2, 0, 0) + b for b in bodies]
-    stream = b"".join(frames)
-
-    class FakeSocket:
-        def __init__(self):
-            self.pos, self.calls = 0, 0
-
-        def recv_into(self, view):
-            self.calls += 1
-            if self.calls <= len(timeouts) and timeouts[self.calls - 1]:
-                raise TimeoutError("timed out")
-            size = splits[self.calls % len(splits)]
-            data = stream[self.pos : self.pos + min(size, len(view))]
-            view[: len(data)] = data
-            self.pos += len(data)
-            return len(data)
-
-    transport = object.__new__(SSLTransport)
-    transport.sock, transport._read_buffer, transport.socket_lock = FakeSocket(), BytesIO(), threading.Lock()
-    transport.raise_on_initial_eintr, transport.connected, transport.network_trace_params = True, True, {}
-    _buffer_socket_reads(SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport))))
-    assert transport._chunked
-    got = []
-    while len(got) < len(frames):
-        try:
-            header, _channel, payload = transport.read()
-        except TimeoutError:
-            continue
-        got.append(bytes(header) + (bytes(payload) if payload is not None else b""))
-    assert got == frames
-
-
-def test_chunked_reads_leave_an_unknown_transport_alone():
-    """A transport without the SDK internals the chunked reader relies on keeps its own reads."""
-    from types import SimpleNamespace
-
-    from azure.eventhub._pyamqp._transport import SSLTransport
-
-    from eventhubs_spark.client.sdk import buffer_socket_reads as _buffer_socket_reads
-
-    transport = object.__new__(SSLTransport)  # no sock, no _read_buffer: as a future SDK might be
-    consumer = SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
-    _buffer_socket_reads(consumer)
-    assert not getattr(transport, "_chunked", False)
-    assert transport._read.__func__ is SSLTransport._read
+    handed: list[object] = []
+    old_link = SimpleNamespace(sink=None)
+    receiver._link, receiver._connection = old_link, SimpleNamespace(close_link=handed.append)  # type: ignore
+    receiver._close_link()
+    assert handed == [old_link] and receiver._link is None
 
 
 def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
@@ -439,6 +368,9 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         "eventhubs.partitionDiscoveryInterval": (by_connection, "30s"),
         "eventhubs.loadBalancing.updateInterval": ({**by_connection, "eventhubs.ownership": "true"}, "5s"),
         "eventhubs.loadBalancing.ownershipExpiration": ({**by_connection, "eventhubs.ownership": "true"}, "90s"),
+        "eventhubs.receiverService": (by_connection, "false"),
+        "eventhubs.readAhead.maxEvents": (by_connection, "100"),
+        "eventhubs.readAhead.maxBytes": (by_connection, "1MB"),
     }  # fmt: skip
     ownership = {"eventhubs.ownerId", "eventhubs.loadBalancing.maxPartitions"}
     for spec in SPECS:

@@ -1,0 +1,300 @@
+"""Receiving links on one AMQP connection per namespace and credential, read by one thread.
+
+The SDK gives every consumer its own connection, session and keep-alive thread, and reads only when
+its caller asks. Here a :class:`SharedConnection` holds one connection per (namespace, credential) in
+the process, every receiving link of every hub and consumer group is opened on it, and one thread
+(the connection's reader) does all the SDK's work for it: opening and closing links, signing them in
+again when their tokens are due, granting credit, and reading frames through a :class:`FrameTap`,
+which decodes each link's events into its :class:`LinkSink`. Tasks only wait on sinks.
+
+Because the reader runs between tasks too, a link reads ahead: it keeps granting credit while what
+it holds stays under its bounds (events and bytes), so the next range is often decoded before its
+task starts. Nothing of the SDK is touched from any other thread, so nothing needs a lock but the
+sinks' hand-over and the queue of commands.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import sdk
+from .settings import ConnectionSettings
+from .tap import FrameTap, LinkSink
+
+_LOG = logging.getLogger(__name__)
+
+_LISTEN_BATCH = 64  # frames (or runs of decoded transfers) per listen call
+_SIGN_IN_EVERY = 5.0  # seconds between checks of each link's token (renewed when due)
+_IDLE_CLOSE = 60.0  # a connection without links closes after this long
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """What a receiving link reads: where, from which event, and how far it may read ahead."""
+
+    consumer_group: str
+    partition: str
+    start: int  # the first sequence number it reads
+    owner_level: int | None
+    prefetch: int
+    read_ahead_events: int
+    read_ahead_bytes: int
+
+
+class Link:
+    """One receiving link of a :class:`SharedConnection`; its events arrive in :attr:`sink`."""
+
+    def __init__(self, settings: ConnectionSettings, spec: LinkSpec) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes)
+        self.consumer: Any = None  # the SDK consumer, made and used on the reader thread only
+        self.state = "opening"  # opening | open | closed
+        self.signed_in_at = 0.0
+
+    def on_sdk_message(self, message: Any) -> None:
+        """A message the SDK decoded itself (a transfer the tap left to it): same columns, same order."""
+        self.sink.incoming.append_sdk_message(message)
+        self.sink.publish()
+
+
+class SharedConnection:
+    """One AMQP connection for every receiving link of a (namespace, credential) in this process."""
+
+    def __init__(self, settings: ConnectionSettings, registry: Connections) -> None:
+        self.settings = settings
+        self._registry = registry
+        self._manager = sdk.SharedConnections()
+        self._clients: dict[str, Any] = {}  # one SDK consumer client per hub, all on the shared connection
+        self._connection: Any = None
+        self._tap: FrameTap | None = None
+        self._links: list[Link] = []
+        self._commands: collections.deque[tuple[str, Link]] = collections.deque()  # ("open" | "close", link)
+        self._wakeup = threading.Event()
+        self._empty_since: float | None = None
+        self.closed = False
+        self.attaches = 0  # links opened over this connection's life
+        self._thread = threading.Thread(target=self._run, name=f"eventhubs-reader-{settings.namespace}", daemon=True)
+        self._thread.start()
+
+    # -- any thread (opening goes through Connections.open_link, which knows the connection is alive) --
+    def close_link(self, link: Link) -> None:
+        self._submit("close", link)
+
+    def _submit(self, what: str, link: Link) -> None:
+        self._commands.append((what, link))
+        self._wakeup.set()
+        tap = self._tap
+        if tap is not None:
+            tap.wake()
+
+    def _run_commands(self) -> None:
+        while self._commands:
+            what, link = self._commands.popleft()
+            if what == "open":
+                self._links.append(link)
+            else:
+                self._close(link)
+
+    # -- the reader thread --
+    def _run(self) -> None:
+        try:
+            while True:
+                self._run_commands()
+                if not self._links:
+                    now = time.monotonic()
+                    self._empty_since = self._empty_since or now
+                    if now - self._empty_since > _IDLE_CLOSE and self._registry.retire(self):
+                        break
+                    if self._connection is None:
+                        self._wakeup.wait(1.0)
+                        self._wakeup.clear()
+                        continue
+                else:
+                    self._empty_since = None
+                self._step()  # with no links, it still reads: heartbeats go out, a close from the service is seen
+        except Exception as exc:  # never silent: every link learns why, and readers fail or reopen
+            _LOG.warning("reader of %s stopped: %s", self.settings.namespace, exc, exc_info=True)
+            self._fail_all(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            self._shut_down()
+
+    def _step(self) -> None:
+        opening = [x for x in self._links if x.state == "opening"]
+        for link in opening:
+            self._advance(link)
+        if self._tap is not None:
+            self._tap.timeout = 0.002 if opening else 0.2
+        connection = self._connection
+        if connection is None:
+            if any(x.state == "opening" for x in self._links):
+                return  # the first link is still opening the connection
+            self._wakeup.wait(0.2)
+            self._wakeup.clear()
+            return
+        now = time.monotonic()
+        for link in self._links:
+            if link.state == "open":
+                self._keep(link, now)
+        try:
+            sdk.listen(connection, wait=0.2, batch=_LISTEN_BATCH)
+        except Exception as exc:
+            self._connection_failed(f"{type(exc).__name__}: {exc}", exc)
+            return
+        finally:
+            if self._tap is not None:
+                self._tap.publish()
+        closed = sdk.connection_closed(connection)
+        if closed is not None:
+            self._connection_failed(closed, None)
+            return
+        for link in self._links:
+            if link.state == "open":
+                error = sdk.link_detached(link.consumer)
+                if error is not None:
+                    self._fail(link, error, None)
+
+    def _advance(self, link: Link) -> None:
+        """One step of opening ``link`` (the first link opens the connection itself)."""
+        spec = link.spec
+        try:
+            if link.consumer is None:
+                hub = link.settings.hub
+                client = self._clients.get(hub)
+                if client is None:
+                    client = self._clients[hub] = link.settings.consumer(consumer_group=spec.consumer_group)
+                    sdk.share_connection(client, self._manager)
+                link.consumer = sdk.new_consumer(
+                    client, spec.consumer_group, spec.partition, spec.start, link.on_sdk_message,
+                    owner_level=spec.owner_level, prefetch=spec.prefetch,
+                )  # fmt: skip
+                self.attaches += 1
+                self._registry.attaches += 1
+            ready = sdk.open_step(link.consumer)
+        except Exception as exc:
+            self._fail(link, f"{type(exc).__name__}: {exc}", exc)
+            return
+        if self._connection is None and sdk.has_connection(link.consumer):
+            self._connection = sdk.adopt(link.consumer, self._manager)
+            self._tap = FrameTap(self._connection)
+        sdk.attach_sink(link.consumer, link.sink)
+        if ready:
+            link.state = "open"
+            link.signed_in_at = time.monotonic()
+
+    def _keep(self, link: Link, now: float) -> None:
+        """Credit while what the link holds stays under its bounds; its token renewed when due."""
+        sdk_link = sdk.consumer_link(link.consumer)
+        if sdk_link is not None and sdk.credit(sdk_link) <= link.spec.prefetch >> 1 and link.sink.has_room():
+            sdk.grant(sdk_link, link.spec.prefetch)  # its reader took what it held: read on
+        if now - link.signed_in_at > _SIGN_IN_EVERY:
+            link.signed_in_at = now
+            try:
+                sdk.keep_signed_in(link.consumer)
+            except Exception as exc:
+                self._fail(link, f"{type(exc).__name__}: {exc}", exc)
+
+    def _fail(self, link: Link, error: str, exc: BaseException | None) -> None:
+        if self._tap is not None:
+            self._tap.publish()  # what was read before the failure stays readable
+        link.sink.fail(error, exc)
+        self._close(link)
+
+    def _close(self, link: Link) -> None:
+        if link in self._links:
+            self._links.remove(link)
+        if link.state == "closed":
+            return
+        link.state = "closed"
+        if link.consumer is not None:
+            try:
+                sdk.close_consumer(link.consumer)
+            except Exception:  # the link may already be gone with its connection
+                _LOG.debug("closing a link failed", exc_info=True)
+        link.sink.fail("the link was closed", None)
+
+    def _connection_failed(self, error: str, exc: BaseException | None) -> None:
+        """Every link of the connection ends with ``error``; the next link opens a new connection."""
+        _LOG.info("connection to %s ended: %s", self.settings.namespace, error)
+        self._fail_all(error, exc)
+        self._drop_connection()
+
+    def _fail_all(self, error: str, exc: BaseException | None) -> None:
+        if self._tap is not None:
+            self._tap.publish()
+        for link in list(self._links):
+            link.sink.fail(error, exc)
+            link.state = "closed"
+        self._links = []
+
+    def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        tap, self._tap = self._tap, None
+        self._manager = sdk.SharedConnections()
+        for client in self._clients.values():
+            sdk.share_connection(client, self._manager)
+        if tap is not None:
+            tap.close()
+        if connection is not None:
+            try:
+                sdk.close_connection(connection)
+            except Exception:
+                _LOG.debug("closing a connection failed", exc_info=True)
+
+    def _shut_down(self) -> None:
+        self._registry.retire(self, force=True)  # no link opens here any more
+        for link in self._links + [link for _, link in self._commands]:
+            link.sink.fail("the connection was closed", None)
+        self._links = []
+        self._commands.clear()
+        self._drop_connection()
+        for client in self._clients.values():
+            try:
+                client.close()
+            except Exception:
+                _LOG.debug("closing a client failed", exc_info=True)
+
+
+class Connections:
+    """The process's shared connections, by namespace and credential."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple[Any, ...], SharedConnection] = {}
+        self.attaches = 0  # receiving links opened by this process, over its life
+
+    @staticmethod
+    def key(settings: ConnectionSettings) -> tuple[Any, ...]:
+        namespace, _hub, credential = settings.pool_key()
+        return (namespace, credential, settings.emulator)
+
+    def open_link(self, settings: ConnectionSettings, spec: LinkSpec) -> tuple[SharedConnection, Link]:
+        """A link reading ``spec`` on the shared connection of ``settings`` (opened if there is none); it
+        opens on the connection's reader thread, and any failure lands in its sink."""
+        key = self.key(settings)
+        link = Link(settings, spec)
+        with self._lock:
+            connection = self._by_key.get(key)
+            if connection is None or connection.closed:
+                connection = self._by_key[key] = SharedConnection(settings, self)
+            connection._submit("open", link)
+        return connection, link
+
+    def retire(self, connection: SharedConnection, force: bool = False) -> bool:
+        """Take an idle connection out of use, unless a link was just asked of it (``force``: in any case)."""
+        with self._lock:
+            if connection._commands and not force:
+                return False
+            connection.closed = True
+            key = self.key(connection.settings)
+            if self._by_key.get(key) is connection:
+                del self._by_key[key]
+            return True
+
+
+CONNECTIONS = Connections()

@@ -1,0 +1,459 @@
+"""One receiver service per executor: receivers that outlive Spark's rotation of Python workers.
+
+An executor hands its tasks to its Python workers in turn (the worker idle the longest goes next),
+so a receiver kept in a worker is found again by that partition's next task only now and then, and
+every miss costs a link attach and the events it had read ahead. Spark gives Python sources no say in
+where tasks run (a Python partition has no preferred locations), so the partitions cannot be pinned
+either; what the connector can do is keep the receivers where every worker of the executor reaches
+them. The first worker that reads starts this service for its executor; every worker then reads its
+ranges through it:
+
+* **Where.** Workers of one executor share ``SPARK_LOCAL_DIRS`` (the executor's block manager
+  directories). The first of them keys the service: a lock file there serializes the start, and the
+  Unix socket lives in a private directory of the user's (``<tmp>/ehs-<uid>``, mode 0700, the socket
+  0600, each peer's user checked), named after a hash of that directory (socket paths are limited to
+  about 108 bytes, and YARN's directories are long).
+* **What.** The service runs the same engine a worker would (one AMQP connection per namespace and
+  credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release)
+  and sends each range back as Arrow record batches (IPC), then its counts; an error is raised in
+  the task as the same type, with the same message.
+* **When it cannot.** When the service cannot start or dies (even mid-range), the task reads
+  in-process from the next event it has not yet handed to Spark, so nothing is lost or repeated;
+  each worker logs that once.
+* **How long.** The service exits when its executor's JVM has ended, when the executor's directory
+  is gone, or after ``IDLE_EXIT`` seconds with no receiver and no request.
+
+Placement: a balanced assignment of partitions to executors (hash of the hub, plus the partition
+number, round the sorted executors) is what the connector would ask Spark for; Spark 4's Python
+data sources cannot ask, so the connector keeps no such function and keeps receivers per executor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import pickle
+import select
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ..arrow import ARROW_SCHEMA
+from ..errors import ERROR_TYPES, EventHubsError
+from .receiver import POOL, RangeRequest, RangeResult, read_here
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+IDLE_EXIT = 300.0  # seconds without receivers or requests before the service exits
+_START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
+_MESSAGE = struct.Struct(">cQ")  # kind, payload length
+_BATCH = b"B"  # next sequence number (8 bytes) + an Arrow IPC record batch
+_DONE = b"D"  # the range's counts (JSON)
+_ERROR = b"E"  # (type name, message, example), pickled
+_READ = b"R"  # a pickled RangeRequest
+
+
+# -- where ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where an executor's service lives."""
+
+    local_dir: str  # the executor's first local directory (the key, and the lock file)
+    socket_path: str
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.local_dir, "eventhubs-receiver-service.lock")
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.local_dir, "eventhubs-receiver-service.log")
+
+
+def place() -> Place | None:
+    """This executor's service place, or None outside a Spark executor (no ``SPARK_LOCAL_DIRS``)."""
+    dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+    local_dir = dirs.split(",")[0].strip()
+    if not local_dir or not os.path.isdir(local_dir):
+        return None
+    private = os.path.join(tempfile.gettempdir(), f"ehs-{os.getuid()}")
+    os.makedirs(private, mode=0o700, exist_ok=True)
+    info = os.stat(private)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{private} must belong to this user alone (mode 0700)")
+    name = hashlib.sha256(os.path.realpath(local_dir).encode()).hexdigest()[:20]
+    return Place(local_dir, os.path.join(private, f"{name}.sock"))
+
+
+def executor_pid() -> int | None:
+    """The executor's JVM: the nearest ``java`` process above this worker (Linux ``/proc``), or None."""
+    pid = os.getppid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if name == "java":
+            return pid
+        if parent <= 1:
+            return None
+        pid = parent
+    return None
+
+
+# -- the wire ------------------------------------------------------------------------------------------
+
+
+def _send(sock: socket.socket, kind: bytes, *parts: bytes | memoryview | pa.Buffer) -> None:
+    size = sum(len(p) if not isinstance(p, pa.Buffer) else p.size for p in parts)
+    sock.sendall(_MESSAGE.pack(kind, size))
+    for part in parts:
+        sock.sendall(part)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if not n:
+            raise ConnectionResetError("the receiver service closed the connection")
+        got += n
+    return buf
+
+
+def _recv(sock: socket.socket) -> tuple[bytes, bytearray]:
+    kind, size = _MESSAGE.unpack(_recv_exactly(sock, _MESSAGE.size))
+    return kind, _recv_exactly(sock, size)
+
+
+# -- the service ---------------------------------------------------------------------------------------
+
+
+class ReceiverService:
+    """The executor's service: a Unix socket, a thread per worker connection, the process's pool."""
+
+    def __init__(self, socket_path: str, local_dir: str | None, watch_pid: int | None, idle_exit: float) -> None:
+        self.socket_path = socket_path
+        self.local_dir = local_dir
+        self.watch_pid = watch_pid
+        self.idle_exit = idle_exit
+        self._active = 0
+        self._lock = threading.Lock()
+        self._last_activity = time.monotonic()
+        self.requests = 0
+
+    def run(self) -> str:
+        """Serve until the executor is gone or nothing happened for ``idle_exit``; returns why it ended."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            server.bind(self.socket_path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        server.listen(64)
+        _LOG.info("receiver service %d listening on %s", os.getpid(), self.socket_path)
+        try:
+            while True:
+                readable, _, _ = select.select([server], [], [], 1.0)
+                if readable:
+                    conn, _ = server.accept()
+                    if not _same_user(conn):
+                        conn.close()
+                        continue
+                    threading.Thread(target=self._serve, args=(conn,), name="eventhubs-service", daemon=True).start()
+                why = self._why_exit()
+                if why is not None:
+                    return why
+        finally:
+            server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+            POOL.close_all()
+
+    def _why_exit(self) -> str | None:
+        if self.watch_pid is not None and not _alive(self.watch_pid):
+            return f"the executor (pid {self.watch_pid}) has ended"
+        if self.local_dir is not None and not os.path.isdir(self.local_dir):
+            return f"the executor's directory {self.local_dir} is gone"
+        with self._lock:
+            busy = self._active > 0 or len(POOL) > 0
+            if busy:
+                self._last_activity = time.monotonic()
+            elif time.monotonic() - self._last_activity > self.idle_exit:
+                return f"idle for {self.idle_exit:g} s"
+        return None
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    kind, payload = _recv(conn)
+                except (ConnectionError, OSError):
+                    return  # the worker went away (it exits when idle): nothing was in flight
+                if kind != _READ:
+                    return
+                with self._lock:
+                    self._active += 1
+                    self.requests += 1
+                try:
+                    if not self._read(conn, pickle.loads(payload)):
+                        return
+                finally:
+                    with self._lock:
+                        self._active -= 1
+                        self._last_activity = time.monotonic()
+
+    def _read(self, conn: socket.socket, request: RangeRequest) -> bool:
+        """Send one range; False when the worker went away (the receiver is then dropped, not reused)."""
+        result = RangeResult()
+        chunks = read_here(request, result)
+        try:
+            for chunk in chunks:
+                batch = chunk.to_batch(request.partition)
+                _send_to_worker(conn, _BATCH, struct.pack(">q", chunk.seqs[-1] + 1), batch.serialize())
+            done = {**dataclasses.asdict(result), "pid": os.getpid(), **POOL.stats_dict()}
+            _send_to_worker(conn, _DONE, json.dumps(done).encode())
+            return True
+        except _WorkerGone:
+            return False
+        except Exception as exc:  # the range's own failure: raised again in the task
+            return _send_error(conn, exc)
+        finally:
+            chunks.close()
+
+
+class _WorkerGone(Exception):
+    """The worker's end of the connection is gone (the task ended, or its worker did)."""
+
+
+def _send_to_worker(conn: socket.socket, kind: bytes, *parts: bytes | memoryview | pa.Buffer) -> None:
+    try:
+        _send(conn, kind, *parts)
+    except OSError as exc:
+        raise _WorkerGone(str(exc)) from exc
+
+
+def _send_error(conn: socket.socket, exc: BaseException) -> bool:
+    name = type(exc).__name__
+    if name not in ERROR_TYPES:
+        name, text = "EventHubsError", f"{type(exc).__name__}: {exc}"
+    else:
+        text = str(exc)
+    try:
+        _send(conn, _ERROR, pickle.dumps((name, text, getattr(exc, "example", None))))
+        return True
+    except OSError:
+        return False
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """Only this user's processes may read through the service (the socket's mode says so too)."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return True  # no SO_PEERCRED here: the socket's mode 0600 and its private directory still hold
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eventhubs_spark.client.service", description=__doc__)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--local-dir")
+    parser.add_argument("--watch-pid", type=int)
+    parser.add_argument("--idle-exit", type=float, default=IDLE_EXIT)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("EVENTHUBS_SPARK_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
+    service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit)
+    why = service.run()
+    _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)
+    return 0
+
+
+# -- the worker's side ---------------------------------------------------------------------------------
+
+
+class ServiceGone(Exception):
+    """The service went away before the range ended; ``next_seq`` is where the task reads on."""
+
+    def __init__(self, next_seq: int, cause: str) -> None:
+        super().__init__(cause)
+        self.next_seq = next_seq
+
+
+class ServiceClient:
+    """A worker's connection to its executor's service (kept across tasks; made again when broken)."""
+
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self._sock: socket.socket | None = None
+        self.started_service = False
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        sock = _try_connect(self.place.socket_path)
+        if sock is None:
+            sock = self._start()
+        self._sock = sock
+        return sock
+
+    def _start(self) -> socket.socket:
+        """Start the executor's service (one worker does, under the lock file) and connect to it."""
+        with open(self.place.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                sock = _try_connect(self.place.socket_path)  # another worker may have started it meanwhile
+                if sock is not None:
+                    return sock
+                with open(self.place.log_path, "ab") as log:
+                    args = [sys.executable, "-m", "eventhubs_spark.client.service", "--socket", self.place.socket_path,
+                            "--local-dir", self.place.local_dir]  # fmt: skip
+                    pid = executor_pid()
+                    if pid is not None:
+                        args += ["--watch-pid", str(pid)]
+                    process = subprocess.Popen(
+                        args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+                    )
+                self.started_service = True
+                deadline = time.monotonic() + _START_TIMEOUT
+                while time.monotonic() < deadline:
+                    sock = _try_connect(self.place.socket_path)
+                    if sock is not None:
+                        return sock
+                    if process.poll() is not None:
+                        raise OSError(f"the receiver service exited at start (code {process.returncode}); see "
+                                      f"{self.place.log_path}")  # fmt: skip
+                    time.sleep(0.05)
+                process.kill()
+                raise OSError(f"the receiver service did not listen within {_START_TIMEOUT:g} s")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """The range's record batches from the service; its counts land in ``stats``. Raises
+        :class:`ServiceGone` when the service is unreachable or goes away, the task's errors as themselves."""
+        next_seq = request.start
+        try:
+            sock = self._connect()
+            sock.settimeout(request.config.receiver_timeout + 60.0)
+            _send(sock, _READ, pickle.dumps(request))
+            while True:
+                kind, payload = _recv(sock)
+                if kind == _BATCH:
+                    next_seq = struct.unpack_from(">q", payload)[0]
+                    yield pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), ARROW_SCHEMA)
+                elif kind == _DONE:
+                    stats.update(json.loads(payload))
+                    return
+                elif kind == _ERROR:
+                    name, text, example = pickle.loads(payload)
+                    cls = ERROR_TYPES.get(name, EventHubsError)
+                    raise cls(text, example) if example is not None else cls(text)
+                else:
+                    raise OSError(f"unexpected message {kind!r} from the receiver service")
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            self.close()
+            raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
+        except GeneratorExit:
+            self.close()  # the task stopped early: the service is mid-range on this connection
+            raise
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def _try_connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+_CLIENT: ServiceClient | None = None
+_FALLBACK_LOGGED = False
+
+
+def read_batches(request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    """One range as record batches: through the executor's service, else (or from wherever the service
+    stopped) in this process. ``stats`` gets the counts to log."""
+    global _CLIENT
+    start = request.start
+    if use_service:
+        try:
+            if _CLIENT is None:
+                where = place()
+                _CLIENT = ServiceClient(where) if where is not None else None
+            if _CLIENT is not None:
+                stats["via"] = "service"
+                yield from _CLIENT.read(request, stats)
+                return
+        except ServiceGone as exc:
+            start = exc.next_seq
+            _fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker")
+        except OSError as exc:
+            _fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker")
+    stats["via"] = "worker"
+    result = RangeResult()
+    here = dataclasses.replace(request, start=start) if start != request.start else request
+    for chunk in read_here(here, result):
+        yield chunk.to_batch(request.partition)
+    stats.update(dataclasses.asdict(result))
+    stats.update(POOL.stats_dict())
+    stats["pid"] = os.getpid()
+
+
+def _fallback(message: str) -> None:
+    global _FALLBACK_LOGGED
+    if not _FALLBACK_LOGGED:
+        _FALLBACK_LOGGED = True
+        _LOG.warning("eventhubs: %s", message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""Frames read off one AMQP connection, with the connector's links' transfers decoded on the spot.
+
+The SDK reads a connection frame by frame: two ``recv`` calls per frame, its own decoder building a
+tuple of fields per performative and a ``Message`` per transfer, then a walk through the connection,
+the session and the link before the message reaches a buffer. For the events a receiver reads that is
+most of the client's CPU. A :class:`FrameTap` takes the connection's reads over (the transport's
+``receive_frame``, so every reader of the connection, the SDK's own included, goes through it):
+
+* the socket is read in large chunks and frames are cut from the buffer;
+* a transfer on a link the connector reads (it carries a :class:`LinkSink`) is decoded straight into
+  that sink's columns (:mod:`.decode`), and the session's and link's counters move as the SDK moves
+  them, so flow control, credit and windows stay the SDK's;
+* every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
+  goes to the SDK as it would have, decoded by the SDK.
+
+Decoded events wait in the sink's ``incoming`` columns on the thread that reads; they are handed to
+readers in bulk (:meth:`LinkSink.publish`) whenever the buffer runs dry and before any wait, so a
+reader never waits behind a frame that was already read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..arrow import Columns
+from . import sdk
+from .decode import Unsupported, decode_into
+
+_LOG = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">IBBH").unpack_from
+_I = struct.Struct(">I").unpack_from
+_CHUNK = 256 * 1024
+_BATCH = 512  # transfers decoded per call before the SDK gets control back
+_EMPTY = (1, b"EMPTY")  # what the SDK makes of an empty frame: it only notes that something arrived
+
+
+class LinkSink:
+    """Where the events of one receiving link go: decoded on the reading thread into ``incoming``,
+    handed over to readers through ``ready`` under ``cond``."""
+
+    __slots__ = (
+        "cond",
+        "credit",
+        "error",
+        "exception",
+        "incoming",
+        "max_bytes",
+        "max_events",
+        "partial",
+        "ready",
+        "ready_bytes",
+        "ready_events",
+        "received",
+    )
+
+    def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
+        self.credit = credit  # the link's credit window (prefetch)
+        self.max_events = max_events  # what it may hold before its reader takes it (read-ahead bounds)
+        self.max_bytes = max_bytes
+        self.cond = threading.Condition()
+        self.incoming = Columns()  # the reading thread's, unlocked
+        self.partial: bytearray | None = None  # a message spread over several transfer frames
+        self.ready: list[Columns] = []
+        self.ready_events = 0
+        self.ready_bytes = 0
+        self.received = 0  # events decoded in all
+        self.error: str | None = None  # why the link or its connection ended, once it has
+        self.exception: BaseException | None = None
+
+    def publish(self) -> None:
+        """Hand the decoded events to readers (called on the reading thread)."""
+        if not self.incoming.seqs:
+            return
+        chunk, self.incoming = self.incoming, Columns()
+        with self.cond:
+            self.ready.append(chunk)
+            self.ready_events += len(chunk)
+            self.ready_bytes += chunk.nbytes
+            self.cond.notify_all()
+
+    def fail(self, error: str, exc: BaseException | None = None) -> None:
+        """The link ended: ``error`` says why (``exc``: the exception, when one was raised)."""
+        with self.cond:
+            if self.error is None:
+                self.error = error
+                self.exception = exc
+            self.cond.notify_all()
+
+    def buffered(self) -> tuple[int, int]:
+        """(events, bytes) decoded and not yet taken."""
+        return self.ready_events + len(self.incoming), self.ready_bytes + self.incoming.nbytes
+
+    def has_room(self) -> bool:
+        """True while what it holds is under its bounds: its link may be given more credit."""
+        events, nbytes = self.buffered()
+        return events < self.max_events and nbytes < self.max_bytes
+
+    def take(self, wanted: int) -> Columns | None:
+        """Up to ``wanted`` ready events in one piece (the caller holds ``cond``), or None."""
+        if not self.ready:
+            return None
+        out = self.ready.pop(0)
+        if len(out) > wanted:
+            self.ready.insert(0, out)
+            out = out.take(wanted)
+        while self.ready and len(out) + len(self.ready[0]) <= wanted:
+            out.extend(self.ready.pop(0))  # fewer, larger batches: Spark pays per batch too
+        self.ready_events -= len(out)
+        self.ready_bytes -= out.nbytes
+        return out
+
+
+class FrameTap:
+    """Reads one SDK connection's socket; see the module docstring. Lives as long as the connection."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.transport = sdk.transport(connection)
+        self.sock = self.transport.sock
+        self._data = sdk.take_buffered_bytes(self.transport)
+        self._pos = 0
+        self._chunk = bytearray(_CHUNK)
+        self._routes: dict[int, tuple[Any, Any, LinkSink] | None] = {}
+        self._touched: set[LinkSink] = set()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self.on_published: Callable[[], None] | None = None
+        # How long a read waits for bytes (the connection's driver shortens it while links open, when
+        # every answer is awaited by a step that comes after the read).
+        self.timeout = 0.2
+        self.frames = 0
+        self.fallbacks = 0
+        sdk.set_receive_frame(self.transport, self.receive_frame)
+
+    # -- for the thread that drives the connection --
+    def wake(self) -> None:
+        """Make a read that waits on the socket return at once (another thread needs the connection)."""
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def publish(self) -> None:
+        touched, self._touched = self._touched, set()
+        for sink in touched:
+            sink.publish()
+        if touched and self.on_published is not None:
+            self.on_published()
+
+    def close(self) -> None:
+        self.publish()
+        for s in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    # -- the transport's receive_frame --
+    def receive_frame(self, **kwargs: Any) -> tuple[Any, Any]:
+        """The next frame for the SDK, as ``(channel, (performative, fields))``; ``(None, None)`` when
+        nothing arrived within the socket's time-out. Transfers of tapped links are consumed here."""
+        decoded = 0
+        while True:
+            data, pos = self._data, self._pos
+            end = len(data)
+            if end - pos >= 8:
+                if data[pos : pos + 4] == b"AMQP":  # the protocol header, if it came after the tap was put on
+                    self._pos = pos + 8
+                    return 0, (0, data[pos : pos + 8])
+                size, doff, _type, channel = _HEADER(data, pos)
+                if end - pos >= size:
+                    self._pos = frame_end = pos + size
+                    body = pos + doff * 4
+                    if body >= frame_end:
+                        return channel, _EMPTY  # a heartbeat
+                    if data[body + 2] == 0x14 and self._transfer(data, channel, body, frame_end):
+                        decoded += 1
+                        if decoded >= _BATCH:
+                            return channel, _EMPTY
+                        continue
+                    self._routes.clear()  # attach, detach, end...: links may have come or gone
+                    return channel, sdk.decode_frame(memoryview(data)[body:frame_end])
+            if decoded:
+                return 0, _EMPTY  # the SDK notes that frames arrived and asks again
+            if not self._fill(size if end - pos >= 8 else 8):
+                return None, None
+
+    def _fill(self, frame_size: int) -> bool:
+        """Read more bytes; False when none came within the socket's time-out."""
+        self.publish()  # nobody waits on events this thread holds while it waits itself
+        sock = self.sock
+        pending = getattr(sock, "pending", None)  # bytes TLS decrypted but not handed out yet
+        if not (callable(pending) and pending() > 0):
+            timeout = None if sock.gettimeout() is None else self.timeout  # None: the SDK asked to block
+            readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
+            if self._wake_r in readable:
+                try:
+                    while self._wake_r.recv(256):
+                        pass
+                except OSError:
+                    pass
+            if sock not in readable:
+                return False
+        leftover = self._data[self._pos :]
+        want = max(_CHUNK, frame_size - len(leftover))
+        if want > len(self._chunk):
+            self._chunk = bytearray(want)
+        view = memoryview(self._chunk)
+        try:
+            received = sock.recv_into(view, want)
+        except TimeoutError:
+            return False
+        except OSError as exc:
+            if "timed out" in str(exc):
+                return False
+            raise
+        if not received:
+            raise OSError("Server unexpectedly closed connection")
+        self._data = leftover + bytes(view[:received]) if leftover else bytes(view[:received])
+        self._pos = 0
+        return True
+
+    def _transfer(self, data: bytes, channel: int, body: int, end: int) -> bool:
+        """Consume a transfer frame of a tapped link; False leaves it to the SDK."""
+        # 00 53 14, then the performative's list: handle, delivery-id, delivery-tag, message-format,
+        # settled, more, ... (trailing fields may be left out).
+        c = data[body + 3]
+        if c == 0xC0:
+            count = data[body + 5]
+            p = body + 6
+            payload = body + 5 + data[body + 4]
+        elif c == 0xD0:
+            count = _I(data, body + 8)[0]
+            p = body + 12
+            payload = body + 8 + _I(data, body + 4)[0]
+        else:
+            return False
+        if count < 1:
+            return False
+        c = data[p]
+        if c == 0x43:
+            handle = 0
+            p += 1
+        elif c == 0x52:
+            handle = data[p + 1]
+            p += 2
+        elif c == 0x70:
+            handle = _I(data, p + 1)[0]
+            p += 5
+        else:
+            return False
+        key = (channel << 32) | handle
+        routes = self._routes
+        route = routes[key] if key in routes else routes.setdefault(key, self._resolve(channel, handle))
+        if route is None:
+            return False
+        settled = more = False
+        for field in range(1, min(count, 6)):
+            c = data[p]
+            if field == 2:  # delivery-tag: binary
+                if c == 0xA0:
+                    p += 2 + data[p + 1]
+                elif c == 0xB0:
+                    p += 5 + _I(data, p + 1)[0]
+                elif c == 0x40:
+                    p += 1
+                else:
+                    return False
+                continue
+            if c == 0x40 or c == 0x43 or c == 0x42 or c == 0x41:
+                value = c == 0x41
+                p += 1
+            elif c == 0x52 or c == 0x56:
+                value = data[p + 1] == 1
+                p += 2
+            elif c == 0x70:
+                value = False
+                p += 5
+            else:
+                return False
+            if field == 4:
+                settled = value
+            elif field == 5:
+                more = value
+        session, link, sink = route
+        partial = sink.partial
+        if not settled and partial is None:
+            return False  # the SDK settles it (Event Hubs sends every event settled); and its continuations
+        if sdk.count_transfer(session, link, more) <= sink.credit >> 1 and sink.has_room():
+            sdk.grant(link, sink.credit)  # topped up before it runs out, so the service never waits on it
+        if more:
+            if partial is None:
+                partial = sink.partial = bytearray()
+            partial += data[payload:end]
+            return True
+        if partial is not None:
+            sink.partial = None
+            partial += data[payload:end]
+            message = bytes(partial)
+            self._decode(sink, message, 0, len(message))
+        else:
+            self._decode(sink, data, payload, end)
+        self._touched.add(sink)
+        return True
+
+    def _decode(self, sink: LinkSink, data: bytes, start: int, end: int) -> None:
+        cols = sink.incoming
+        try:
+            decode_into(cols, data, start, end)
+        except (Unsupported, IndexError, struct.error):
+            cols.append_sdk_payload(data[start:end])
+            self.fallbacks += 1
+        sink.received += 1
+
+    def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
+        found = sdk.link_at(self.connection, channel, handle)
+        if found is None:
+            return None
+        session, link = found
+        sink = getattr(link, "eventhubs_sink", None)
+        return (session, link, sink) if isinstance(sink, LinkSink) else None

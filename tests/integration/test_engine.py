@@ -1,0 +1,105 @@
+"""The receive engine against the emulator with the real SDK underneath: one connection for every
+partition, read-ahead within its bounds, and reads that survive dropped connections and forced
+detaches with every event read once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from eventhubs_spark.client.engine import CONNECTIONS
+from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+from eventhubs_spark.client.settings import parse_connection_string
+
+from .sdk_helpers import send, wait_until
+
+
+def read(receiver: PartitionReceiver, start: int, end: int) -> list[int]:
+    return [seq for chunk in receiver.read_range(start, end, True, RangeResult()) for seq in chunk.seqs]
+
+
+def test_every_partition_reads_over_one_connection(eventhub):
+    for p in range(4):
+        send(eventhub.connection_string, [f"{p}-{i}" for i in range(50)], partition_id=str(p))
+    settings = parse_connection_string(eventhub.connection_string)
+    receivers = [PartitionReceiver(settings, ReceiverConfig("$Default", 20, 10.0, True), str(p)) for p in range(4)]
+    try:
+        results: dict[int, list[int]] = {}
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, read(receivers[i], 0, 50))) for i in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert all(results[i] == list(range(50)) for i in range(4))
+        assert eventhub.emulator.consumer_connections(eventhub.name) == 1, "one AMQP connection for four partitions"
+        assert sum(eventhub.emulator.consumer_attaches(eventhub.name).values()) == 4
+    finally:
+        for r in receivers:
+            r.close()
+
+
+def test_an_idle_receiver_reads_ahead_within_its_bounds_and_hands_that_to_the_next_range(eventhub):
+    send(eventhub.connection_string, [f"e{i}" for i in range(2000)], partition_id="1")
+    settings = parse_connection_string(eventhub.connection_string)
+    config = ReceiverConfig("$Default", 50, 10.0, True, read_ahead_events=300)
+    receiver = PartitionReceiver(settings, config, "1")
+    try:
+        assert read(receiver, 0, 100) == list(range(100))
+        sink = receiver._link.sink  # type: ignore[union-attr]
+        wait_until(lambda: sink.buffered()[0] >= 300, timeout=10, message="reading ahead while idle")
+        time.sleep(0.5)
+        held = sink.buffered()[0]
+        assert 300 <= held <= 300 + 50, f"bounded by readAhead.maxEvents plus one credit window: {held}"
+        attaches = sum(eventhub.emulator.consumer_attaches(eventhub.name).values())
+        started = time.monotonic()
+        assert read(receiver, 100, 350) == list(range(100, 350))
+        assert time.monotonic() - started < 1.0
+        assert sum(eventhub.emulator.consumer_attaches(eventhub.name).values()) == attaches, "no new link"
+    finally:
+        receiver.close()
+
+
+def test_a_read_survives_dropped_connections_and_forced_detaches_reading_every_event_once(eventhub):
+    emulator = eventhub.emulator
+    send(eventhub.connection_string, [f"e{i}" for i in range(3000)], partition_id="2")
+    settings = parse_connection_string(eventhub.connection_string)
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 100, 20.0, True, read_ahead_events=200), "2")
+    emulator.slow(eventhub.name, 2, 0.002)
+    stop = threading.Event()
+
+    def faults() -> None:
+        turn = 0
+        while not stop.wait(0.3):
+            if turn % 2:
+                emulator.drop_connections()
+            else:
+                emulator.detach_receivers(eventhub.name, "2")
+            turn += 1
+
+    injector = threading.Thread(target=faults, daemon=True)
+    injector.start()
+    try:
+        got = read(receiver, 0, 3000)
+    finally:
+        stop.set()
+        injector.join(5)
+        emulator.slow(eventhub.name, 2, 0)
+        receiver.close()
+    assert got == list(range(3000)), "in order, nothing lost, nothing twice"
+    assert receiver.reconnects >= 2
+
+
+def test_connections_the_process_no_longer_uses_close(eventhub, monkeypatch):
+    from eventhubs_spark.client import engine
+
+    monkeypatch.setattr(engine, "_IDLE_CLOSE", 0.5)
+    send(eventhub.connection_string, ["a"], partition_id="3")
+    settings = parse_connection_string(eventhub.connection_string)
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "3")
+    assert read(receiver, 0, 1) == [0]
+    connection = receiver._connection
+    receiver.close()
+    wait_until(lambda: connection.closed, timeout=10, message="the idle connection retired")  # type: ignore[union-attr]
+    assert CONNECTIONS.key(settings) not in CONNECTIONS._by_key
