@@ -24,6 +24,7 @@ from .emulator_sdk import start_emulator
 from .results import record
 
 REPEATS = int(os.environ.get("EVENTHUBS_BENCH_REPEATS", "3"))
+ALONE = "eventhubs.receiverService"
 CASES = [(4, 200, 200_000), (32, 200, 200_000), (4, 2048, 200_000), (32, 2048, 200_000)]
 
 
@@ -127,20 +128,26 @@ def run() -> None:
                 fill(conn, events, size)
                 # Each side drains the same events REPEATS times, alternating, and the median run of each
                 # is compared: on a noisy 2-core machine one pair of runs swings the ratio by 20-30%.
-                sdk_runs, spark_runs, batch_runs = [], [], []
+                sdk_runs, spark_runs, batch_runs, alone_runs = [], [], [], []
                 for attempt in range(REPEATS):
                     sdk_runs.append(sdk_drain(conn, events))
                     where = os.path.join(tmp, f"{partitions}-{size}-{attempt}")
                     spark_s, batch_s = connector_drain(spark, conn, events, where)
                     spark_runs.append(spark_s)
                     batch_runs.append(batch_s)
-                sdk, spark_s, batch_s = (statistics.median(r) for r in (sdk_runs, spark_runs, batch_runs))
+                    # the same without the executor's receiver service: each Python worker reads for itself
+                    _, alone_s = connector_drain(spark, conn, events, where + "-alone", **{ALONE: "false"})
+                    alone_runs.append(alone_s)
+                sdk, spark_s, batch_s, alone_s = (
+                    statistics.median(r) for r in (sdk_runs, spark_runs, batch_runs, alone_runs)
+                )
                 rows.append({
                     "partitions": partitions, "event bytes": size, "events": events,
                     "SDK receive_batch events/s": events / sdk, "connector events/s": events / spark_s,
                     "ratio": round(sdk / spark_s, 2),
                     "ratio, each run": " ".join(f"{a / b:.2f}" for a, b in zip(sdk_runs, spark_runs, strict=True)),
                     "connector events/s in the batch": events / batch_s, "ratio in the batch": round(sdk / batch_s, 2),
+                    "in the batch, each worker reading for itself": events / alone_s,
                 })  # fmt: skip
                 print(rows[-1], flush=True)
     finally:
@@ -163,17 +170,18 @@ def run() -> None:
             "sink, timed from start() to the end of the query (planning and task start-up included); 'in the "
             "batch' divides by the batch's own run time (Spark's addBatch), leaving out the query's start-up and "
             "shut-down.\n\n"
-            "Where the time goes (cProfile of one task's read loop, 50k events): the SDK's AMQP frame decoding is "
-            "most of it. Fixed so far: (1) building an EventData per event cost more than the decoding, so the "
-            "executor takes the received AMQP messages as they are and builds the Arrow columns straight from them "
-            "(about 5 µs an event); (2) the SDK's transport read every frame with two recv calls of exactly the "
-            "header's and the body's size, two system calls per event; receivers now read the socket 64 KiB at a "
-            "time and serve frames from that buffer (the read loop went from about 33k to 40-48k events/s). "
-            "What remains outside the batch is Spark's streaming start-up, 1.1-1.6 s from start() to the first "
-            "trigger here, the same for a trivial Python streaming source that returns constant offsets (measured "
-            "1.13-1.38 s): it weighs most on the 4-partition cases, whose whole read takes 3-5 s. With 2 KB "
-            "events Spark also moves ten times the bytes from the Python workers to the JVM. A larger prefetch "
-            "(2000) was slower, not faster.\n\n"
+            "Where the time goes: the receive path decodes transfer frames straight into Arrow columns "
+            "(client/tap.py, client/decode.py: about 10 µs of client CPU per event with the columns, bench "
+            "read_profile), where the SDK's pure-Python AMQP objects cost about 30. Streams read through the "
+            "executor's receiver service, whose receivers keep messages undecoded: each task decodes its own, "
+            "so decoding runs in every task slot. The hop to the service still costs throughput here, on 2 cores "
+            "that the emulator and the JVM share ('in the batch, each worker reading for itself' is the same "
+            "query with eventhubs.receiverService=false), in exchange for one link per partition over a run and "
+            "read-ahead between micro-batches (bench receivers). What remains outside the batch is Spark's "
+            "streaming start-up, 1.1-1.6 s from start() to the first trigger here, the same for a trivial Python "
+            "streaming source that returns constant offsets (measured 1.13-1.38 s): it weighs most on the "
+            "4-partition cases, whose whole read takes 3-5 s. With 2 KB events Spark also moves ten times the "
+            "bytes from the Python workers to the JVM.\n\n"
             "The machine has 2 cores shared by the emulator, the JVM and the Python workers: single runs of one "
             "case vary by up to 30% (see 'ratio, each run')."
         ),

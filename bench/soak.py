@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from .emulator_sdk import start_emulator
-from .pool_memory import _python_worker_rss
+from .receivers import _python_rss as _python_worker_rss
 from .results import record
 
 RATE = 500

@@ -143,6 +143,14 @@ def retriable(error: BaseException) -> bool:
     return isinstance(error, _TIMEOUTS)
 
 
+def describe_error(exc: BaseException) -> str:
+    """One line for an error in a message: its text, or its type when it has none (a time-out)."""
+    text = " ".join(str(exc).split())
+    if not text:
+        return "the attempt timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+    return text
+
+
 def call_with_retries(
     attempt: Callable[[float], T],
     *,
@@ -169,6 +177,7 @@ def call_with_retries(
     deadline = clock() + timeout
     delay = first_delay
     tries = 0
+    said: BaseException | None = None  # the last error that was more than "the attempt took too long"
     per_attempt = max(1.0, timeout * attempt_share)
     if max_attempt is not None:
         per_attempt = min(per_attempt, max_attempt)
@@ -180,12 +189,19 @@ def call_with_retries(
             if not is_retriable(exc):
                 raise
             last: BaseException = exc
+            if not isinstance(exc, TimeoutError):
+                said = exc
         if on_retry is not None:
             on_retry(tries, last)
         if clock() + delay >= deadline:
+            # An attempt cut short by the deadline says only that it timed out; what the service
+            # answered before (throttled, busy, refused) is what the reader needs, so both are shown.
+            cause = describe_error(last)
+            if said is not None and said is not last:
+                cause += f" (before it: {describe_error(said)})"
             raise EventHubsTimeoutError(
                 f"{what} did not succeed within eventhubs.operationTimeout ({timeout:g} s, {tries} attempts); "
-                f"last error: {' '.join(str(last).split())}"
+                f"last error: {cause}"
             ) from last
         sleep(delay)
         delay = min(delay * 2, max_delay)

@@ -152,3 +152,34 @@ def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
         for s in range(r.start, r.end, step):
             out.append(Range(r.partition, s, min(s + step, r.end)))
     return out
+
+
+def pack_ranges(ranges: list[Range], min_events: int, max_events: int | None = None) -> list[list[Range]]:
+    """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; smaller ones
+    share tasks, in partition order, until a task holds ``min_events`` (0: one task per range), never
+    more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays split).
+
+    Every Python task costs Spark tens of milliseconds whatever it reads, so a quiet stream's micro-batch
+    of a few events per partition runs one task for a few partitions instead of one per partition
+    (32 partitions, 32 tasks per trigger); a busy one still gets a task per partition.
+    """
+    if min_events <= 0:
+        return [[r] for r in ranges]
+    tasks: list[list[Range]] = []
+    small: list[Range] = []
+    held = 0
+    for r in sorted(ranges, key=lambda r: (int(r.partition), r.start)):
+        if r.size >= min_events:
+            tasks.append([r])
+            continue
+        if small and max_events is not None and held + r.size > max_events:
+            tasks.append(small)
+            small, held = [], 0
+        small.append(r)
+        held += r.size
+        if held >= min_events:
+            tasks.append(small)
+            small, held = [], 0
+    if small:
+        tasks.append(small)
+    return tasks

@@ -389,11 +389,23 @@ SPECS: tuple[Spec, ...] = (
         READ,
     ),
     Spec(
+        "eventhubs.minEventsPerTask",
+        0,
+        _int(0),
+        "0 (as the old connector): one Spark partition per Event Hubs partition. Above 0, ranges smaller than this "
+        "share Spark tasks (in partition order, up to this many events each), so a quiet stream's micro-batch runs a "
+        "few tasks instead of one per partition: lower latency, but a Spark partition may then hold several Event "
+        "Hubs partitions.",
+        "500",
+        READ,
+    ),
+    Spec(
         "eventhubs.receiverService",
-        True,
+        None,
         parse_bool,
         "Read through one receiver service per executor, which keeps receivers (and what they read ahead) "
-        "between micro-batches whichever Python worker runs the next task; false: each worker reads for itself.",
+        "between micro-batches whichever Python worker runs the next task; false: each worker reads for itself. "
+        "Default: true for streams, false for batch reads (one range per partition: nothing to keep).",
         "true",
         READ,
     ),
@@ -645,6 +657,7 @@ class ReadOptions:
     use_exclusive_receiver: bool
     partition_discovery_interval: float
     receiver_service: bool
+    min_events_per_task: int
     read_ahead_events: int
     read_ahead_bytes: int
     checkpoint_store: StoreOptions | None
@@ -721,6 +734,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
             expiration=values["eventhubs.loadbalancing.ownershipexpiration"],
             max_partitions=get("eventhubs.loadbalancing.maxpartitions"),
         )
+    service = get("eventhubs.receiverservice")  # unset: streams read through it, batch reads do not
     options = ReadOptions(
         mode=mode,
         settings=settings,
@@ -741,7 +755,8 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
         partition_discovery_interval=get(
             "eventhubs.partitiondiscoveryinterval", BY_KEY["eventhubs.partitiondiscoveryinterval"].default
         ),
-        receiver_service=values["eventhubs.receiverservice"],
+        receiver_service=service if service is not None else mode == STREAM,
+        min_events_per_task=values["eventhubs.mineventspertask"],
         read_ahead_events=values["eventhubs.readahead.maxevents"],
         read_ahead_bytes=values["eventhubs.readahead.maxbytes"],
         checkpoint_store=store,

@@ -20,6 +20,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
+from .client import sdk
+from .client.encode import encode_event
 from .client.settings import ConnectionSettings
 from .errors import SinkError, call_with_retries, message_too_large
 from .options import write_options
@@ -152,8 +154,6 @@ class EventSender:
 
     def add_columns(self, columns: list[list[Any]]) -> None:
         """Add rows given column-wise (as Arrow's ``to_pylist`` returns them), in the input's order."""
-        from azure.eventhub import EventData
-
         layout = self.layout
         bodies = columns[layout.body]
         keys = columns[layout.partition_key] if layout.partition_key is not None else None
@@ -169,10 +169,8 @@ class EventSender:
                 raise SinkError(
                     f"row {self._row}: both 'partitionKey' ({key!r}) and 'partitionId' ({pid!r}) are set; give one"
                 )
-            event = EventData(body)
-            if props is not None and props[i]:
-                prop = props[i]
-                event.properties = dict(prop) if not isinstance(prop, dict) else prop
+            prop = props[i] if props is not None else None
+            event = (body, (dict(prop) if not isinstance(prop, dict) else prop) if prop else None)
             if pid is not None:
                 target = ("partition", str(pid))
             elif key is not None:
@@ -237,33 +235,32 @@ class EventSender:
             else:
                 self.report.by_key += sent
 
-    def _pack(self, events: list[Any], partition_id: str | None, key: str | None) -> list[tuple[Any, int]]:
-        """Pack events into full batches (with their event counts), checking each against the limit."""
+    def _pack(self, events: list[tuple[Any, Any]], partition_id: str | None, key: str | None) -> list[tuple[Any, int]]:
+        """Pack (body, properties) events into full batches (with their event counts), encoded once each
+        (client.encode), checking each against the limit."""
         out: list[tuple[Any, int]] = []
         batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
         count = 0
-        for event in events:
-            try:
-                batch.add(event)
-            except ValueError:
+        for body, properties in events:
+            message = encode_event(body, properties, key)
+            if not sdk.add_encoded(batch, message):
                 if count == 0:
-                    raise self._too_large(event, batch.max_size_in_bytes) from None
+                    raise self._too_large(body, len(message), batch.max_size_in_bytes)
                 out.append((batch, count))
                 batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
                 count = 0
-                try:
-                    batch.add(event)
-                except ValueError:
-                    raise self._too_large(event, batch.max_size_in_bytes) from None
+                if not sdk.add_encoded(batch, message):
+                    raise self._too_large(body, len(message), batch.max_size_in_bytes)
             count += 1
         if count:
             out.append((batch, count))
         return out
 
-    def _too_large(self, event: Any, limit: int) -> SinkError:
-        size = len(b"".join(event.body)) if not isinstance(event.body, bytes | str) else len(event.body)
+    def _too_large(self, body: Any, size: int, limit: int) -> SinkError:
+        body_size = len(body.encode("utf-8")) if isinstance(body, str) else len(body)
         return SinkError(
-            f"an event of {size} bytes (body, plus properties and AMQP overhead) exceeds the hub's maximum message "
+            f"an event of {size} bytes (its body of {body_size} bytes, plus properties and AMQP overhead) exceeds "
+            f"the hub's maximum message "
             f"size of {limit} bytes; split or compress the body. Nothing was dropped: the write fails instead."
         )
 

@@ -25,7 +25,7 @@ from .client.management import ManagementClient
 from .client.receiver import RangeRequest, ReceiverConfig
 from .client.service import read_batches
 from .errors import OptionError, data_loss_error
-from .offsets import Range, SourceOffset, plan_trigger, split_ranges
+from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
 from .positions import Latest, Position
@@ -77,50 +77,40 @@ except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
 
 @dataclass(frozen=True)
 class EventHubsPartition(InputPartition):
-    """One Spark task: a range of one Event Hubs partition, and where to read it. Plain data only."""
+    """One Spark task: one range of an Event Hubs partition (or a few small ones, see
+    ``eventhubs.minEventsPerTask``), and where to read them. Plain data only."""
 
-    request: RangeRequest
+    requests: tuple[RangeRequest, ...]
     service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
-
-    @property
-    def partition(self) -> str:
-        return self.request.partition
-
-    @property
-    def start(self) -> int:
-        return self.request.start
-
-    @property
-    def end(self) -> int:
-        return self.request.end
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
-    """Executor side: read one range as Arrow record batches, through the executor's receiver service
-    (or in this worker when there is none), and log what it took.
+    """Executor side: read the task's ranges as Arrow record batches, through the executor's receiver
+    service (or in this worker when there is none), and log what each took.
 
     (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
     the readers answer that with no rows.)
     """
-    request = split.request
-    if request.end <= request.start:
-        return
     from pyspark import TaskContext
 
     _worker_logging()
     ctx = TaskContext.get()
-    if ctx is not None and ctx.attemptNumber() > 0:
-        request = dataclasses.replace(request, retry=True)
-    stats: dict[str, Any] = {}
-    started = time.monotonic()
-    try:
-        yield from read_batches(request, split.service, stats)
-    finally:
-        if _LOG.isEnabledFor(logging.INFO):
-            figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
-            _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
-                      request.settings.hub, request.partition, request.start, request.end,
-                      time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+    retry = ctx is not None and ctx.attemptNumber() > 0
+    for request in split.requests:
+        if request.end <= request.start:
+            continue
+        if retry:
+            request = dataclasses.replace(request, retry=True)
+        stats: dict[str, Any] = {}
+        started = time.monotonic()
+        try:
+            yield from read_batches(request, split.service, stats)
+        finally:
+            if _LOG.isEnabledFor(logging.INFO):
+                figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
+                _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
+                          request.settings.hub, request.partition, request.start, request.end,
+                          time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
 
 
 # What a task logs of its read: the range's counts, then (pid: the process that read, the executor's
@@ -246,12 +236,15 @@ class _Planner:
     ) -> list[EventHubsPartition]:
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.max_events_per_partition)
         fail = self.options.fail_on_data_loss
-        return [
-            EventHubsPartition(
-                RangeRequest(self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned),
-                self.options.receiver_service,
+
+        def request(r: Range) -> RangeRequest:
+            return RangeRequest(
+                self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned
             )
-            for r in pieces
+
+        return [
+            EventHubsPartition(tuple(request(r) for r in task), self.options.receiver_service)
+            for task in pack_ranges(pieces, self.options.min_events_per_task, self.options.max_events_per_partition)
         ]
 
     def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, Protocol
+
+import pyarrow as pa
+from typing_extensions import Self
 
 from ..arrow import Columns
 
@@ -264,3 +267,112 @@ def decode_message(cols: Columns, payload: bytes) -> bool:
     except (Unsupported, IndexError, struct.error):
         cols.append_sdk_payload(payload)
         return False
+
+
+def sequence_number(buf: bytes, p: int, end: int) -> int:
+    """The ``x-opt-sequence-number`` of the message in ``buf[p:end]``, found without decoding the rest
+    (the executor's receiver service reads ahead this way and leaves the decoding to the workers)."""
+    while p < end:
+        if buf[p] != 0 or buf[p + 1] != 0x53:
+            raise Unsupported("a section descriptor in its long form")
+        d = buf[p + 2]
+        p += 3
+        if d == 0x72:
+            count, q, _ = _compound(buf, p)
+            for _ in range(count >> 1):
+                c = buf[q]
+                if c == 0xA3 or c == 0xA1:
+                    n = buf[q + 1]
+                    is_seq = buf[q + 2 : q + 2 + n] == _SEQ
+                    q += 2 + n
+                else:
+                    key, q = _scalar(buf, q)
+                    is_seq = key == _SEQ
+                value, q = _scalar(buf, q)
+                if is_seq:
+                    if type(value) is not int:
+                        raise Unsupported("a sequence number that is not an integer")
+                    return value
+            raise Unsupported("no x-opt-sequence-number annotation")
+        if d == 0x70 or d == 0x71:
+            p = _skip(buf, p)
+            continue
+        raise Unsupported("message annotations after other sections")
+    raise Unsupported("no message annotations")
+
+
+class Events(Protocol):
+    """What a receiver's range logic needs of a run of events: their sequence numbers, in order, and the
+    means to cut and join runs. :class:`~eventhubs_spark.arrow.Columns` (decoded) and :class:`RawEvents`."""
+
+    seqs: list[int]
+    nbytes: int
+    fallbacks: int
+
+    def __len__(self) -> int: ...
+
+    def take(self, count: int) -> Self: ...
+
+    def extend(self, other: Self) -> None: ...
+
+
+RAW_SCHEMA = pa.schema([pa.field("sequenceNumber", pa.int64()), pa.field("message", pa.binary())])
+
+
+class RawEvents:
+    """Events as their sequence numbers and undecoded message bytes: what the executor's receiver service
+    holds and sends; the worker decodes them (:func:`decode_raw`), so decoding runs in as many processes
+    as the executor has task slots. Same interface as :class:`~eventhubs_spark.arrow.Columns` for the
+    range logic (``seqs``, ``take``, ``extend``, ``nbytes``, ``fallbacks``)."""
+
+    __slots__ = ("fallbacks", "nbytes", "payloads", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.payloads: list[bytes] = []
+        self.nbytes = 0
+        self.fallbacks = 0
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(self, seq: int, payload: bytes) -> None:
+        self.seqs.append(seq)
+        self.payloads.append(payload)
+        self.nbytes += len(payload) + 64
+
+    def take(self, count: int) -> RawEvents:
+        head = RawEvents()
+        head.seqs, self.seqs = self.seqs[:count], self.seqs[count:]
+        head.payloads, self.payloads = self.payloads[:count], self.payloads[count:]
+        head.nbytes = sum(len(p) for p in head.payloads) + 64 * len(head.seqs)
+        self.nbytes -= head.nbytes
+        return head
+
+    def extend(self, other: RawEvents) -> None:
+        self.seqs += other.seqs
+        self.payloads += other.payloads
+        self.nbytes += other.nbytes
+
+    def to_raw_batch(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.seqs, pa.int64()), pa.array(self.payloads, pa.binary())], schema=RAW_SCHEMA
+        )
+
+
+def decode_raw(batch: pa.RecordBatch, partition: str) -> tuple[pa.RecordBatch, int]:
+    """The source schema's batch of a raw batch's messages, decoded here; and how many took the SDK's
+    decoder. The messages are read straight from the column's one data buffer."""
+    messages = batch.column(1)
+    offsets = memoryview(messages.buffers()[1]).cast("i")[messages.offset : messages.offset + len(messages) + 1]
+    data = messages.buffers()[2].to_pybytes() if len(messages) else b""
+    cols = Columns()
+    fallbacks = 0
+    for i in range(len(messages)):
+        start, end = offsets[i], offsets[i + 1]
+        try:
+            decode_into(cols, data, start, end)
+        except (Unsupported, IndexError, struct.error):
+            cols.append_sdk_payload(data[start:end])
+            fallbacks += 1
+    return cols.to_batch(partition), fallbacks

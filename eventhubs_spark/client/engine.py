@@ -44,6 +44,7 @@ class LinkSpec:
     prefetch: int
     read_ahead_events: int
     read_ahead_bytes: int
+    raw: bool = False  # keep messages undecoded (the executor's receiver service: workers decode)
 
 
 class Link:
@@ -52,7 +53,7 @@ class Link:
     def __init__(self, settings: ConnectionSettings, spec: LinkSpec) -> None:
         self.settings = settings
         self.spec = spec
-        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes)
+        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes, spec.raw)
         self.consumer: Any = None  # the SDK consumer, made and used on the reader thread only
         self.state = "opening"  # opening | open | closed
         self.signed_in_at = 0.0

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..arrow import Columns
 from ..errors import EventHubsTimeoutError, ReceiverDisconnectedError, data_loss_error, link_stolen
+from .decode import Events, RawEvents
 from .engine import CONNECTIONS, Link, LinkSpec, SharedConnection
 from .settings import ConnectionSettings
 
@@ -72,6 +73,10 @@ class RangeResult:
     reconnects: int = 0
 
 
+# True in the executor's receiver service: its receivers keep messages undecoded (RawEvents) and the
+# workers decode them, so decoding runs in every task slot instead of in the one service process.
+RAW_EVENTS = False
+
 # How long a reader waits on its link before it looks at the clock and the link's state again.
 _WAIT_SLICE = 0.5
 
@@ -89,7 +94,7 @@ class PartitionReceiver:
         self.partition = partition
         self._link: Link | None = None
         self._connection: SharedConnection | None = None
-        self._carry: Columns | None = None
+        self._carry: Events | None = None
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
         self.displaced_idle = 0  # reopened because the link was taken while the receiver sat in the pool
@@ -97,7 +102,7 @@ class PartitionReceiver:
         self.closed_idle = 0  # reopened because the service closed the idle link or connection
         self.reconnects = 0  # reopened during a read after a dropped link or connection
 
-    def open_at(self, sequence_number: int, keep: Columns | None = None) -> None:
+    def open_at(self, sequence_number: int, keep: Events | None = None) -> None:
         """Read from ``sequence_number`` on a new link; ``keep``: events before it still to hand out."""
         self._close_link()
         spec = LinkSpec(
@@ -108,6 +113,7 @@ class PartitionReceiver:
             prefetch=self.config.prefetch,
             read_ahead_events=self.config.read_ahead_events,
             read_ahead_bytes=self.config.read_ahead_bytes,
+            raw=RAW_EVENTS,
         )
         self._connection, self._link = CONNECTIONS.open_link(self.settings, spec)
         self._carry = keep if keep else None
@@ -118,7 +124,7 @@ class PartitionReceiver:
     def _reopen_after_held(self, fallback: int) -> None:
         """Open a new link after every event this receiver still holds (read ahead before its link ended),
         keeping them: nothing is read twice, nothing skipped. Without any, at ``fallback``."""
-        held = self._carry or Columns()
+        held: Events = self._carry or (RawEvents() if RAW_EVENTS else Columns())
         self._carry = None
         if self._link is not None:
             sink = self._link.sink
@@ -130,7 +136,7 @@ class PartitionReceiver:
         else:
             self.open_at(fallback)
 
-    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[Columns]:
+    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[Events]:
         """Yield the events with ``start <= sequence number < end``, in order, each once, as Columns."""
         if self.position != start or self._link is None:
             self.open_at(start)
@@ -223,7 +229,7 @@ class PartitionReceiver:
         result.lost += until - expected
         return until
 
-    def _hold(self, chunk: Columns) -> None:
+    def _hold(self, chunk: Events) -> None:
         """Keep events a range did not need, before anything held already (they come first)."""
         if not chunk.seqs:
             return
@@ -242,7 +248,7 @@ class PartitionReceiver:
         connection's reader notices at once (it reads between tasks too), so this only asks the sink."""
         return self._link.sink.error if self._link is not None else None
 
-    def _next_events(self, wanted: int) -> Columns | None:
+    def _next_events(self, wanted: int) -> Events | None:
         """Up to ``wanted`` events, waiting a little for them; None when none came (see ``_link_error``)."""
         carry = self._carry
         if carry is not None and carry.seqs:
@@ -252,7 +258,7 @@ class PartitionReceiver:
             return carry.take(wanted)
         return self._from_link(wanted)
 
-    def _from_link(self, wanted: int) -> Columns | None:
+    def _from_link(self, wanted: int) -> Events | None:
         """Up to ``wanted`` events the link decoded, waiting a little for them; None when none came."""
         if self._link is None:
             return None
@@ -319,7 +325,7 @@ class RangeRequest:
     retry: bool = False
 
 
-def read_here(request: RangeRequest, result: RangeResult) -> Generator[Columns, None, None]:
+def read_here(request: RangeRequest, result: RangeResult) -> Generator[Events, None, None]:
     """Read a range through this process's receiver pool; the receiver goes back to the pool after a
     read that ended well, and is closed after any failure (or a read stopped half-way)."""
     receiver = POOL.acquire(

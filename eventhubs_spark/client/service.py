@@ -14,9 +14,12 @@ ranges through it:
   0600, each peer's user checked), named after a hash of that directory (socket paths are limited to
   about 108 bytes, and YARN's directories are long).
 * **What.** The service runs the same engine a worker would (one AMQP connection per namespace and
-  credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release)
-  and sends each range back as Arrow record batches (IPC), then its counts; an error is raised in
-  the task as the same type, with the same message.
+  credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release),
+  but its receivers keep each message undecoded (its sequence number read, nothing else): it sends
+  each range as Arrow IPC record batches of (sequence number, message bytes), and the worker decodes
+  them into the source's batches. Decoding is most of a read's CPU, and this way it runs in every task
+  slot of the executor rather than in the one service process. The range's counts follow; an error
+  is raised in the task as the same type, with the same message.
 * **When it cannot.** When the service cannot start or dies (even mid-range), the task reads
   in-process from the next event it has not yet handed to Spark, so nothing is lost or repeated;
   each worker logs that once.
@@ -52,8 +55,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..arrow import ARROW_SCHEMA
+from ..arrow import ARROW_SCHEMA, Columns
 from ..errors import ERROR_TYPES, EventHubsError
+from . import receiver
+from .decode import RAW_SCHEMA, Events, RawEvents, decode_raw
 from .receiver import POOL, RangeRequest, RangeResult, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -61,7 +66,8 @@ _LOG = logging.getLogger("eventhubs_spark")
 IDLE_EXIT = 300.0  # seconds without receivers or requests before the service exits
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 _MESSAGE = struct.Struct(">cQ")  # kind, payload length
-_BATCH = b"B"  # next sequence number (8 bytes) + an Arrow IPC record batch
+_BATCH = b"B"  # next sequence number (8 bytes) + an Arrow IPC record batch of the source schema
+_RAW = b"W"  # next sequence number (8 bytes) + an Arrow IPC record batch of undecoded messages (RAW_SCHEMA)
 _DONE = b"D"  # the range's counts (JSON)
 _ERROR = b"E"  # (type name, message, example), pickled
 _READ = b"R"  # a pickled RangeRequest
@@ -233,8 +239,11 @@ class ReceiverService:
         chunks = read_here(request, result)
         try:
             for chunk in chunks:
-                batch = chunk.to_batch(request.partition)
-                _send_to_worker(conn, _BATCH, struct.pack(">q", chunk.seqs[-1] + 1), batch.serialize())
+                next_seq = struct.pack(">q", chunk.seqs[-1] + 1)
+                if isinstance(chunk, RawEvents):  # the worker decodes (see receiver.RAW_EVENTS)
+                    _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())
+                else:
+                    _send_to_worker(conn, _BATCH, next_seq, _decoded(chunk, request.partition).serialize())
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **POOL.stats_dict()}
             _send_to_worker(conn, _DONE, json.dumps(done).encode())
             return True
@@ -255,6 +264,14 @@ def _send_to_worker(conn: socket.socket, kind: bytes, *parts: bytes | memoryview
         _send(conn, kind, *parts)
     except OSError as exc:
         raise _WorkerGone(str(exc)) from exc
+
+
+def _decoded(chunk: Events, partition: str) -> pa.RecordBatch:
+    if isinstance(chunk, RawEvents):
+        raw = chunk.to_raw_batch()
+        return decode_raw(raw, partition)[0]
+    assert isinstance(chunk, Columns)
+    return chunk.to_batch(partition)
 
 
 def _send_error(conn: socket.socket, exc: BaseException) -> bool:
@@ -303,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
+    receiver.RAW_EVENTS = True  # the workers decode what this service reads: decoding scales with task slots
     service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)
@@ -373,6 +391,7 @@ class ServiceClient:
         """The range's record batches from the service; its counts land in ``stats``. Raises
         :class:`ServiceGone` when the service is unreachable or goes away, the task's errors as themselves."""
         next_seq = request.start
+        decoded_here = 0  # events of raw batches the SDK's decoder made, here
         try:
             sock = self._connect()
             sock.settimeout(request.config.receiver_timeout + 60.0)
@@ -382,8 +401,15 @@ class ServiceClient:
                 if kind == _BATCH:
                     next_seq = struct.unpack_from(">q", payload)[0]
                     yield pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), ARROW_SCHEMA)
+                elif kind == _RAW:
+                    next_seq = struct.unpack_from(">q", payload)[0]
+                    raw = pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), RAW_SCHEMA)
+                    batch, fallbacks = decode_raw(raw, request.partition)
+                    decoded_here += fallbacks
+                    yield batch
                 elif kind == _DONE:
                     stats.update(json.loads(payload))
+                    stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
                     return
                 elif kind == _ERROR:
                     name, text, example = pickle.loads(payload)
@@ -442,7 +468,7 @@ def read_batches(request: RangeRequest, use_service: bool, stats: dict[str, Any]
     result = RangeResult()
     here = dataclasses.replace(request, start=start) if start != request.start else request
     for chunk in read_here(here, result):
-        yield chunk.to_batch(request.partition)
+        yield _decoded(chunk, request.partition)
     stats.update(dataclasses.asdict(result))
     stats.update(POOL.stats_dict())
     stats["pid"] = os.getpid()

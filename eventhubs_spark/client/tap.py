@@ -31,7 +31,7 @@ from typing import Any
 
 from ..arrow import Columns
 from . import sdk
-from .decode import Unsupported, decode_into
+from .decode import RawEvents, Unsupported, decode_into, decode_message, sequence_number
 
 _LOG = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ _HEADER = struct.Struct(">IBBH").unpack_from
 _I = struct.Struct(">I").unpack_from
 _CHUNK = 256 * 1024
 _BATCH = 512  # transfers decoded per call before the SDK gets control back
-_EMPTY = (1, b"EMPTY")  # what the SDK makes of an empty frame: it only notes that something arrived
+_EMPTY = (1, b"EMPTY")
+_FIVE_NULLS = b"\x40\x40\x40\x40\x40"  # what the SDK makes of an empty frame: it only notes that something arrived
 
 
 class LinkSink:
@@ -55,18 +56,22 @@ class LinkSink:
         "max_bytes",
         "max_events",
         "partial",
+        "raw",
         "ready",
         "ready_bytes",
         "ready_events",
         "received",
     )
 
-    def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
+    def __init__(
+        self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62, raw: bool = False
+    ) -> None:
+        self.raw = raw  # keep each message's bytes and sequence number, undecoded (see decode.RawEvents)
         self.credit = credit  # the link's credit window (prefetch)
         self.max_events = max_events  # what it may hold before its reader takes it (read-ahead bounds)
         self.max_bytes = max_bytes
         self.cond = threading.Condition()
-        self.incoming = Columns()  # the reading thread's, unlocked
+        self.incoming: Any = RawEvents() if raw else Columns()  # the reading thread's, unlocked
         self.partial: bytearray | None = None  # a message spread over several transfer frames
         self.ready: list[Columns] = []
         self.ready_events = 0
@@ -79,7 +84,7 @@ class LinkSink:
         """Hand the decoded events to readers (called on the reading thread)."""
         if not self.incoming.seqs:
             return
-        chunk, self.incoming = self.incoming, Columns()
+        chunk, self.incoming = self.incoming, RawEvents() if self.raw else Columns()
         with self.cond:
             self.ready.append(chunk)
             self.ready_events += len(chunk)
@@ -258,34 +263,17 @@ class FrameTap:
         route = routes[key] if key in routes else routes.setdefault(key, self._resolve(channel, handle))
         if route is None:
             return False
-        settled = more = False
-        for field in range(1, min(count, 6)):
-            c = data[p]
-            if field == 2:  # delivery-tag: binary
-                if c == 0xA0:
-                    p += 2 + data[p + 1]
-                elif c == 0xB0:
-                    p += 5 + _I(data, p + 1)[0]
-                elif c == 0x40:
-                    p += 1
-                else:
-                    return False
-                continue
-            if c == 0x40 or c == 0x43 or c == 0x42 or c == 0x41:
-                value = c == 0x41
-                p += 1
-            elif c == 0x52 or c == 0x56:
-                value = data[p + 1] == 1
-                p += 2
-            elif c == 0x70:
-                value = False
-                p += 5
-            else:
+        # settled and more: the common layouts read from the end of the list (6 fields, or all 11 with the
+        # last five null, each flag one byte); anything else walks the fields
+        tail = data[payload - 7 : payload] if count == 11 else b""
+        if count == 6 and data[payload - 2] == 0x41 and (data[payload - 1] == 0x42 or data[payload - 1] == 0x41):
+            settled, more = True, data[payload - 1] == 0x41
+        elif tail[2:] == _FIVE_NULLS and tail[0] == 0x41 and (tail[1] == 0x42 or tail[1] == 0x41):
+            settled, more = True, tail[1] == 0x41
+        else:
+            settled, more = self._flags(data, p, count)
+            if settled is None:
                 return False
-            if field == 4:
-                settled = value
-            elif field == 5:
-                more = value
         session, link, sink = route
         partial = sink.partial
         if not settled and partial is None:
@@ -307,14 +295,57 @@ class FrameTap:
         self._touched.add(sink)
         return True
 
+    @staticmethod
+    def _flags(data: bytes, p: int, count: int) -> tuple[Any, bool]:
+        """(settled, more) of a transfer performative whose fields begin at ``p`` (after the handle), by
+        walking them; (None, False) for an encoding this reader leaves to the SDK."""
+        settled = more = False
+        for field in range(1, min(count, 6)):
+            c = data[p]
+            if field == 2:  # delivery-tag: binary
+                if c == 0xA0:
+                    p += 2 + data[p + 1]
+                elif c == 0xB0:
+                    p += 5 + _I(data, p + 1)[0]
+                elif c == 0x40:
+                    p += 1
+                else:
+                    return None, False
+                continue
+            if c == 0x40 or c == 0x43 or c == 0x42 or c == 0x41:
+                value = c == 0x41
+                p += 1
+            elif c == 0x52 or c == 0x56:
+                value = data[p + 1] == 1
+                p += 2
+            elif c == 0x70:
+                value = False
+                p += 5
+            else:
+                return None, False
+            if field == 4:
+                settled = value
+            elif field == 5:
+                more = value
+        return settled, more
+
     def _decode(self, sink: LinkSink, data: bytes, start: int, end: int) -> None:
         cols = sink.incoming
+        sink.received += 1
+        if sink.raw:
+            try:
+                seq = sequence_number(data, start, end)
+            except (Unsupported, IndexError, struct.error):
+                one = Columns()
+                decode_message(one, data[start:end])
+                seq = one.seqs[0]
+            cols.append(seq, data[start:end])
+            return
         try:
             decode_into(cols, data, start, end)
         except (Unsupported, IndexError, struct.error):
             cols.append_sdk_payload(data[start:end])
             self.fallbacks += 1
-        sink.received += 1
 
     def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
         found = sdk.link_at(self.connection, channel, handle)

@@ -250,6 +250,36 @@ def test_split_of_a_large_partition_into_several_tasks(spark, eventhub):
     assert seqs == list(range(1000))
 
 
+def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
+    """Default: one Spark partition per Event Hubs partition, as the old connector. With
+    eventhubs.minEventsPerTask, the small ranges share one task (each still read in order, once), a
+    large one keeps its own; through the receiver service too (a stream)."""
+    from pyspark.sql.functions import spark_partition_id
+
+    bodies = fill(eventhub, {0: 30, 1: 20, 2: 10, 3: 600})
+
+    def batch_read(**options: str):
+        reader = spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    assert batch_read().rdd.getNumPartitions() == 4
+    packed = batch_read(**{"eventhubs.minEventsPerTask": "100"})
+    assert packed.rdd.getNumPartitions() == 2
+    rows = packed.select("partition", "sequenceNumber", spark_partition_id().alias("task")).collect()
+    tasks: dict[int, set[str]] = {}
+    for r in rows:
+        tasks.setdefault(r.task, set()).add(r.partition)
+    assert sorted(map(sorted, tasks.values())) == [["0", "1", "2"], ["3"]]
+    for partition, count in {"0": 30, "1": 20, "2": 10, "3": 600}.items():
+        assert [r.sequenceNumber for r in rows if r.partition == partition] == list(range(count))
+    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
+                      eventhubs__minEventsPerTask="100", eventhubs__receiverService="true")  # fmt: skip
+    got = output(spark, tmp_path)
+    assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
+
+
 @pytest.mark.partitions(2)
 def test_partitions_added_while_the_query_runs(spark, eventhub, tmp_path):
     expected = fill(eventhub, {0: 5, 1: 5}, "before")

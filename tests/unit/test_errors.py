@@ -71,6 +71,22 @@ def test_ends_after_the_timeout_naming_what_the_option_and_the_last_error():
     assert clock.now <= 10 + 5, "no wait runs past the deadline"
 
 
+def test_an_attempt_cut_short_still_shows_what_the_service_said_before():
+    """Under load the last attempt may only time out (asyncio's TimeoutError has no text): the message
+    says so, and keeps the service's earlier answer."""
+    clock = Clock()
+    errors = iter([TransientError("503 server busy"), TimeoutError()] * 20)
+
+    def attempt(seconds: float) -> None:
+        clock.now += 1
+        raise next(errors)
+
+    with pytest.raises(EventHubsTimeoutError) as info:
+        call_with_retries(attempt, timeout=10, what="x", clock=clock, sleep=clock.sleep)
+    text = str(info.value)
+    assert "last error: the attempt timed out (before it: 503 server busy)" in text, text
+
+
 def test_a_failure_that_cannot_heal_is_raised_at_once():
     calls = []
 

@@ -34,7 +34,7 @@ class Table:
 
 
 def ranges(partitions: list) -> list[tuple[str, int, int]]:
-    return [(p.partition, p.start, p.end) for p in partitions]
+    return [(r.partition, r.start, r.end) for p in partitions for r in p.requests]
 
 
 def test_a_stream_plans_ranges_by_backlog_and_picks_up_added_partitions():

@@ -368,7 +368,8 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         "eventhubs.partitionDiscoveryInterval": (by_connection, "30s"),
         "eventhubs.loadBalancing.updateInterval": ({**by_connection, "eventhubs.ownership": "true"}, "5s"),
         "eventhubs.loadBalancing.ownershipExpiration": ({**by_connection, "eventhubs.ownership": "true"}, "90s"),
-        "eventhubs.receiverService": (by_connection, "false"),
+        "eventhubs.receiverService": (by_connection, {"stream": "false", "batch": "true"}),  # against the default
+        "eventhubs.minEventsPerTask": (by_connection, "500"),
         "eventhubs.readAhead.maxEvents": (by_connection, "100"),
         "eventhubs.readAhead.maxBytes": (by_connection, "1MB"),
     }  # fmt: skip
@@ -377,8 +378,9 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         beside, value = cases.get(spec.key, (by_connection, spec.example))
         if spec.key in ownership:
             beside = {**by_connection, "eventhubs.ownership": "true"}
-        after = {**{k: v for k, v in beside.items() if v is not None}, spec.key: value}
         for mode in sorted(spec.modes & READ):
+            set_to = value[mode] if isinstance(value, dict) else value
+            after = {**{k: v for k, v in beside.items() if v is not None}, spec.key: set_to}
             before = {k: v for k, v in beside.items() if v is not None}
             try:
                 parse_options(before, mode)

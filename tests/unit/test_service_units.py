@@ -167,3 +167,29 @@ def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
     assert "is gone" in svc.run()
     assert not (tmp_path / "b.sock").exists(), "the socket is removed on exit"
     assert "idle" in service.ReceiverService(str(tmp_path / "c.sock"), None, None, idle_exit=0.5).run()
+
+
+def test_raw_events_from_the_service_are_decoded_in_the_worker(running, monkeypatch):
+    """The service holds messages undecoded (its receivers' RawEvents); the task decodes them."""
+    from eventhubs_emulator import amqp
+    from eventhubs_emulator.amqp import Symbol
+    from eventhubs_spark.client.decode import RawEvents
+
+    def message(seq: int) -> bytes:
+        annotations = {Symbol("x-opt-sequence-number"): seq, Symbol("x-opt-offset"): str(seq)}
+        return amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, annotations) + amqp.encode_section(amqp.DATA, b"b%d" % seq)
+
+    def read_here(req: RangeRequest, result: RangeResult) -> Iterator[RawEvents]:
+        for first in range(req.start, req.end, 7):
+            raw = RawEvents()
+            for seq in range(first, min(first + 7, req.end)):
+                raw.append(seq, message(seq))
+            result.read += len(raw)
+            yield raw
+
+    monkeypatch.setattr(service, "read_here", read_here)
+    stats: dict = {}
+    rows = [r for b in service.read_batches(request(10, 40), True, stats) for r in b.to_pylist()]
+    assert [r["sequenceNumber"] for r in rows] == list(range(10, 40))
+    assert [r["body"] for r in rows] == [b"b%d" % s for s in range(10, 40)] and rows[0]["partition"] == "3"
+    assert stats["via"] == "service" and stats["fallbacks"] == 0

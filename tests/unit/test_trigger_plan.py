@@ -84,3 +84,18 @@ def test_trigger_rules(case, latest, kwargs, end, skipped):
     assert (plan.end, plan.skipped) == (end, skipped), case
     assert all(plan.latest[p] >= BEGIN[p] for p in plan.latest), "latest is never behind begin"
     assert all(BEGIN[p] <= plan.end[p] <= plan.latest[p] for p in plan.end), "a range stays within what exists"
+
+
+def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
+    from eventhubs_spark.offsets import Range, pack_ranges
+
+    quiet = [Range(str(p), 10, 25) for p in range(32)]  # 15 events per partition
+    tasks = pack_ranges(quiet, 100)
+    assert [sum(r.size for r in t) for t in tasks] == [105, 105, 105, 105, 60]
+    assert [r for t in tasks for r in t] == sorted(quiet, key=lambda r: int(r.partition)), "each range once, in order"
+    busy = [Range(str(p), 0, 1000) for p in range(4)] + [Range("7", 0, 3)]
+    assert pack_ranges(busy, 100) == [[busy[0]], [busy[1]], [busy[2]], [busy[3]], [busy[4]]]
+    assert pack_ranges(quiet, 0) == [[r] for r in quiet], "0: one task per range"
+    assert pack_ranges([], 100) == []
+    split = [Range("0", s, s + 250) for s in range(0, 1000, 250)]  # maxEventsPerPartition=300 split these
+    assert pack_ranges(split, 500, 300) == [[r] for r in split], "what maxEventsPerPartition split stays split"
