@@ -43,6 +43,67 @@ def _produce(conn: str, stop: threading.Event) -> int:
     return sent
 
 
+class _Constant:
+    """A trivial Python streaming source (60 constant rows a trigger, one task, no I/O): what Spark's own
+    per-micro-batch cost is on this machine, measured in the same run as the connector."""
+
+    @staticmethod
+    def source() -> Any:
+        from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+        class Reader(DataSourceStreamReader):
+            def __init__(self) -> None:
+                self.count = 0
+
+            def initialOffset(self) -> dict[str, int]:
+                return {"o": 0}
+
+            def latestOffset(self) -> dict[str, int]:
+                self.count += 60
+                return {"o": self.count}
+
+            def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+                return [InputPartition(end["o"] - start["o"])]
+
+            def read(self, partition: Any) -> Any:
+                for i in range(partition.value):
+                    yield (str(i),)
+
+            def commit(self, end: dict[str, int]) -> None:
+                pass
+
+        class Constant(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "bench_constant"
+
+            def schema(self) -> str:
+                return "body string"
+
+            def streamReader(self, schema: Any) -> DataSourceStreamReader:
+                return Reader()
+
+        return Constant
+
+
+def _trivial_trigger_ms(spark: Any, seconds: float = 20.0) -> float:
+    import tempfile
+
+    spark.dataSource.register(_Constant.source())
+    with tempfile.TemporaryDirectory() as tmp:
+        query = (
+            spark.readStream.format("bench_constant").load()
+            .writeStream.foreachBatch(lambda df, batch_id: df.select("body").collect())
+            .option("checkpointLocation", tmp)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )  # fmt: skip
+        time.sleep(seconds)
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0][5:]
+        query.stop()
+    return statistics.median(p["durationMs"].get("triggerExecution", 0) for p in progress)
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -91,6 +152,7 @@ def run() -> None:
             time.sleep(3)
             batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
             query.stop()
+        trivial = _trivial_trigger_ms(spark)
     finally:
         spark.stop()
         proc.terminate()
@@ -98,6 +160,7 @@ def run() -> None:
     measured = [(arrived - sent) * 1e3 for sent, arrived in arrivals if sent >= began + WARMUP_S]
     durations = [p["durationMs"].get("triggerExecution", 0) for p in batches]
     p50, p99 = statistics.median(measured), _pct(measured, 0.99)
+    median_batch = statistics.median(durations) if durations else 0
     record(
         "latency",
         {
@@ -107,13 +170,17 @@ def run() -> None:
             "target met": p50 < 250,
             "events measured": len(measured),
             "events sent": sent_count[0] if sent_count else None,
+            "micro-batch median (ms): this query / a trivial Python source, same run": f"{median_batch:.0f} / "
+            f"{trivial:.0f}",
         },
         [
             {"figure": "send → sink p50 (ms)", "value": p50},
             {"figure": "send → sink p90 (ms)", "value": _pct(measured, 0.9)},
             {"figure": "send → sink p99 (ms)", "value": p99},
             {"figure": "send → sink max (ms)", "value": max(measured)},
-            {"figure": "micro-batch median duration (ms)", "value": statistics.median(durations) if durations else 0},
+            {"figure": "micro-batch median duration (ms)", "value": median_batch},
+            {"figure": "a trivial Python streaming source's micro-batch, same sink (ms)", "value": trivial},
+            {"figure": "p50 / this query's micro-batch", "value": p50 / median_batch if median_batch else 0},
             {
                 "figure": "events per micro-batch (median)",
                 "value": statistics.median([p["numInputRows"] for p in batches]) if batches else 0,
@@ -123,17 +190,19 @@ def run() -> None:
             f"{RATE} events/s over 4 partitions for {MEASURE_S:g} s after {WARMUP_S:g} s of warm-up, local[2], "
             "trigger processingTime='0 seconds', eventhubs.minEventsPerTask=500, foreachBatch sink on the driver.\n\n"
             "Where the time goes: an event waits for the micro-batch that is running to end, then for its own, so "
-            "latency is about 1.5 micro-batch durations. Of a micro-batch (medians of one run): Spark's offset "
+            "latency is 1.3-1.5 micro-batch durations. Of a micro-batch (medians of one run): Spark's offset "
             "and commit log writes about 50 + 55-68 ms, planning about 10 ms, latestOffset (partition properties "
             "on the kept-open management link) 4-5 ms, and the batch itself (its tasks, Arrow to the JVM, the "
             "foreachBatch callback on the driver) the rest. A task reads its range from what the executor's "
             "receiver service read ahead (about 1 ms for 15 events, outside Spark). Every Python task costs Spark "
             "tens of milliseconds, so the few events per partition of each trigger share tasks "
             "(eventhubs.minEventsPerTask=500, set here; the default 0 keeps one task per partition as the old "
-            "connector did): one or two tasks per trigger instead of four. A trivial Python "
-            "streaming source with constant rows into the same sink triggers in about 195 ms with one task and "
-            "240 ms with two on this machine (the JVM rate source in about 205 ms): p50 near 1.5 times that is "
-            "the floor of this set-up, which is why the issue's 250 ms is not reached here.\n\n"
+            "connector did): one or two tasks per trigger instead of four. The floor is Spark's own cost per "
+            "micro-batch, measured in the same run with a trivial Python streaming source (constant rows, one "
+            "task, the same sink; the summary's second figure): this machine's load moves it between about 195 "
+            "and 275 ms from hour to hour (the JVM rate source measured about 205 ms), and p50 cannot go below "
+            "about 1.3 times it. So the issue's 250 ms is out of reach on this machine whatever the source does; "
+            "what the connector controls is the gap between the two micro-batch figures.\n\n"
             "Earlier fixes, in order: reads ask for no more frames than the range needs (p50 11.5 s -> 1.5 s); "
             "old SDK consumers closed in the background (1.5 s -> 0.46 s); the receive path rewritten (one "
             "connection per namespace, read-ahead, the receiver service) and small ranges sharing tasks."
