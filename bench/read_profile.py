@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from .emulator_sdk import start_emulator
+from .emulator_sdk import receive_sdk, start_emulator
 from .results import record
 
 EVENTS = 100_000
@@ -64,36 +64,7 @@ def _read_connector(conn: str) -> int:
 
 
 def _read_sdk(conn: str) -> int:
-    import threading
-
-    from azure.eventhub import EventHubConsumerClient
-
-    client = EventHubConsumerClient.from_connection_string(conn, consumer_group="sdk")
-    got = 0
-    done = threading.Event()
-
-    def on_batch(ctx: Any, events: list[Any]) -> None:
-        nonlocal got
-        got += len(events)
-        if got >= EVENTS:
-            done.set()
-
-    thread = threading.Thread(
-        target=client.receive_batch,
-        kwargs={
-            "on_event_batch": on_batch,
-            "partition_id": "0",
-            "starting_position": "-1",
-            "prefetch": PREFETCH,
-            "max_batch_size": PREFETCH,
-            "max_wait_time": 1,
-        },
-        daemon=True,
-    )
-    thread.start()
-    done.wait(600)
-    client.close()
-    return got
+    return receive_sdk(conn, EVENTS, PREFETCH, consumer_group="sdk")[1]
 
 
 def _cpu(read: Any, conn: str) -> tuple[float, float, int]:

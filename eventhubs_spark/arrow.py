@@ -156,9 +156,13 @@ def _event_columns(message: Any) -> tuple[Any, ...]:
     section = message.properties
     if section is not None:
         system.extend((name, v) for field, name in _PROPERTY_KEYS if (v := getattr(section, field)))
-    app = message.application_properties
+    return _columns(_message_body(message), seq, annotations, message.application_properties, system)
+
+
+def _columns(body: bytes, seq: int, annotations: Any, app: Any, system: list[Any]) -> tuple[Any, ...]:
+    """The values :meth:`Columns.append` takes, from a message's parts (SDK message or EventData)."""
     return (
-        _message_body(message),
+        body,
         seq,
         annotations.get(b"x-opt-offset"),
         annotations.get(b"x-opt-enqueued-time"),
@@ -364,15 +368,6 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
         annotations = message.annotations or {}
         system = [(k, v) for k, v in annotations.items() if k not in COLUMN_ANNOTATIONS]
         system.extend((k, v) for k, v in event.system_properties.items() if k not in annotations)
-        app = message.application_properties
-        cols.append(
-            body_bytes(event),
-            annotations[b"x-opt-sequence-number"],
-            annotations.get(b"x-opt-offset"),
-            annotations.get(b"x-opt-enqueued-time"),
-            annotations.get(b"x-opt-publisher"),
-            annotations.get(b"x-opt-partition-key"),
-            list(app.items()) if app else None,
-            system or None,
-        )
+        seq = annotations[b"x-opt-sequence-number"]
+        cols.append(*_columns(body_bytes(event), seq, annotations, message.application_properties, system))
     return cols.to_batch(partition)
