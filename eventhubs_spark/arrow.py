@@ -247,9 +247,7 @@ class Columns:
 
     def append_sdk_payload(self, payload: bytes) -> None:
         """Decode one message's bytes with the SDK's decoder and append it (the fast path's fallback)."""
-        from azure.eventhub._pyamqp._decode import decode_payload
-
-        self.append_sdk_message(decode_payload(memoryview(payload)))
+        self.append_sdk_message(sdk.decode_message(payload))
         self.fallbacks += 1
 
     def take(self, count: int) -> Columns:

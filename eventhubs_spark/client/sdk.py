@@ -12,6 +12,7 @@ the SDK would): an SDK that lacks one fails the contract test in CI, naming it, 
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 from collections.abc import Callable
@@ -210,6 +211,14 @@ def decode_frame(body: memoryview) -> Any:
     return sdk_decode_frame(body)
 
 
+def decode_message(payload: bytes) -> Any:
+    """The SDK's own decoding of one message's bytes into its ``Message`` (``_decode.decode_payload``):
+    the reference the fast decoder agrees with, and its fallback for forms it does not handle."""
+    from azure.eventhub._pyamqp._decode import decode_payload
+
+    return decode_payload(memoryview(payload))
+
+
 def link_at(connection: Any, channel: int, handle: int) -> tuple[Any, Any] | None:
     """(session, link) that frames on ``channel`` with ``handle`` are for (``_incoming_endpoints``,
     ``_input_handles``), or None."""
@@ -348,6 +357,10 @@ CONSUMER_INTERNALS = (
     "_handler.client_ready",
 )
 CLIENT_INTERNALS = ("_create_consumer", "_conn_manager")  # EventHubConsumerClient
+MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
+    "azure.eventhub._pyamqp._decode.decode_frame",
+    "azure.eventhub._pyamqp._decode.decode_payload",
+)
 BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes")  # EventDataBatch (add_encoded)
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
     "_create_auth_async",
@@ -365,6 +378,14 @@ def missing_internals(
     ``EventHubConsumerClient``) or ``async_client`` (an async ``EventHubProducerClient``) lack; empty
     when the installed SDK has them all."""
     missing = []
+    for path in MODULE_INTERNALS:
+        module, _, name = path.rpartition(".")
+        try:
+            found = hasattr(importlib.import_module(module), name)
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(path)
     for obj, paths in (
         (consumer, CONSUMER_INTERNALS),
         (client, CLIENT_INTERNALS),

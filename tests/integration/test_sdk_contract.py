@@ -38,3 +38,9 @@ def test_a_missing_internal_is_named():
     missing = sdk.missing_internals(consumer=fake_consumer)
     assert "SimpleNamespace._handler._link._error" in missing and "SimpleNamespace._open" in missing
     assert "SimpleNamespace._keep_alive" not in missing
+
+
+def test_the_sdk_functions_used_exist_and_a_missing_one_is_named(monkeypatch):
+    assert sdk.missing_internals() == [], "the installed SDK lacks a module function the connector uses"
+    monkeypatch.setattr(sdk, "MODULE_INTERNALS", ("azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"))
+    assert sdk.missing_internals() == ["azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"]
