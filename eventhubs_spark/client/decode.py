@@ -13,6 +13,11 @@ a form this decoder does not handle (a value or sequence body, a list, map, arra
 among the properties, the long section descriptor), :func:`decode_into` raises :class:`Unsupported`
 and the caller decodes that message with the SDK instead (:meth:`Columns.append_sdk_payload`),
 counting it in :attr:`Columns.fallbacks`. A property test compares both paths row by row.
+
+Receivers use it for what :mod:`.layout` (a whole range decoded column by column, several times
+faster) leaves over: small chunks, and messages of forms a layout does not describe. They read only
+each message's sequence number as it arrives (:func:`sequence_number`) and keep its bytes
+(:class:`RawEvents`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing_extensions import Self
 
 from ..arrow import Columns
 
-__all__ = ["Unsupported", "decode_into", "decode_message"]
+__all__ = ["RawEvents", "Unsupported", "decode_into", "decode_message", "sequence_number"]
 
 _I = struct.Struct(">I").unpack_from
 _i = struct.Struct(">i").unpack_from
@@ -42,6 +47,13 @@ _OFFSET = b"x-opt-offset"
 _TIME = b"x-opt-enqueued-time"
 _KEY = b"x-opt-partition-key"
 _PUBLISHER = b"x-opt-publisher"
+# An annotation's key and its value's constructor, in the forms the service sends: one ``startswith``
+# finds each (the key as sym8, then a long / a str8 / a timestamp).
+_A_SEQ = b"\xa3\x15" + _SEQ + b"\x81"
+_A_OFFSET = b"\xa3\x0c" + _OFFSET + b"\xa1"
+_A_TIME = b"\xa3\x13" + _TIME + b"\x83"
+assert (len(_A_SEQ), len(_A_OFFSET), len(_A_TIME)) == (24, 15, 22)
+_MAP8_ANNOTATIONS = b"\x00\x53\x72\xc1"
 
 # The properties section's fields that become system properties, by position, as the SDKs name them.
 PROPERTY_NAMES = (
@@ -148,6 +160,7 @@ def decode_into(cols: Columns, buf: bytes, p: int, end: int) -> None:
     props: list[tuple[Any, Any]] | None = None
     system: list[tuple[Any, Any]] | None = None
     data_sections = 0
+    startswith = buf.startswith
     while p < end:
         if buf[p] != 0 or buf[p + 1] != 0x53:
             raise Unsupported("a section descriptor in its long form")
@@ -170,6 +183,21 @@ def decode_into(cols: Columns, buf: bytes, p: int, end: int) -> None:
         elif d == 0x72:  # message annotations
             count, q, p = _compound(buf, p)
             for _ in range(count >> 1):
+                # the three every event carries, as the service encodes them (sym8 key, then a long, a
+                # str8, a timestamp), each told by one comparison in C; whatever the order
+                if startswith(_A_SEQ, q):
+                    seq = _q(buf, q + 24)[0]
+                    q += 32
+                    continue
+                if startswith(_A_OFFSET, q):
+                    n = buf[q + 15]
+                    offset = buf[q + 16 : q + 16 + n]
+                    q += 16 + n
+                    continue
+                if startswith(_A_TIME, q):
+                    when = _q(buf, q + 22)[0]
+                    q += 30
+                    continue
                 c = buf[q]
                 if c == 0xA3 or c == 0xA1:
                     n = buf[q + 1]
@@ -271,7 +299,9 @@ def decode_message(cols: Columns, payload: bytes) -> bool:
 
 def sequence_number(buf: bytes, p: int, end: int) -> int:
     """The ``x-opt-sequence-number`` of the message in ``buf[p:end]``, found without decoding the rest
-    (the executor's receiver service reads ahead this way and leaves the decoding to the workers)."""
+    (receivers read ahead this way and leave the decoding to :mod:`.layout`, a batch at a time)."""
+    if buf.startswith(_A_SEQ, p + 6) and buf.startswith(_MAP8_ANNOTATIONS, p) and buf[p + 5] >= 2:
+        return _q(buf, p + 30)[0]  # the service's usual form: annotations first, the sequence number first
     while p < end:
         if buf[p] != 0 or buf[p + 1] != 0x53:
             raise Unsupported("a section descriptor in its long form")
@@ -358,21 +388,3 @@ class RawEvents:
         return pa.RecordBatch.from_arrays(
             [pa.array(self.seqs, pa.int64()), pa.array(self.payloads, pa.binary())], schema=RAW_SCHEMA
         )
-
-
-def decode_raw(batch: pa.RecordBatch, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The source schema's batch of a raw batch's messages, decoded here; and how many took the SDK's
-    decoder. The messages are read straight from the column's one data buffer."""
-    messages = batch.column(1)
-    offsets = memoryview(messages.buffers()[1]).cast("i")[messages.offset : messages.offset + len(messages) + 1]
-    data = messages.buffers()[2].to_pybytes() if len(messages) else b""
-    cols = Columns()
-    fallbacks = 0
-    for i in range(len(messages)):
-        start, end = offsets[i], offsets[i + 1]
-        try:
-            decode_into(cols, data, start, end)
-        except (Unsupported, IndexError, struct.error):
-            cols.append_sdk_payload(data[start:end])
-            fallbacks += 1
-    return cols.to_batch(partition), fallbacks

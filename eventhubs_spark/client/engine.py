@@ -60,8 +60,7 @@ class Link:
 
     def on_sdk_message(self, message: Any) -> None:
         """A message the SDK decoded itself (a transfer the tap left to it): same columns, same order."""
-        self.sink.incoming.append_sdk_message(message)
-        self.sink.publish()
+        self.sink.add_sdk_message(message)
 
 
 class SharedConnection:

@@ -73,9 +73,10 @@ class RangeResult:
     reconnects: int = 0
 
 
-# True in the executor's receiver service: its receivers keep messages undecoded (RawEvents) and the
-# workers decode them, so decoding runs in every task slot instead of in the one service process.
-RAW_EVENTS = False
+# Receivers keep messages undecoded (RawEvents, their sequence numbers read) and each range is decoded
+# a batch at a time by client/layout.py, column by column: a fraction of the per-message decoder's cost.
+# In the executor's receiver service that also moves decoding to the workers, into every task slot.
+RAW_EVENTS = True
 
 # How long a reader waits on its link before it looks at the clock and the link's state again.
 _WAIT_SLICE = 0.5

@@ -17,8 +17,8 @@ ranges through it:
   credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release),
   but its receivers keep each message undecoded (its sequence number read, nothing else): it sends
   each range as Arrow IPC record batches of (sequence number, message bytes), and the worker decodes
-  them into the source's batches. Decoding is most of a read's CPU, and this way it runs in every task
-  slot of the executor rather than in the one service process. The range's counts follow; an error
+  them into the source's batches (:mod:`.layout`, column by column). Decoding this way it runs in
+  every task slot of the executor rather than in the one service process. The range's counts follow; an error
   is raised in the task as the same type, with the same message.
 * **When it cannot.** When the service cannot start or dies (even mid-range), the task reads
   in-process from the next event it has not yet handed to Spark, so nothing is lost or repeated;
@@ -55,10 +55,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..arrow import ARROW_SCHEMA, Columns
+from ..arrow import ARROW_SCHEMA
 from ..errors import ERROR_TYPES, EventHubsError
 from . import receiver
-from .decode import RAW_SCHEMA, Events, RawEvents, decode_raw
+from .decode import RAW_SCHEMA, RawEvents
+from .layout import decode_raw, events_batch
 from .receiver import POOL, RangeRequest, RangeResult, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -243,7 +244,7 @@ class ReceiverService:
                 if isinstance(chunk, RawEvents):  # the worker decodes (see receiver.RAW_EVENTS)
                     _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())
                 else:
-                    _send_to_worker(conn, _BATCH, next_seq, _decoded(chunk, request.partition).serialize())
+                    _send_to_worker(conn, _BATCH, next_seq, events_batch(chunk, request.partition)[0].serialize())
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **POOL.stats_dict()}
             _send_to_worker(conn, _DONE, json.dumps(done).encode())
             return True
@@ -264,14 +265,6 @@ def _send_to_worker(conn: socket.socket, kind: bytes, *parts: bytes | memoryview
         _send(conn, kind, *parts)
     except OSError as exc:
         raise _WorkerGone(str(exc)) from exc
-
-
-def _decoded(chunk: Events, partition: str) -> pa.RecordBatch:
-    if isinstance(chunk, RawEvents):
-        raw = chunk.to_raw_batch()
-        return decode_raw(raw, partition)[0]
-    assert isinstance(chunk, Columns)
-    return chunk.to_batch(partition)
 
 
 def _send_error(conn: socket.socket, exc: BaseException) -> bool:
@@ -468,7 +461,9 @@ def read_batches(request: RangeRequest, use_service: bool, stats: dict[str, Any]
     result = RangeResult()
     here = dataclasses.replace(request, start=start) if start != request.start else request
     for chunk in read_here(here, result):
-        yield _decoded(chunk, request.partition)
+        batch, fallbacks = events_batch(chunk, request.partition)
+        result.fallbacks += fallbacks
+        yield batch
     stats.update(dataclasses.asdict(result))
     stats.update(POOL.stats_dict())
     stats["pid"] = os.getpid()

@@ -1,4 +1,4 @@
-"""Frames read off one AMQP connection, with the connector's links' transfers decoded on the spot.
+"""Frames read off one AMQP connection, with the connector's links' transfers taken on the spot.
 
 The SDK reads a connection frame by frame: two ``recv`` calls per frame, its own decoder building a
 tuple of fields per performative and a ``Message`` per transfer, then a walk through the connection,
@@ -7,13 +7,15 @@ most of the client's CPU. A :class:`FrameTap` takes the connection's reads over 
 ``receive_frame``, so every reader of the connection, the SDK's own included, goes through it):
 
 * the socket is read in large chunks and frames are cut from the buffer;
-* a transfer on a link the connector reads (it carries a :class:`LinkSink`) is decoded straight into
-  that sink's columns (:mod:`.decode`), and the session's and link's counters move as the SDK moves
-  them, so flow control, credit and windows stay the SDK's;
+* a transfer on a link the connector reads (it carries a :class:`LinkSink`) goes straight into that
+  sink: its message's bytes and sequence number, to be decoded a range at a time column by column
+  (:mod:`.layout`; receivers make raw sinks), or decoded into columns on the spot (:mod:`.decode`).
+  The session's and link's counters move as the SDK moves them, so flow control, credit and windows
+  stay the SDK's;
 * every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
   goes to the SDK as it would have, decoded by the SDK.
 
-Decoded events wait in the sink's ``incoming`` columns on the thread that reads; they are handed to
+Events wait in the sink's ``incoming`` on the thread that reads; they are handed to
 readers in bulk (:meth:`LinkSink.publish`) whenever the buffer runs dry and before any wait, so a
 reader never waits behind a frame that was already read.
 """
@@ -29,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..arrow import Columns
+from ..arrow import Columns, DecodeError
 from . import sdk
 from .decode import RawEvents, Unsupported, decode_into, decode_message, sequence_number
 
@@ -52,6 +54,7 @@ class LinkSink:
         "credit",
         "error",
         "exception",
+        "handed",
         "incoming",
         "max_bytes",
         "max_events",
@@ -73,6 +76,7 @@ class LinkSink:
         self.cond = threading.Condition()
         self.incoming: Any = RawEvents() if raw else Columns()  # the reading thread's, unlocked
         self.partial: bytearray | None = None  # a message spread over several transfer frames
+        self.handed = bytearray()  # a raw sink's message bytes in frames left to the SDK (add_sdk_message)
         self.ready: list[Columns] = []
         self.ready_events = 0
         self.ready_bytes = 0
@@ -90,6 +94,17 @@ class LinkSink:
             self.ready_events += len(chunk)
             self.ready_bytes += chunk.nbytes
             self.cond.notify_all()
+
+    def add_sdk_message(self, message: Any) -> None:
+        """A message the SDK decoded itself (a transfer the tap left to it, e.g. one sent unsettled), in
+        its place in the order. A raw sink keeps the bytes the tap saw go by (``handed``), so the message
+        is decoded where the others are, by the same decoder."""
+        if self.raw:
+            payload, self.handed = bytes(self.handed), bytearray()
+            self.incoming.append(_event_sequence_number(message), payload)
+        else:
+            self.incoming.append_sdk_message(message)
+        self.publish()
 
     def fail(self, error: str, exc: BaseException | None = None) -> None:
         """The link ended: ``error`` says why (``exc``: the exception, when one was raised)."""
@@ -273,11 +288,12 @@ class FrameTap:
         else:
             settled, more = self._flags(data, p, count)
             if settled is None:
-                return False
+                return self._leave(route[2], data, payload, end)
         session, link, sink = route
         partial = sink.partial
         if not settled and partial is None:
-            return False  # the SDK settles it (Event Hubs sends every event settled); and its continuations
+            # the SDK settles it (Event Hubs sends every event settled); and its continuations
+            return self._leave(sink, data, payload, end)
         if sdk.count_transfer(session, link, more) <= sink.credit >> 1 and sink.has_room():
             sdk.grant(link, sink.credit)  # topped up before it runs out, so the service never waits on it
         if more:
@@ -294,6 +310,13 @@ class FrameTap:
             self._decode(sink, data, payload, end)
         self._touched.add(sink)
         return True
+
+    @staticmethod
+    def _leave(sink: LinkSink, data: bytes, payload: int, end: int) -> bool:
+        """Leave a transfer of a tapped link to the SDK (False); a raw sink notes its bytes first."""
+        if sink.raw:
+            sink.handed += data[payload:end]
+        return False
 
     @staticmethod
     def _flags(data: bytes, p: int, count: int) -> tuple[Any, bool]:
@@ -354,3 +377,11 @@ class FrameTap:
         session, link = found
         sink = getattr(link, "eventhubs_sink", None)
         return (session, link, sink) if isinstance(sink, LinkSink) else None
+
+
+def _event_sequence_number(message: Any) -> int:
+    """The ``x-opt-sequence-number`` of a message the SDK decoded."""
+    seq = (message.message_annotations or {}).get(b"x-opt-sequence-number")
+    if type(seq) is not int:
+        raise DecodeError("a received message has no x-opt-sequence-number annotation")
+    return seq

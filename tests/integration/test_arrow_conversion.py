@@ -8,7 +8,9 @@ import uuid
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.amqp import AmqpAnnotatedMessage, AmqpMessageProperties
 
-from eventhubs_spark.arrow import Columns, events_to_batch
+from eventhubs_spark.arrow import events_to_batch
+from eventhubs_spark.client.decode import RawEvents
+from eventhubs_spark.client.layout import decode_batch, events_batch
 from eventhubs_spark.client.receiver import POOL, RangeResult, ReceiverConfig
 from eventhubs_spark.client.settings import parse_connection_string
 
@@ -40,18 +42,22 @@ def test_raw_messages_and_event_data_make_the_same_batch(eventhub):
     config = ReceiverConfig(consumer_group="$Default", prefetch=50, receiver_timeout=10.0, exclusive=False)
     receiver = POOL.acquire(settings, config, pid, 0, retry=False)
     try:
-        got = Columns()
-        result = RangeResult()
-        for chunk in receiver.read_range(0, 5, True, result):
+        got = RawEvents()
+        for chunk in receiver.read_range(0, 5, True, RangeResult()):
             got.extend(chunk)
     finally:
         POOL.release(receiver, True)
-    assert result.fallbacks == 2, "the value and sequence bodies were left to the SDK's decoder, the rest not"
-    fast = got.to_batch(pid).to_pylist()
+    # a task's way (a chunk this small is decoded message by message), and column by column
+    fast_batch, fallbacks = events_batch(got, pid)
+    assert fallbacks == 2, "the value and sequence bodies were left to the SDK's decoder, the rest not"
+    columnwise, fallbacks = decode_batch(got.to_raw_batch().column(1), pid, min_rows=0)
+    assert fallbacks == 2
+    fast = fast_batch.to_pylist()
     reference = events_to_batch(sdk_events, pid).to_pylist()
     for row in fast + reference:  # map order is not part of the data
         row["properties"] = sorted(row["properties"])
         row["systemProperties"] = sorted(row["systemProperties"])
     assert fast == reference
+    assert columnwise.to_pylist() == fast_batch.to_pylist()
     assert fast[1]["partitionKey"] == "key-1" and dict(fast[1]["properties"])["n"] == "7"
     assert fast[4]["body"] == b"part1-part2"

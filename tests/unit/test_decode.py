@@ -14,6 +14,7 @@ import struct
 import uuid
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from azure.eventhub._pyamqp._decode import decode_payload
 from hypothesis import HealthCheck, given, settings
@@ -21,8 +22,9 @@ from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Array, Described, Int, Symbol, Timestamp, UByte, UInt, ULong, UShort
-from eventhubs_spark.arrow import Columns
-from eventhubs_spark.client.decode import RawEvents, Unsupported, decode_message, decode_raw, sequence_number
+from eventhubs_spark.arrow import ARROW_SCHEMA, Columns
+from eventhubs_spark.client.decode import RawEvents, Unsupported, decode_message, sequence_number
+from eventhubs_spark.client.layout import decode_batch, decode_raw
 
 _I = struct.Struct(">I")
 
@@ -240,3 +242,133 @@ def test_a_message_without_a_sequence_number_is_an_error_naming_what_is_missing(
     payload = section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-offset"): "1"}) + section(amqp.DATA, b"x")
     with pytest.raises(DecodeError, match="x-opt-sequence-number"):
         decode_message(Columns(), payload)
+
+
+# -- whole batches, decoded column by column (client/layout.py) ----------------------------------------
+
+family_values = st.sampled_from(["text", "symbol", "binary", "long", "uint", "ulong", "int", "ubyte", "ushort",
+                                 "bool", "none", "timestamp"])  # fmt: skip
+_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "text": texts,
+    "symbol": symbols,
+    "binary": st.binary(max_size=40),
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "uint": st.integers(0, 2**32 - 1).map(UInt),
+    "ulong": st.integers(0, 2**64 - 1).map(ULong),
+    "int": st.integers(-(2**31), 2**31 - 1).map(Int),
+    "ubyte": st.integers(0, 255).map(UByte),
+    "ushort": st.integers(0, 65535).map(UShort),
+    "bool": st.booleans(),
+    "none": st.none(),
+    "timestamp": st.integers(-(2**62), 2**62).map(Timestamp),
+}
+
+
+@st.composite
+def family(draw: st.DrawFn) -> list[bytes]:
+    """Messages of one producer: the same annotations, property names and value types, fresh values."""
+    annotations = draw(st.permutations(["seq", "offset", "time", "key", "publisher", "extra"]))
+    annotations = [a for a in annotations if a == "seq" or draw(st.booleans())]
+    extra_type = draw(family_values)
+    props = draw(st.dictionaries(texts, family_values, max_size=4))
+    header = draw(st.booleans())
+    wide = draw(st.booleans())
+    body_sizes = draw(st.sampled_from([[0], [1, 200], [255, 256], [300, 70_000], [None]]))
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        values: dict[Any, Any] = {}
+        for a in annotations:
+            if a == "seq":
+                values[Symbol("x-opt-sequence-number")] = draw(st.integers(0, 2**63 - 1))
+            elif a == "offset":
+                values[Symbol("x-opt-offset")] = str(draw(st.integers(0, 2**40)))
+            elif a == "time":
+                values[Symbol("x-opt-enqueued-time")] = Timestamp(draw(st.integers(0, 2**45)))
+            elif a == "key":
+                values[Symbol("x-opt-partition-key")] = draw(texts)
+            elif a == "publisher":
+                values[Symbol("x-opt-publisher")] = draw(texts)
+            else:
+                values[Symbol("x-opt-extra")] = draw(_VALUES[extra_type])
+        parts = []
+        if header:
+            parts.append(section(amqp.HEADER, [True, None, None, None, None]))
+        parts.append(section(amqp.MESSAGE_ANNOTATIONS, Wide(values) if wide else values))
+        if props:
+            app = {k: draw(_VALUES[t]) for k, t in props.items()}
+            parts.append(section(amqp.APPLICATION_PROPERTIES, Wide(app) if wide else app))
+        size = draw(st.sampled_from(body_sizes))
+        if size is not None:
+            parts.append(section(amqp.DATA, draw(st.binary(min_size=size, max_size=size))))
+        out.append(b"".join(parts))
+    return out
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[bytes]:
+    """Messages of one to three producers, interleaved, with now and then one of any form."""
+    messages_ = [m for f in draw(st.lists(family(), min_size=1, max_size=3)) for m in f]
+    messages_ += draw(st.lists(messages(compound_properties=True), max_size=3))
+    return draw(st.permutations(messages_))
+
+
+def reference_rows(payloads: list[bytes]) -> list[dict[str, Any]]:
+    reference = Columns()
+    for payload in payloads:
+        reference.append_sdk_message(decode_payload(memoryview(payload)))
+    return reference.to_batch("3").to_pylist()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches(), st.integers(0, 3))
+def test_a_batch_decoded_column_by_column_reads_as_the_sdk_reads_each_message(payloads: list[bytes],
+                                                                                 skip: int) -> None:  # fmt: skip
+    array = pa.array([b"ignored"] * skip + payloads, pa.binary()).slice(skip)  # an array that starts inside
+    batch, fallbacks = decode_batch(array, "3", min_rows=0)
+    assert batch.schema == ARROW_SCHEMA
+    assert batch.to_pylist() == reference_rows(payloads)
+    one_by_one = Columns()
+    for payload in payloads:
+        decode_message(one_by_one, payload)
+    assert fallbacks == one_by_one.fallbacks  # the SDK's decoder made exactly the messages it makes one by one
+
+
+def test_messages_of_one_producer_are_decoded_by_their_layout_without_a_message_by_message_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eventhubs_spark.client import layout
+
+    def not_expected(*args: Any) -> Any:
+        raise AssertionError("decoded message by message")
+
+    monkeypatch.setattr(layout, "_one_by_one", not_expected)
+    payloads = []
+    for i in range(200):
+        annotations = {
+            Symbol("x-opt-sequence-number"): 10**6 + i,
+            Symbol("x-opt-offset"): str(i * 1000),
+            Symbol("x-opt-enqueued-time"): Timestamp(1_700_000_000_000 + i),
+        }
+        if i % 3 == 0:
+            annotations[Symbol("x-opt-partition-key")] = f"device-{i}"
+        payload = section(amqp.MESSAGE_ANNOTATIONS, annotations)
+        if i % 2:  # every other event with properties; "n" as a small and as a large long
+            props = {"device": f"dev-{i % 7}", "n": i * 1000, "ok": True, "id": UInt(i)}
+            payload += section(amqp.APPLICATION_PROPERTIES, props)
+        payloads.append(payload + section(amqp.DATA, bytes([i % 256]) * (i % 300)))
+    batch, fallbacks = decode_batch(pa.array(payloads, pa.binary()), "3")
+    assert fallbacks == 0
+    assert batch.to_pylist() == reference_rows(payloads)
+
+
+def test_a_value_that_is_not_utf8_text_sends_the_batch_message_by_message_with_the_same_rows() -> None:
+    payloads = [
+        section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-sequence-number"): i})
+        + section(amqp.APPLICATION_PROPERTIES, {"raw": b"\xff\xfe" if i == 60 else b"ok"})
+        + section(amqp.DATA, b"x")
+        for i in range(100)
+    ]
+    batch, _ = decode_batch(pa.array(payloads, pa.binary()), "3")
+    rows = batch.to_pylist()
+    assert rows == reference_rows(payloads)
+    assert dict(rows[60]["properties"]) == {"raw": "fffe"}

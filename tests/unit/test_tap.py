@@ -11,13 +11,14 @@ import socket
 import threading
 from typing import Any
 
+from azure.eventhub._pyamqp._decode import decode_payload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Symbol, UInt
 from eventhubs_spark.arrow import Columns
-from eventhubs_spark.client.decode import decode_message
+from eventhubs_spark.client.decode import RawEvents, decode_message
 from eventhubs_spark.client.tap import FrameTap, LinkSink
 
 
@@ -66,13 +67,13 @@ def message(seq: int, body: bytes) -> bytes:
     return amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, annotations) + amqp.encode_section(amqp.DATA, body)
 
 
-def transfer_frames(handle: int, delivery: int, payload: bytes, frame_room: int) -> list[bytes]:
+def transfer_frames(handle: int, delivery: int, payload: bytes, frame_room: int, settled: bool = True) -> list[bytes]:
     """One delivery as transfer frames of at most ``frame_room`` payload bytes each."""
     pieces = [payload[i : i + frame_room] for i in range(0, len(payload), frame_room)] or [b""]
     frames = []
     for i, piece in enumerate(pieces):
         more = i < len(pieces) - 1
-        fields = [UInt(handle), UInt(delivery), bytes(4), UInt(0), True, more] if i == 0 else [UInt(handle)]
+        fields = [UInt(handle), UInt(delivery), bytes(4), UInt(0), settled, more] if i == 0 else [UInt(handle)]
         fields += [None] * (11 - len(fields)) if i == 0 else [None, None, None, None, more]
         frames.append(amqp.encode_frame(0, amqp.encode_performative(amqp.TRANSFER, fields), piece))
     return frames
@@ -172,3 +173,40 @@ def test_a_low_credit_is_topped_up_while_the_sink_has_room_and_not_when_it_is_fu
     # credit 6 -> 3 after three events: topped up to 6 (the sink held 3 < 4); the 4th, 5th and 6th
     # bring it down again while the sink holds 4 or more: no more credit until its reader takes some
     assert link.grants == [6] and sink.received == 6
+
+
+def test_a_raw_sink_keeps_the_bytes_of_transfers_left_to_the_sdk_in_their_place() -> None:
+    """A transfer sent unsettled goes to the SDK (which must settle it); the SDK hands the decoded message
+    back (``add_sdk_message``) and a raw sink keeps the bytes it saw go by, in order with the others."""
+    link = FakeLink()
+    session = FakeSession({0: link})
+    sink = LinkSink(credit=10**9, raw=True)
+    link.eventhubs_sink = sink  # type: ignore[attr-defined]
+    payloads = [message(i, bytes([i]) * (i * 97)) for i in range(12)]
+    unsettled = {2, 3, 7, 11}
+    stream = b"".join(
+        frame for i, p in enumerate(payloads) for frame in transfer_frames(0, i, p, 300, settled=i not in unsettled)
+    )
+    ours, theirs = socket.socketpair()
+    try:
+        ours.settimeout(0.05)
+        tap = FrameTap(FakeConnection(ours, session))
+        tap.timeout = 0.005
+        theirs.sendall(stream)
+        assembling = bytearray()
+        while (frame := tap.receive_frame()) != (None, None):
+            performative, fields = frame[1]
+            if performative == 0x14:  # what the SDK's link does with a transfer: assemble, decode, hand back
+                assembling += fields[11]
+                if not fields[5]:
+                    sink.add_sdk_message(decode_payload(memoryview(bytes(assembling))))
+                    assembling.clear()
+        tap.publish()
+    finally:
+        ours.close()
+        theirs.close()
+    received = RawEvents()
+    for chunk in sink.ready:
+        received.extend(chunk)
+    assert received.seqs == list(range(12))
+    assert received.payloads == payloads

@@ -1,0 +1,549 @@
+"""A batch of received messages decoded column by column, by the layout they share.
+
+Event Hubs messages of one partition are nearly all built alike: the same annotations in the same
+order with the same encodings (a long sequence number, a str8 offset, a timestamp), the same
+application property names and value types from one producer, one data section. Only the values and
+the lengths of the variable parts differ. Decoding them one by one in Python walks the same structure
+again for every event (:mod:`.decode`: 3-5 µs each); here the structure is walked once per batch:
+
+1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
+   must be the same in every message of that shape (section descriptors, map sizes' positions, keys,
+   value constructors) and where the values are (fixed width, or a length prefix and its bytes).
+2. :func:`_match` checks every other message of the batch against it at once with numpy: each constant
+   compared, each length prefix followed, each map's declared size checked against what it holds, and
+   the layout must end exactly where the message ends. A message that passes was parsed exactly as the
+   sequential decoder parses it; one that does not is left for the next layout.
+3. The values become Arrow columns without a Python object per event: fixed-width integers read from
+   a gathered byte matrix, variable parts (bodies, offsets, string values) cut from the batch's one
+   data buffer in C (:func:`_spans`).
+
+What the layout does not describe (a properties section, floats, UUIDs, lists and maps among the
+properties, value or sequence bodies, several data sections, duplicate keys, text that is not UTF-8),
+and batches too small to be worth it, go through the per-message decoder, which falls back to the SDK's
+own where it must. A property test holds both ways to the SDK's decoding, row by row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..arrow import ARROW_SCHEMA, Columns
+from .decode import Events, RawEvents, Unsupported, decode_message
+
+__all__ = ["Layout", "decode_batch", "decode_raw", "events_batch", "learn"]
+
+# Below this many messages a batch is decoded message by message: the column-wise pass has a fixed
+# cost of some hundred microseconds (numpy and Arrow calls per layout step).
+MIN_ROWS = 48
+# Layouts tried per batch before the rest is decoded message by message (a batch of messages that are
+# all different must not cost one pass per message).
+MAX_LAYOUTS = 4
+
+_SEQ = b"x-opt-sequence-number"
+_OFFSET = b"x-opt-offset"
+_TIME = b"x-opt-enqueued-time"
+_KEY = b"x-opt-partition-key"
+_PUBLISHER = b"x-opt-publisher"
+
+# Step kinds of a layout.
+_EXPECT = 0  # bytes every message has here
+_FIXED = 1  # a value of fixed width: (slot, width)
+_VAR = 2  # a length prefix of 1 or 4 bytes and that many bytes: (slot or None to skip, prefix width)
+_SIZE = 3  # a compound's size prefix of 1 or 4 bytes: (tag, width); checked at its _END
+_END = 4  # where the compound opened by _SIZE (tag) must end
+
+# How a value becomes text in a map column, as arrow.to_text makes it of the SDK's value.
+_TEXT = "text"  # str8/sym8/vbin8 and their 32-bit forms: UTF-8 (else the per-message path)
+_SIGNED = {0x81: 8, 0x83: 8, 0x71: 4, 0x61: 2, 0x54: 1, 0x55: 1, 0x51: 1}  # constructor: width
+_UNSIGNED = {0x80: 8, 0x70: 4, 0x60: 2, 0x52: 1, 0x53: 1, 0x50: 1}
+_CONSTANT = {0x41: "true", 0x42: "false", 0x43: "0", 0x44: "0", 0x40: None}
+
+
+@dataclass
+class _Value:
+    """Where one value of a layout is, and how it reads: ``kind`` is _TEXT (a span), "int", "uint",
+    "bool" (one byte), or "const" (``const`` holds its text, or None)."""
+
+    kind: str
+    slot: int = -1
+    width: int = 0
+    const: str | None = None
+
+
+@dataclass
+class Layout:
+    """The shape of one kind of message; see the module docstring."""
+
+    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    slots: int = 0
+    seq: int = -1  # the slot of the sequence number (8 bytes, signed)
+    offset: _Value | None = None
+    time: _Value | None = None
+    key: _Value | None = None
+    publisher: _Value | None = None
+    body: int = -1  # the slot of the one data section's bytes, or -1 when the message has none
+    props: list[tuple[str, _Value]] = field(default_factory=list)
+    system: list[tuple[str, _Value]] = field(default_factory=list)
+
+    def expect(self, data: bytes) -> None:
+        if self.steps and self.steps[-1][0] == _EXPECT:
+            self.steps[-1] = (_EXPECT, self.steps[-1][1] + data)
+        else:
+            self.steps.append((_EXPECT, data))
+
+    def slot(self) -> int:
+        self.slots += 1
+        return self.slots - 1
+
+
+def _u32(buf: bytes, p: int) -> int:
+    return int.from_bytes(buf[p : p + 4], "big")
+
+
+def _var(layout: Layout, buf: bytes, p: int, record: bool) -> tuple[int, int]:
+    """A str/sym/binary value at ``buf[p]`` (its constructor taken as constant): (slot, next position)."""
+    c = buf[p]
+    layout.expect(bytes((c,)))
+    slot = layout.slot() if record else -1
+    if c in (0xA0, 0xA1, 0xA3):
+        layout.steps.append((_VAR, slot if record else None, 1))
+        return slot, p + 2 + buf[p + 1]
+    if c in (0xB0, 0xB1, 0xB3):
+        layout.steps.append((_VAR, slot if record else None, 4))
+        return slot, p + 5 + _u32(buf, p + 1)
+    raise Unsupported(f"constructor 0x{c:02x}")
+
+
+def _value(layout: Layout, buf: bytes, p: int) -> tuple[_Value, int]:
+    """A map value at ``buf[p]`` of a kind the layout can read: how it reads, and the next position."""
+    c = buf[p]
+    if c in (0xA0, 0xA1, 0xA3, 0xB0, 0xB1, 0xB3):
+        slot, p = _var(layout, buf, p, True)
+        return _Value(_TEXT, slot), p
+    if c in _CONSTANT:
+        layout.expect(bytes((c,)))
+        return _Value("const", const=_CONSTANT[c]), p + 1
+    layout.expect(bytes((c,)))
+    if c == 0x56:
+        slot = layout.slot()
+        layout.steps.append((_FIXED, slot, 1))
+        return _Value("bool", slot, 1), p + 2
+    for table, kind in ((_SIGNED, "int"), (_UNSIGNED, "uint")):
+        if c in table:
+            slot = layout.slot()
+            layout.steps.append((_FIXED, slot, table[c]))
+            return _Value(kind, slot, table[c]), p + 1 + table[c]
+    raise Unsupported(f"value 0x{c:02x}")
+
+
+def _map(layout: Layout, buf: bytes, p: int) -> tuple[int, int, int]:
+    """A map's constructor, size and count at ``buf[p]``: (its size check's tag, pairs, first key's position)."""
+    c = buf[p]
+    tag = layout.slot()
+    if c == 0xC1:
+        layout.expect(b"\xc1")
+        layout.steps.append((_SIZE, tag, 1))
+        layout.expect(bytes((buf[p + 2],)))
+        count, q = buf[p + 2], p + 3
+    elif c == 0xD1:
+        layout.expect(b"\xd1")
+        layout.steps.append((_SIZE, tag, 4))
+        layout.expect(buf[p + 5 : p + 9])
+        count, q = _u32(buf, p + 5), p + 9
+    else:
+        raise Unsupported(f"map 0x{c:02x}")
+    if count & 1:
+        raise Unsupported("a map with an odd count")
+    return tag, count >> 1, q
+
+
+def _key(buf: bytes, p: int) -> tuple[bytes, bytes, int]:
+    """A map key (str8 or sym8 and their 32-bit forms): (its encoding, its bytes, the next position)."""
+    c = buf[p]
+    if c in (0xA1, 0xA3):
+        end = p + 2 + buf[p + 1]
+        return buf[p:end], buf[p + 2 : end], end
+    if c in (0xB1, 0xB3):
+        end = p + 5 + _u32(buf, p + 1)
+        return buf[p:end], buf[p + 5 : end], end
+    raise Unsupported(f"key 0x{c:02x}")
+
+
+def learn(buf: bytes, p: int, end: int) -> Layout:
+    """The layout of the message in ``buf[p:end]``; Unsupported when it has a form left to the
+    per-message decoder."""
+    layout = Layout()
+    data_sections = 0
+    while p < end:
+        if buf[p] != 0 or buf[p + 1] != 0x53:
+            raise Unsupported("a section descriptor in its long form")
+        d = buf[p + 2]
+        layout.expect(buf[p : p + 3])
+        p += 3
+        if d == 0x75:
+            if data_sections:
+                raise Unsupported("several data sections")
+            data_sections += 1
+            c = buf[p]
+            if c not in (0xA0, 0xB0):
+                raise Unsupported(f"data section 0x{c:02x}")
+            layout.body, p = _var(layout, buf, p, True)
+        elif d == 0x72 or d == 0x74:
+            tag, pairs, q = _map(layout, buf, p)
+            seen: set[bytes] = set()
+            for _ in range(pairs):
+                raw, name, q = _key(buf, q)
+                if d == 0x74 and raw[0] not in (0xA1, 0xB1):
+                    raise Unsupported("an application property named by a symbol")
+                if name in seen:
+                    raise Unsupported("a key twice in one map")
+                seen.add(name)
+                layout.expect(raw)
+                if d == 0x72 and name == _SEQ:
+                    if buf[q] != 0x81:
+                        raise Unsupported("a sequence number that is not a long")
+                    layout.expect(b"\x81")
+                    layout.seq = layout.slot()
+                    layout.steps.append((_FIXED, layout.seq, 8))
+                    q += 9
+                    continue
+                value, q = _value(layout, buf, q)
+                if d == 0x74:
+                    layout.props.append((name.decode("utf-8", "replace"), value))
+                    continue
+                if name in (_OFFSET, _KEY, _PUBLISHER):
+                    if value.kind not in (_TEXT, "const") or (value.kind == "const" and value.const is not None):
+                        raise Unsupported("an offset, partition key or publisher that is not text")
+                    if name == _OFFSET:
+                        layout.offset = value
+                        continue
+                    if name == _KEY:
+                        layout.key = value
+                        continue
+                    layout.publisher = value
+                elif name == _TIME:
+                    timestamp = value.kind == "int" and value.width == 8
+                    if not timestamp and not (value.kind == "const" and value.const is None):
+                        raise Unsupported("an enqueued time that is not a timestamp")
+                    layout.time = value
+                    continue
+                layout.system.append((name.decode("utf-8", "replace"), value))
+            layout.steps.append((_END, tag))
+            p = _after_map(buf, p)
+        elif d in (0x70, 0x71, 0x78):  # header, delivery annotations, footer: skipped, as their contents
+            c = buf[p]
+            layout.expect(bytes((c,)))
+            if c in (0xC0, 0xC1):
+                layout.steps.append((_VAR, None, 1))
+                p += 2 + buf[p + 1]
+            elif c in (0xD0, 0xD1):
+                layout.steps.append((_VAR, None, 4))
+                p += 5 + _u32(buf, p + 1)
+            elif c in (0x45, 0x40):
+                p += 1
+            else:
+                raise Unsupported(f"section value 0x{c:02x}")
+        else:
+            raise Unsupported(f"section 0x{d:02x}")
+    if layout.seq < 0:
+        raise Unsupported("no x-opt-sequence-number annotation")
+    if p != end:
+        raise Unsupported("a message that ends inside a section")
+    return layout
+
+
+def _after_map(buf: bytes, p: int) -> int:
+    if buf[p] == 0xC1:
+        return p + 2 + buf[p + 1]
+    return p + 5 + _u32(buf, p + 1)
+
+
+def _windows(data: np.ndarray, width: int) -> np.ndarray:
+    """Every run of ``width`` bytes of ``data`` as one value (a view, nothing copied): indexing it with
+    positions gathers whole runs, and comparing with a constant of that width is one memcmp each."""
+    count = max(len(data) - width + 1, 0)
+    return np.ndarray(shape=(count,), dtype=np.dtype((np.void, width)), buffer=data, offset=0, strides=(1,))
+
+
+def _match(layout: Layout, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Which of the messages ``data[starts[i]:ends[i]]`` have ``layout`` (a boolean per message), and
+    each slot's positions in them: a fixed value's first byte, a variable value's (start, end)."""
+    pos = starts.astype(np.int64)
+    ok = np.ones(len(pos), dtype=bool)
+    slots: list[Any] = [None] * layout.slots
+    for step in layout.steps:
+        kind = step[0]
+        if kind == _EXPECT:
+            const = step[1]
+            m = len(const)
+            if len(data) < m:
+                ok[:] = False
+            else:
+                # positions past the data are clipped (their messages fail the end check anyway)
+                ok &= _windows(data, m)[np.minimum(pos, len(data) - m)] == np.void(const)
+            pos += m
+        elif kind == _FIXED:
+            slots[step[1]] = pos.copy()
+            pos += step[2]
+        elif kind == _END:
+            opened, size = slots[step[1]]
+            ok &= pos - opened == size
+        else:
+            width = step[2]
+            length = _prefix(data, pos, width)
+            pos += width
+            if kind == _VAR:
+                if step[1] is not None:
+                    slots[step[1]] = (pos.copy(), pos + length)
+                pos += length
+            else:  # _SIZE
+                slots[step[1]] = (pos.copy(), length)
+    return ok & (pos == ends), slots
+
+
+def _prefix(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """The length prefixes of ``width`` bytes (1, or 4 big-endian) at ``pos`` (clipped to the data)."""
+    if len(data) < width:
+        return np.zeros(len(pos), dtype=np.int64)
+    if width == 1:
+        return data[np.minimum(pos, len(data) - 1)].astype(np.int64)
+    return _windows(data, 4)[np.minimum(pos, len(data) - 4)].view(">u4").astype(np.int64)
+
+
+def _ints(data: np.ndarray, pos: np.ndarray, width: int, signed: bool) -> np.ndarray:
+    """Big-endian integers of ``width`` bytes at ``pos``, as int64 (uint64 for unsigned 8-byte ones)."""
+    raw = _windows(data, width)[pos]
+    dtype = np.dtype(f">{'i' if signed else 'u'}{width}")
+    return raw.view(dtype).astype(np.uint64 if width == 8 and not signed else np.int64)
+
+
+def _spans(buffer: pa.Buffer, start: np.ndarray, end: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A binary array of ``buffer[start[i]:end[i]]`` (increasing, not overlapping), copied in C: the spans
+    and the gaps between them as one array over the buffer, of which every other value is taken (null
+    where ``valid`` is False)."""
+    n = len(start)
+    if n == 0:
+        return pa.array([], pa.binary())
+    offsets = np.empty(2 * n, dtype=np.int32)
+    offsets[0::2] = start
+    offsets[1::2] = end
+    both = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets), buffer])
+    every_other = np.arange(0, 2 * n - 1, 2, dtype=np.int64)
+    return both.take(pa.array(every_other, mask=None if valid is None else ~valid))
+
+
+class _NotText(Exception):
+    """A value the layout reads as text is not UTF-8: the batch takes the per-message path."""
+
+
+def _as_text(values: pa.Array) -> pa.Array:
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise _NotText from None
+
+
+class _Group:
+    """The messages of one layout: their rows among the batch's column-decoded ones, and the slots'
+    positions in them."""
+
+    __slots__ = ("layout", "rows", "slots")
+
+    def __init__(self, layout: Layout, rows: np.ndarray, slots: list[Any]) -> None:
+        self.layout, self.rows, self.slots = layout, rows, slots
+
+
+def _other_texts(value: _Value, data: np.ndarray, slots: list[Any], n: int) -> pa.Array:
+    """A value that is not a span (an integer, a boolean, a constant) of ``n`` messages, as text."""
+    if value.kind == "const":
+        return pa.nulls(n, pa.string()) if value.const is None else pa.array([value.const] * n, pa.string())
+    if value.kind == "bool":
+        return pa.array(np.where(data[slots[value.slot]] == 1, "true", "false").tolist(), pa.string())
+    return pa.array(_ints(data, slots[value.slot], value.width, value.kind == "int")).cast(pa.string())
+
+
+def _text_column(groups: list[_Group], name: str, data_end: np.ndarray, buffer: pa.Buffer) -> pa.Array:
+    """The offset, partition key or publisher column: each group's value where its layout has text there,
+    null elsewhere."""
+    start, end = data_end.copy(), data_end.copy()  # empty spans at each message's end keep the order
+    valid = np.zeros(len(data_end), dtype=bool)
+    for g in groups:
+        value = getattr(g.layout, name)
+        if value is not None and value.kind == _TEXT:
+            start[g.rows], end[g.rows] = g.slots[value.slot]
+            valid[g.rows] = True
+    if not valid.any():
+        return pa.nulls(len(data_end), pa.string())
+    return _as_text(_spans(buffer, start, end, None if valid.all() else valid))
+
+
+def _map_column(groups: list[_Group], name: str, n: int, data: np.ndarray, buffer: pa.Buffer) -> pa.Array:
+    """The properties or systemProperties column: row by row the entries of its message's layout, in
+    their order; text values cut from the buffer in one pass, the others made text per layout."""
+    counts = np.zeros(n, dtype=np.int64)
+    for g in groups:
+        counts[g.rows] = len(getattr(g.layout, name))
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        return pa.MapArray.from_arrays(pa.array(offsets), pa.array([], pa.string()), pa.array([], pa.string()))
+    codes = np.empty(total, dtype=np.int64)
+    names: dict[str, int] = {}
+    span_at: list[np.ndarray] = []
+    span_start: list[np.ndarray] = []
+    span_end: list[np.ndarray] = []
+    other_at: list[np.ndarray] = []
+    others: list[pa.Array] = []
+    for g in groups:
+        first = offsets[g.rows].astype(np.int64)
+        for j, (key, value) in enumerate(getattr(g.layout, name)):
+            at = first + j
+            codes[at] = names.setdefault(key, len(names))
+            if value.kind == _TEXT:
+                span_at.append(at)
+                span_start.append(g.slots[value.slot][0])
+                span_end.append(g.slots[value.slot][1])
+            else:
+                other_at.append(at)
+                others.append(_other_texts(value, data, g.slots, len(g.rows)))
+    parts: list[pa.Array] = []
+    where: list[np.ndarray] = []
+    if span_at:
+        at = np.concatenate(span_at)
+        order = np.argsort(at, kind="stable")  # entry order is byte order: the spans come out increasing
+        parts.append(_as_text(_spans(buffer, np.concatenate(span_start)[order], np.concatenate(span_end)[order])))
+        where.append(at[order])
+    parts.extend(others)
+    where.extend(other_at)
+    values = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+    if len(parts) > 1:
+        source = np.empty(total, dtype=np.int64)
+        source[np.concatenate(where)] = np.arange(total, dtype=np.int64)
+        values = values.take(pa.array(source))
+    keys = pa.array(list(names), pa.string()).take(pa.array(codes))
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+
+
+def _assemble(groups: list[_Group], starts: np.ndarray, ends: np.ndarray, data: np.ndarray, buffer: pa.Buffer,
+              partition: str) -> pa.RecordBatch:  # fmt: skip
+    """The record batch of the messages ``starts``/``ends`` (every one in exactly one group): each column
+    built once for all of them, whatever their layouts."""
+    n = len(starts)
+    seq = np.empty(n, dtype=np.int64)
+    millis = np.zeros(n, dtype=np.int64)
+    has_time = np.zeros(n, dtype=bool)
+    body_start, body_end = ends.copy(), ends.copy()
+    for g in groups:
+        layout, rows, slots = g.layout, g.rows, g.slots
+        seq[rows] = _ints(data, slots[layout.seq], 8, True)
+        if layout.time is not None and layout.time.kind == "int":
+            millis[rows] = _ints(data, slots[layout.time.slot], 8, True)
+            has_time[rows] = True
+        if layout.body >= 0:
+            body_start[rows], body_end[rows] = slots[layout.body]
+    millis_column = pa.array(millis, pa.int64(), mask=None if has_time.all() else ~has_time)
+    # as arrow.Columns makes them: milliseconds cast to microseconds (a cast that checks for overflow)
+    times = millis_column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+    return pa.RecordBatch.from_arrays(
+        [
+            _spans(buffer, body_start, body_end),
+            pa.repeat(pa.scalar(partition, pa.string()), n),
+            _text_column(groups, "offset", ends, buffer),
+            pa.array(seq, pa.int64()),
+            times,
+            _text_column(groups, "publisher", ends, buffer),
+            _text_column(groups, "key", ends, buffer),
+            _map_column(groups, "props", n, data, buffer),
+            _map_column(groups, "system", n, data, buffer),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
+    return [None if s is None else (s[0][rows], s[1][rows]) if isinstance(s, tuple) else s[rows] for s in slots]
+
+
+def events_batch(events: Events, partition: str) -> tuple[pa.RecordBatch, int]:
+    """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made here
+    (events decoded into Columns were counted where they were decoded)."""
+    if isinstance(events, RawEvents):
+        return decode_raw(events.to_raw_batch(), partition)
+    assert isinstance(events, Columns)
+    return events.to_batch(partition), 0
+
+
+def decode_raw(batch: pa.RecordBatch, partition: str) -> tuple[pa.RecordBatch, int]:
+    """The source schema's batch of a raw batch's messages (:data:`.decode.RAW_SCHEMA`, what the
+    executor's receiver service sends), and how many of them the SDK's decoder made."""
+    return decode_batch(batch.column(1), partition)
+
+
+def decode_batch(messages: pa.Array, partition: str, min_rows: int = MIN_ROWS) -> tuple[pa.RecordBatch, int]:
+    """The source schema's record batch of a binary array of messages (one per row), and how many of
+    them the SDK's decoder made. See the module docstring."""
+    n = len(messages)
+    buffers = messages.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=messages.offset * 4).astype(np.int64)
+    buffer = buffers[2] if buffers[2] is not None else pa.py_buffer(b"")
+    raw = buffer.to_pybytes()  # for learning, and for the messages decoded one by one
+    if n < max(min_rows, 1):
+        return _one_by_one(raw, offsets, np.arange(n), partition)
+    data = np.frombuffer(buffer, dtype=np.uint8)
+    left = np.arange(n, dtype=np.int64)
+    found: list[tuple[Layout, np.ndarray, list[Any]]] = []  # (layout, rows of the batch, slots)
+    single: list[int] = []  # rows no layout was learnt from: decoded one by one
+    for _ in range(MAX_LAYOUTS):
+        if not len(left):
+            break
+        first = int(left[0])
+        try:
+            layout = learn(raw, int(offsets[first]), int(offsets[first + 1]))
+        except (Unsupported, IndexError):
+            single.append(first)
+            left = left[1:]
+            continue
+        ok, slots = _match(layout, data, offsets[left], offsets[left + 1])
+        if not ok[0]:  # cannot happen: a layout matches the message it was learnt from; if it did, no harm
+            single.append(first)
+            left = left[1:]
+            continue
+        found.append((layout, left[ok], _cut(slots, ok)))
+        left = left[~ok]
+    if not found:
+        return _one_by_one(raw, offsets, np.arange(n), partition)
+    rest = np.sort(np.concatenate([left, np.array(single, dtype=np.int64)]))
+    columnwise = np.sort(np.concatenate([rows for _, rows, _ in found]))
+    groups = [_Group(layout, np.searchsorted(columnwise, rows), slots) for layout, rows, slots in found]
+    try:
+        batch = _assemble(groups, offsets[columnwise], offsets[columnwise + 1], data, buffer, partition)
+    except _NotText:
+        return _one_by_one(raw, offsets, np.arange(n), partition)
+    if not len(rest):
+        return batch, 0
+    others, fallbacks = _one_by_one(raw, offsets, rest, partition)
+    return _join([(columnwise, batch), (rest, others)], n), fallbacks
+
+
+def _one_by_one(raw: bytes, offsets: np.ndarray, rows: np.ndarray, partition: str) -> tuple[pa.RecordBatch, int]:
+    """The messages ``rows`` decoded one at a time (:func:`.decode.decode_message`), and how many of them
+    the SDK's decoder made."""
+    cols = Columns()
+    starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
+    for start, end in zip(starts, ends, strict=True):
+        decode_message(cols, raw[start:end])
+    return cols.to_batch(partition), cols.fallbacks
+
+
+def _join(parts: list[tuple[np.ndarray, pa.RecordBatch]], n: int) -> pa.RecordBatch:
+    """One batch of the parts' rows in the messages' order."""
+    table = pa.Table.from_batches([b for _, b in parts], schema=ARROW_SCHEMA)
+    order = np.concatenate([rows for rows, _ in parts])
+    where = np.empty(n, dtype=np.int64)
+    where[order] = np.arange(n, dtype=np.int64)
+    return table.take(pa.array(where)).combine_chunks().to_batches()[0]
