@@ -37,8 +37,8 @@ from .decode import Events, RawEvents, Unsupported, decode_message
 __all__ = ["Layout", "decode_batch", "decode_raw", "events_batch", "learn"]
 
 # Below this many messages a batch is decoded message by message: the column-wise pass has a fixed
-# cost of some hundred microseconds (numpy and Arrow calls per layout step).
-MIN_ROWS = 48
+# cost of some hundred microseconds (numpy and Arrow calls per layout step): measured even at about 64.
+MIN_ROWS = 64
 # Layouts tried per batch before the rest is decoded message by message (a batch of messages that are
 # all different must not cost one pass per message).
 MAX_LAYOUTS = 4

@@ -39,6 +39,9 @@ _LOG = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">IBBH").unpack_from
 _I = struct.Struct(">I").unpack_from
+_Q = struct.Struct(">q").unpack_from
+_ANNOTATIONS8 = b"\x00\x53\x72\xc1"  # message annotations as a map8, the first section
+_SEQ_FIRST = b"\xa3\x15x-opt-sequence-number\x81"  # its first key, and a long
 _CHUNK = 256 * 1024
 _BATCH = 512  # transfers decoded per call before the SDK gets control back
 _EMPTY = (1, b"EMPTY")
@@ -188,7 +191,9 @@ class FrameTap:
             data, pos = self._data, self._pos
             end = len(data)
             if end - pos >= 8:
-                if data[pos : pos + 4] == b"AMQP":  # the protocol header, if it came after the tap was put on
+                # the protocol header, if it came after the tap was put on ("A" as a frame size's first byte
+                # would mean a frame of over 1 GB)
+                if data[pos] == 0x41 and data[pos : pos + 4] == b"AMQP":
                     self._pos = pos + 8
                     return 0, (0, data[pos : pos + 8])
                 size, doff, _type, channel = _HEADER(data, pos)
@@ -356,13 +361,19 @@ class FrameTap:
         cols = sink.incoming
         sink.received += 1
         if sink.raw:
-            try:
-                seq = sequence_number(data, start, end)
-            except (Unsupported, IndexError, struct.error):
-                one = Columns()
-                decode_message(one, data[start:end])
-                seq = one.seqs[0]
-            cols.append(seq, data[start:end])
+            if data.startswith(_SEQ_FIRST, start + 6) and data.startswith(_ANNOTATIONS8, start) and data[start + 5] > 1:
+                seq = _Q(data, start + 30)[0]  # the service's usual form (see decode.sequence_number), inline
+            else:
+                try:
+                    seq = sequence_number(data, start, end)
+                except (Unsupported, IndexError, struct.error):
+                    one = Columns()
+                    decode_message(one, data[start:end])
+                    seq = one.seqs[0]
+            message = data[start:end]
+            cols.seqs.append(seq)
+            cols.payloads.append(message)
+            cols.nbytes += len(message) + 64
             return
         try:
             decode_into(cols, data, start, end)
