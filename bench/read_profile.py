@@ -13,7 +13,8 @@ telemetry event has), the emulator in its own process:
 3. **The decoders, side by side.** The transfer payloads of that stream, captured once, decoded to
    the same record batches by each candidate: the SDK's own pure-Python decoder (what the connector
    used before), the connector's batch decoder and its message-by-message decoder, the SDK's optional
-   uamqp transport (C), and Apache Qpid Proton's Python binding (C). A candidate that cannot be installed here is recorded as such.
+   uamqp transport (C), and Apache Qpid Proton's Python binding (C). A candidate that cannot be
+   installed here is recorded as such.
 """
 
 from __future__ import annotations
