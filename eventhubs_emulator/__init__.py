@@ -1,12 +1,20 @@
 """A local Event Hubs endpoint that speaks real AMQP 1.0, for development and tests.
 
 The official ``azure-eventhub`` SDK (sync and async) connects to it unchanged with a connection string
-carrying ``UseDevelopmentEmulator=true``. Run it with ``python -m eventhubs_emulator`` or in
+carrying ``UseDevelopmentEmulator=true`` (plain AMQP). Run it with ``python -m eventhubs_emulator`` or in
 process::
 
     with Emulator({"telemetry": 4}) as emu:
         conn = emu.connection_string("telemetry")
         ...
+
+As the service, it also serves AMQPS (TLS) and AMQP over WebSockets (TLS, path
+``/$servicebus/websocket``, subprotocol ``AMQPWSB10``) when given ``tls_port`` and ``websocket_port``
+(0 picks free ports), with a certificate it generates (:attr:`Emulator.ca_file` is what clients
+trust) or one it is given. Clients reach those ports as they reach a private endpoint: the SDK's
+``custom_endpoint_address`` (:attr:`Emulator.tls_endpoint`, :attr:`Emulator.websocket_endpoint`) with
+``connection_verify`` set to :attr:`Emulator.ca_file`, and :meth:`Emulator.connection_string` with
+``tls=True``.
 
 The in-process object also exposes fault controls for tests (drop connections, detach receivers,
 stall or slow a partition, fail management calls, trim a partition), all thread-safe: the server runs
@@ -24,10 +32,12 @@ from typing import Any, TypeVar
 from .broker import Broker
 from .config import DEFAULT_CONSUMER_GROUP, EmulatorConfig, HubConfig, load_official_config, parse_hub_flag
 from .server import Server
+from .tls import Certificate, generate
 
 __all__ = [
     "DEFAULT_KEY",
     "DEFAULT_KEY_NAME",
+    "Certificate",
     "Emulator",
     "EmulatorConfig",
     "HubConfig",
@@ -55,11 +65,19 @@ class Emulator:
         token_verifier: Callable[[str], str | None] | None = None,
         idle_timeout: float | None = None,
         link_idle_timeout: float | None = None,
+        tls_port: int | None = None,
+        websocket_port: int | None = None,
+        certificate: Certificate | tuple[str, str] | None = None,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
         ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
         ``link_idle_timeout`` (seconds, 0 = off) override the service's idle rules (see
-        :class:`EmulatorConfig`), e.g. short ones to test a client's recovery."""
+        :class:`EmulatorConfig`), e.g. short ones to test a client's recovery.
+
+        ``tls_port`` serves AMQPS, ``websocket_port`` AMQP over WebSockets with TLS (0: a free port;
+        None: not served). ``certificate`` (a :class:`Certificate`, or (certificate file, key file)) is
+        the one they present; without it one is generated at start for the listening address,
+        127.0.0.1, localhost and this machine's name."""
         self.token_verifier = token_verifier
         self.config = config or EmulatorConfig()
         if isinstance(hubs, Mapping):
@@ -76,6 +94,11 @@ class Emulator:
             self.config.link_idle_timeout = link_idle_timeout
         self.host = host
         self._port = port
+        self._tls_port = tls_port
+        self._websocket_port = websocket_port
+        if isinstance(certificate, tuple):
+            certificate = Certificate(*certificate)
+        self.certificate: Certificate | None = certificate
         self.broker = Broker(max_message_size=self.config.max_message_size)
         for hub in self.config.hubs:
             self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds)
@@ -97,6 +120,13 @@ class Emulator:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        if self.certificate is None and (self._tls_port is not None or self._websocket_port is not None):
+            try:
+                self.certificate = generate(self.host)
+            except Exception as exc:
+                ready.set_exception(exc)
+                loop.close()
+                return
         self.server = Server(
             self.broker,
             self.host,
@@ -105,6 +135,9 @@ class Emulator:
             token_verifier=self.token_verifier,
             idle_timeout=self.config.idle_timeout,
             link_idle_timeout=self.config.link_idle_timeout,
+            tls_port=self._tls_port,
+            websocket_port=self._websocket_port,
+            certificate=self.certificate,
         )
         try:
             loop.run_until_complete(self.server.start())
@@ -147,15 +180,65 @@ class Emulator:
     def fully_qualified_namespace(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def connection_string(self, hub: str | None = None, key_name: str | None = None, key: str | None = None) -> str:
-        """A connection string the SDK accepts; with ``hub`` it carries ``EntityPath``."""
+    @property
+    def client_host(self) -> str:
+        """The host clients use: the listening address, or localhost when it listens on every address."""
+        return "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
+    def tls_port(self) -> int:
+        server = self._server()
+        if server.tls_port is None:
+            raise RuntimeError("the emulator serves no AMQPS: start it with tls_port=0 (or --tls-port)")
+        return server.tls_port
+
+    @property
+    def websocket_port(self) -> int:
+        server = self._server()
+        if server.websocket_port is None:
+            raise RuntimeError(
+                "the emulator serves no WebSockets: start it with websocket_port=0 (or --websocket-port)"
+            )
+        return server.websocket_port
+
+    @property
+    def tls_endpoint(self) -> str:
+        """The AMQPS listener, for the SDK's ``custom_endpoint_address`` (transport ``Amqp``)."""
+        return f"sb://{self.client_host}:{self.tls_port}"
+
+    @property
+    def websocket_endpoint(self) -> str:
+        """The WebSocket listener, for ``custom_endpoint_address`` (transport ``AmqpOverWebsocket``; the SDK
+        adds the path ``/$servicebus/websocket``)."""
+        return f"sb://{self.client_host}:{self.websocket_port}"
+
+    @property
+    def ca_file(self) -> str:
+        """The certificate the TLS listeners present, for the SDK's ``connection_verify``."""
+        if self.certificate is None:
+            raise RuntimeError("the emulator serves no TLS: start it with tls_port=0 or websocket_port=0")
+        return self.certificate.ca_file
+
+    def connection_string(
+        self, hub: str | None = None, key_name: str | None = None, key: str | None = None, tls: bool = False
+    ) -> str:
+        """A connection string the SDK accepts; with ``hub`` it carries ``EntityPath``.
+
+        Plain AMQP by default (``UseDevelopmentEmulator=true``, the port in the endpoint). With ``tls``,
+        the string a real namespace has: no port (TLS clients connect to 5671, or 443 for WebSockets),
+        so they need :attr:`tls_endpoint` or :attr:`websocket_endpoint` as their custom endpoint unless
+        the emulator listens on those ports."""
         if key_name is None:
             key_name = next(iter(self.config.keys), DEFAULT_KEY_NAME)
         if key is None:
             key = self.config.keys.get(key_name, DEFAULT_KEY)
-        text = (
-            f"Endpoint={self.endpoint};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true"
-        )
+        if tls:
+            text = f"Endpoint=sb://{self.client_host};SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        else:
+            text = (
+                f"Endpoint={self.endpoint};SharedAccessKeyName={key_name};SharedAccessKey={key};"
+                "UseDevelopmentEmulator=true"
+            )
         if hub:
             text += f";EntityPath={hub}"
         return text
@@ -218,6 +301,15 @@ class Emulator:
     def drop_connections(self) -> int:
         """Abort every client connection at the TCP level; returns how many were open."""
         return self._call(lambda: self._server().drop_connections())
+
+    def ping_websockets(self, payload: bytes = b"") -> int:
+        """Send a WebSocket ping on every AMQP-over-WebSockets connection (clients answer with a pong);
+        returns how many connections got one."""
+        return self._call(lambda: self._server().ping_websockets(payload))
+
+    def websocket_pongs(self) -> int:
+        """Pongs the open WebSocket connections sent back (each answers a :meth:`ping_websockets`)."""
+        return self._call(lambda: self._server().websocket_pongs())
 
     def detach_receivers(self, hub: str, partition: str | int) -> int:
         """Detach every receiver of one partition with a retriable ``amqp:link:detach-forced``."""

@@ -124,7 +124,26 @@ ARITY = {
     END: 1,
     CLOSE: 1,
     SASL_MECHANISMS: 1,
+    SASL_INIT: 3,
+    SASL_CHALLENGE: 1,
+    SASL_RESPONSE: 1,
     SASL_OUTCOME: 2,
+}
+_PERFORMATIVE_SYMBOLS = {
+    "amqp:open:list": OPEN,
+    "amqp:begin:list": BEGIN,
+    "amqp:attach:list": ATTACH,
+    "amqp:flow:list": FLOW,
+    "amqp:transfer:list": TRANSFER,
+    "amqp:disposition:list": DISPOSITION,
+    "amqp:detach:list": DETACH,
+    "amqp:end:list": END,
+    "amqp:close:list": CLOSE,
+    "amqp:sasl-mechanisms:list": SASL_MECHANISMS,
+    "amqp:sasl-init:list": SASL_INIT,
+    "amqp:sasl-challenge:list": SASL_CHALLENGE,
+    "amqp:sasl-response:list": SASL_RESPONSE,
+    "amqp:sasl-outcome:list": SASL_OUTCOME,
 }
 ERROR = 0x1D
 SOURCE = 0x28
@@ -407,12 +426,25 @@ def skip_value(buf: bytes | memoryview, pos: int) -> int:
 
 
 def decode_performative(body: bytes | memoryview) -> tuple[int, list[Any], int]:
-    """Decode a frame body: (performative code, its fields, position where a payload starts)."""
+    """Decode a frame body: (performative code, its fields padded to the performative's full arity,
+    position where a payload starts).
+
+    AMQP 1.0 lets a peer leave out trailing null fields (an empty list even, ``0x45``), and lets it
+    name a performative by its symbolic descriptor; Qpid Proton and the .NET, Java and JS clients do
+    both. Every field past what was sent reads as None, so the code above can index fields by position.
+    """
     if body[0] != 0x00:
         raise ValueError("frame body is not a described performative")
-    code, pos = decode_value(body, 1)
+    descriptor, pos = decode_value(body, 1)
+    code = _PERFORMATIVE_SYMBOLS.get(descriptor, -1) if isinstance(descriptor, str) else int(descriptor)
+    if code < 0:
+        raise ValueError(f"unknown performative {descriptor!r}")
     fields, pos = decode_value(body, pos)
-    return int(code), list(fields), pos
+    values = list(fields) if isinstance(fields, list) else []
+    missing = ARITY.get(code, len(values)) - len(values)
+    if missing > 0:
+        values.extend([None] * missing)
+    return code, values, pos
 
 
 def split_sections(message: bytes | memoryview) -> list[tuple[int, int, int]]:

@@ -130,12 +130,21 @@ class Connection(asyncio.Protocol):
         self.authorized: list[tuple[str, float]] = []  # (audience path, expiry)
         self.last_received = self.last_sent = time.monotonic()
         self.remote_idle_timeout: float | None = None  # seconds; the peer wants a frame at least this often
+        # The namespace as the client addressed it (the host in its OPEN, the port it reached), for the
+        # service's error texts: "The messaging entity 'sb://<namespace>/<hub>' could not be found".
+        self.namespace = server.host
 
     # -- asyncio callbacks --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.server.connections.add(self)
+        local = transport.get_extra_info("sockname")
+        self._local_port = local[1] if isinstance(local, tuple) and len(local) >= 2 else None
+        self.namespace = self._address(self.server.host)
+
+    def _address(self, host: str) -> str:
+        return f"{host}:{self._local_port}" if self._local_port else host
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -233,6 +242,8 @@ class Connection(asyncio.Protocol):
                 self._drop_session(session)
                 self.send(channel, amqp.END, [None])
         elif code == amqp.OPEN:
+            if isinstance(fields[1], str) and fields[1]:
+                self.namespace = self._address(fields[1].split("/")[0])
             self.remote_max_frame = fields[2] if len(fields) > 2 and fields[2] else 4294967295
             if len(fields) > 4 and fields[4]:
                 self.remote_idle_timeout = int(fields[4]) / 1000

@@ -17,7 +17,6 @@ expiry, not role assignments.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import hmac
 import json
@@ -32,6 +31,8 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .tls import self_signed
 
 EVENTHUBS_AUDIENCE = "https://eventhubs.azure.net"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -78,7 +79,7 @@ class LocalEntra:
 
     def add_certificate_client(self, client_id: str) -> str:
         """Registers a client with a fresh certificate; returns the path of its PEM (key + certificate)."""
-        key_pem, cert_pem = _self_signed(f"client {client_id}", ip=None)
+        key_pem, cert_pem = self_signed(f"client {client_id}")
         self.clients[client_id] = _Client(certificate_pem=cert_pem)
         path = os.path.join(self._dir, f"{client_id}.pem")
         with open(path, "wb") as f:
@@ -123,7 +124,7 @@ class LocalEntra:
 
     # -- lifecycle --
     def start(self) -> LocalEntra:
-        key_pem, cert_pem = _self_signed("local-entra", ip=self.host)
+        key_pem, cert_pem = self_signed("local-entra", [self.host, "localhost"])
         with open(self.ca_file, "wb") as f:
             f.write(cert_pem)
         with open(self.key_file, "wb") as f:
@@ -240,39 +241,6 @@ def _verify_certificate_assertion(assertion: str, certificate_pem: bytes) -> str
     if claims.get("exp", 0) < time.time():
         return "the client assertion is expired"
     return None
-
-
-def _self_signed(name: str, ip: str | None) -> tuple[bytes, bytes]:
-    """A fresh RSA key and a self-signed certificate (for ``ip`` and localhost when given)."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=2))
-    )
-    if ip is not None:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName("localhost")]),
-            critical=False,
-        ).add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-    cert = builder.sign(key, hashes.SHA256())
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _handler(entra: LocalEntra) -> type[BaseHTTPRequestHandler]:

@@ -20,10 +20,11 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from . import amqp
+from . import amqp, websocket
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
 from .connection import _HEARTBEAT, RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
+from .tls import Certificate
 
 _LOG = logging.getLogger("eventhubs_emulator")
 
@@ -104,8 +105,16 @@ class Server:
         token_verifier: Callable[[str], str | None] | None = None,
         idle_timeout: float = 120.0,
         link_idle_timeout: float = 1800.0,
+        tls_port: int | None = None,
+        websocket_port: int | None = None,
+        certificate: Certificate | None = None,
     ) -> None:
+        """``tls_port`` serves AMQPS and ``websocket_port`` AMQP over WebSockets (TLS) with ``certificate``
+        (0 picks a free port, None serves none); ``port`` always serves plain AMQP."""
         self.broker = broker
+        self.tls_port = tls_port
+        self.websocket_port = websocket_port
+        self.certificate = certificate
         self.idle_timeout = idle_timeout
         self.link_idle_timeout = link_idle_timeout
         # Checks a Microsoft Entra ID token (JWT) for Event Hubs: None = valid, else why not.
@@ -122,7 +131,7 @@ class Server:
         self.failing_management_calls = 0
         self.unanswered_management_calls = 0
         self.failing_status = 503
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self.stats = {
@@ -136,8 +145,22 @@ class Server:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: Connection(self), self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        plain = await loop.create_server(lambda: Connection(self), self.host, self.port)
+        self._servers.append(plain)
+        self.port = plain.sockets[0].getsockname()[1]
+        if self.tls_port is not None or self.websocket_port is not None:
+            if self.certificate is None:
+                raise ValueError("a TLS or WebSocket listener needs a certificate")
+            context = self.certificate.server_context()
+            if self.tls_port is not None:
+                amqps = await loop.create_server(lambda: Connection(self), self.host, self.tls_port, ssl=context)
+                self._servers.append(amqps)
+                self.tls_port = amqps.sockets[0].getsockname()[1]
+            if self.websocket_port is not None:
+                factory = websocket.protocol_factory(lambda: Connection(self))
+                wss = await loop.create_server(factory, self.host, self.websocket_port, ssl=context)
+                self._servers.append(wss)
+                self.websocket_port = wss.sockets[0].getsockname()[1]
         self._retention_task = loop.create_task(self._retention_loop())
         self._idle_task = loop.create_task(self._idle_loop())
 
@@ -145,12 +168,12 @@ class Server:
         for task in (self._retention_task, self._idle_task):
             if task is not None:
                 task.cancel()
-        if self._server is not None:
-            self._server.close()
+        for listener in self._servers:
+            listener.close()
         for conn in list(self.connections):
             conn._abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for listener in self._servers:
+            await listener.wait_closed()
 
     async def _retention_loop(self) -> None:
         while True:
@@ -202,12 +225,13 @@ class Server:
                             f"timeout: {_hms(self.link_idle_timeout)}.",
                         )
 
-    def check_entity(self, audience: str) -> tuple[int, str]:
+    def check_entity(self, conn: Connection, audience: str) -> tuple[int, str]:
         """A token for a hub that does not exist is refused at put-token (404), as the service does."""
         segments = [seg for seg in _audience_path(audience).split("/") if seg]
         if segments and self.broker.hub(urllib.parse.unquote(segments[0])) is None:
             return 404, (
-                f"The messaging entity 'sb://{self.host}/{urllib.parse.unquote(segments[0])}' could not be found. "
+                f"The messaging entity 'sb://{conn.namespace}/{urllib.parse.unquote(segments[0])}' could not be "
+                "found. "
                 "To know more visit https://aka.ms/sbResourceMgrExceptions."
             )
         return 202, "Accepted"
@@ -250,7 +274,7 @@ class Server:
         segments = parse_entity(link.target_address)
         if not segments:
             raise LinkError("amqp:not-found", f"The messaging entity '{link.target_address}' could not be found.")
-        hub = self._hub(segments[0], link.target_address)
+        hub = self._hub(conn, segments[0], link.target_address)
         if not self.authorized(conn, segments[0]):
             raise LinkError("amqp:unauthorized-access", "Unauthorized access. 'Send' claim(s) are required.")
         link.hub = hub
@@ -273,12 +297,12 @@ class Server:
         self.stats["events_in"] += len(messages)
 
     # -- consumers --
-    def _hub(self, name: str, address: str) -> Hub:
+    def _hub(self, conn: Connection, name: str, address: str) -> Hub:
         hub = self.broker.hub(name)
         if hub is None:
             raise LinkError(
                 "amqp:not-found",
-                f"The messaging entity 'sb://{self.host}/{name}' could not be found. "
+                f"The messaging entity 'sb://{conn.namespace}/{name}' could not be found. "
                 f"To know more visit https://aka.ms/sbResourceMgrExceptions. ({address})",
             )
         return hub
@@ -297,12 +321,13 @@ class Server:
         segments = parse_entity(link.source_address)
         if len(segments) != 5 or segments[1].lower() != "consumergroups" or segments[3].lower() != "partitions":
             raise LinkError("amqp:not-found", f"The messaging entity '{link.source_address}' could not be found.")
-        hub = self._hub(segments[0], link.source_address)
+        hub = self._hub(conn, segments[0], link.source_address)
         group = segments[2].lower()
         if not hub.has_consumer_group(group):
             raise LinkError(
                 "amqp:not-found",
-                f"The messaging entity 'sb://{self.host}/{hub.name}/consumergroups/{segments[2]}' could not be found.",
+                f"The messaging entity 'sb://{conn.namespace}/{hub.name}/consumergroups/{segments[2]}' could not be "
+                "found.",
             )
         partition = self._partition(hub, segments[4])
         if not self.authorized(conn, f"{hub.name}/consumergroups/{group}"):
@@ -472,7 +497,7 @@ class Server:
         props, app, body = _decode_request(data)
         token = body if isinstance(body, str) else (body.decode("utf-8") if isinstance(body, bytes) else "")
         audience = str(app.get("name", ""))
-        status, description = self.check_entity(audience)
+        status, description = self.check_entity(conn, audience)
         if status == 202:
             status, description = self.check_token(token, audience)
         if status == 202:
@@ -503,7 +528,7 @@ class Server:
         if self.keys or self.token_verifier is not None:
             token = app.get("security_token")
             token = token.decode() if isinstance(token, bytes) else str(token or "")
-            status, description = self.check_token(token, f"sb://{self.host}/{app.get('name', '')}")
+            status, description = self.check_token(token, f"sb://{conn.namespace}/{app.get('name', '')}")
             if status != 202:
                 return status, description, None
         operation = str(app.get("operation", ""))
@@ -513,7 +538,7 @@ class Server:
             return 400, f"Invalid operation {operation!r}: the emulator supports READ.", None
         hub = self.broker.hub(name)
         if hub is None:
-            return 404, f"The messaging entity 'sb://{self.host}/{name}' could not be found.", None
+            return 404, f"The messaging entity 'sb://{conn.namespace}/{name}' could not be found.", None
         if kind == "com.microsoft:eventhub":
             return 200, "OK", hub.properties()
         if kind == "com.microsoft:partition":
@@ -537,6 +562,21 @@ class Server:
         for conn in list(self.connections):
             conn._abort()
         return n
+
+    def _websockets(self) -> list[websocket.WebSocketServerProtocol]:
+        outers = [getattr(conn.transport, "_outer", None) for conn in self.connections]
+        return [o for o in outers if isinstance(o, websocket.WebSocketServerProtocol)]
+
+    def ping_websockets(self, payload: bytes = b"") -> int:
+        """Send a WebSocket ping on every AMQP-over-WebSockets connection; returns how many."""
+        outers = self._websockets()
+        for outer in outers:
+            outer.ping(payload)
+        return len(outers)
+
+    def websocket_pongs(self) -> int:
+        """Pongs received on the WebSocket connections open now (answers to pings)."""
+        return sum(o.pongs for o in self._websockets())
 
     def detach_receivers(self, hub: str, partition: str) -> int:
         n = 0

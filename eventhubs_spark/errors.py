@@ -70,6 +70,24 @@ class HubNotFoundError(EventHubsError, LookupError):
     options that set them. Not retriable: a misspelt name does not appear by itself."""
 
 
+class NetworkError(EventHubsError, ConnectionError):
+    """The namespace (or the proxy on the way) could not be reached: the message says where, over which
+    transport, and which option to change. ``retriable`` when it may heal (a refused or unreachable
+    port, a name that did not resolve); an untrusted certificate or a proxy that refuses does not."""
+
+    def __init__(self, message: str, example: str | None = None, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.example = example
+        self.retriable = retriable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_network_error, (str(self), self.example, self.retriable))
+
+
+def _network_error(message: str, example: str | None, retriable: bool) -> NetworkError:
+    return NetworkError(message, example, retriable=retriable)
+
+
 # Every type above by name: an error raised in another process (the executor's receiver service) is
 # raised again in the task as the same type.
 ERROR_TYPES: dict[str, type[EventHubsError]] = {
@@ -84,6 +102,7 @@ ERROR_TYPES: dict[str, type[EventHubsError]] = {
         SinkError,
         AuthenticationFailedError,
         HubNotFoundError,
+        NetworkError,
     )
 }
 

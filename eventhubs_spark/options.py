@@ -8,6 +8,7 @@ shows a valid example. Nothing is silently ignored.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .client.credentials import Secret
+from .client.network import WEBSOCKETS, HttpProxy, NetworkSettings
 from .client.settings import ConnectionSettings, host_and_port, resolve_sign_in
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
@@ -169,6 +171,59 @@ def _text(option: str, value: str) -> str:
     return str(value)
 
 
+def _transport(option: str, value: str) -> str:
+    from .client.network import TRANSPORTS
+
+    by_lower = {t.lower(): t for t in TRANSPORTS}
+    text = str(value).strip().lower()
+    if text not in by_lower:
+        example = f".option({option!r}, 'amqpWebSockets')"
+        raise OptionError(f"{option}: expected amqp or amqpWebSockets, got {value!r}. Example: {example}", example)
+    return by_lower[text]
+
+
+def _host(option: str, value: str) -> str:
+    text = str(value).strip()
+    host = host_and_port(text, allow_path=False)
+    if host is None or ":" in host:
+        example = f".option({option!r}, 'proxy.example.com')"
+        raise OptionError(f"{option}: expected a host name or address without a port, got {value!r}. "
+                          f"Example: {example}", example)  # fmt: skip
+    return host
+
+
+def _port(option: str, value: str) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if not 0 < number < 65536:
+        example = f".option({option!r}, '3128')"
+        raise OptionError(f"{option}: expected a port from 1 to 65535, got {value!r}. Example: {example}", example)
+    return number
+
+
+def _endpoint(option: str, value: str) -> str:
+    """``sb://host[:port]`` from that, ``host[:port]``, or an amqps://, wss:// or https:// address."""
+    text = str(value).strip().rstrip("/")
+    address = host_and_port(text.split("://", 1)[1] if "://" in text else text, allow_path=False)
+    if address is None:
+        example = f".option({option!r}, 'sb://eventhubs-gateway.internal.example.com:443')"
+        raise OptionError(f"{option}: expected sb://host[:port], got {value!r}. Example: {example}", example)
+    return f"sb://{address}"
+
+
+def _ca_file(option: str, value: str) -> str:
+    import os
+
+    path = str(value).strip()
+    if not os.path.isfile(path):
+        example = f".option({option!r}, '/Volumes/main/certs/company-ca.pem')"
+        raise OptionError(f"{option}: no file {path!r} here; it must be a PEM bundle present on every node, e.g. "
+                          f"{example}", example)  # fmt: skip
+    return path
+
+
 @dataclass(frozen=True)
 class Spec:
     key: str
@@ -289,6 +344,54 @@ SPECS: tuple[Spec, ...] = (
         parse_bool,
         "Plain AMQP without TLS to a local emulator, as UseDevelopmentEmulator=true in a connection string.",
         "true",
+    ),
+    Spec(
+        "eventhubs.transportType",
+        None,
+        _transport,
+        "amqp: AMQP over TLS on port 5671 (the default). amqpWebSockets: AMQP over WebSockets on port 443, for "
+        "networks that allow only HTTPS; implied by eventhubs.httpProxy.hostname.",
+        "amqpWebSockets",
+    ),
+    Spec(
+        "eventhubs.httpProxy.hostname",
+        None,
+        _host,
+        "HTTP proxy (CONNECT) to reach the namespace through, with eventhubs.httpProxy.port; carries AMQP over "
+        "WebSockets only. The checkpoint store goes through it too.",
+        "proxy.example.com",
+    ),
+    Spec("eventhubs.httpProxy.port", None, _port, "Port of the HTTP proxy.", "3128"),
+    Spec(
+        "eventhubs.httpProxy.username",
+        None,
+        _text,
+        "User name for a proxy that asks for credentials (basic authentication).",
+        "svc-spark",
+    ),
+    Spec(
+        "eventhubs.httpProxy.password",
+        None,
+        _text,
+        "Password for the proxy, with eventhubs.httpProxy.username.",
+        "PASSWORD",
+        secret=True,
+    ),
+    Spec(
+        "eventhubs.customEndpointAddress",
+        None,
+        _endpoint,
+        "Connect to this address instead of the namespace's (a private endpoint or an application gateway), "
+        "keeping the namespace for sign-in; the port defaults to the transport's (5671 or 443).",
+        "sb://eventhubs-gateway.internal.example.com:443",
+    ),
+    Spec(
+        "eventhubs.connectionVerify",
+        None,
+        _ca_file,
+        "A CA bundle (PEM file on every node) to trust instead of the default ones, e.g. a TLS-inspecting "
+        "proxy's company CA, or the local emulator's certificate; the checkpoint store trusts it too.",
+        "/Volumes/main/certs/company-ca.pem",
     ),
     Spec("eventhubs.consumerGroup", "$Default", _text, "Consumer group to read with.", "$Default", READ),
     Spec(
@@ -713,6 +816,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
     options carry too), where the secrets live, wrapped in :class:`~eventhubs_spark.client.credentials.Secret`."""
     values, connection = _values(raw, mode)
     settings = resolve_sign_in(values, connection, _ENTRA_KEYS)
+    settings = dataclasses.replace(settings, network=_network(values))
     _check_combinations(values, mode)
     if mode == WRITE:
         return WriteOptions(settings, values["eventhubs.operationtimeout"]), settings
@@ -829,6 +933,47 @@ def _unknown(key: str, mode: str) -> OptionError:
     example = _example(BY_KEY["eventhubs.consumergroup"])
     return OptionError(f"unknown option {key!r}: the options are listed in the README's options table (e.g. {example})",
                        example)  # fmt: skip
+
+
+def _network(values: Mapping[str, Any]) -> NetworkSettings:
+    """Transport, proxy, custom endpoint and CA bundle, checked together."""
+    host, port = values.get("eventhubs.httpproxy.hostname"), values.get("eventhubs.httpproxy.port")
+    user, password = values.get("eventhubs.httpproxy.username"), values.get("eventhubs.httpproxy.password")
+    transport = values.get("eventhubs.transporttype")
+    proxy_example = (
+        ".option('eventhubs.httpProxy.hostname', 'proxy.example.com').option('eventhubs.httpProxy.port', '3128')"
+    )
+    if bool(host) != bool(port) or ((user or password) and not host):
+        raise OptionError(
+            f"an HTTP proxy needs eventhubs.httpProxy.hostname and eventhubs.httpProxy.port, e.g. {proxy_example}",
+            proxy_example,
+        )
+    if bool(user) != bool(password):
+        example = (
+            ".option('eventhubs.httpProxy.username', 'svc-spark').option('eventhubs.httpProxy.password', PASSWORD)"
+        )
+        raise OptionError(
+            f"a proxy that asks for credentials needs eventhubs.httpProxy.username and eventhubs.httpProxy.password, "
+            f"e.g. {example}",
+            example,
+        )
+    proxy = None
+    if host:
+        if transport is not None and transport != WEBSOCKETS:
+            example = ".option('eventhubs.transportType', 'amqpWebSockets')"
+            raise OptionError(
+                f"an HTTP proxy carries AMQP over WebSockets only (port 443), not eventhubs.transportType={transport}: "
+                f"set it to amqpWebSockets or leave it out, e.g. {example}",
+                example,
+            )
+        transport = WEBSOCKETS
+        proxy = HttpProxy(str(host), int(port or 0), str(user) if user else None, password if password else None)
+    return NetworkSettings(
+        transport=transport or NetworkSettings.transport,
+        proxy=proxy,
+        custom_endpoint=values.get("eventhubs.customendpointaddress"),
+        ca_file=values.get("eventhubs.connectionverify"),
+    )
 
 
 def _check_combinations(values: Mapping[str, Any], mode: str) -> None:

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 from .client import sdk
 from .client.encode import encode_event
 from .client.settings import ConnectionSettings
-from .errors import SinkError, call_with_retries, message_too_large
+from .errors import EventHubsError, SinkError, call_with_retries, message_too_large
 from .options import write_options
 
 try:  # Spark 4.1+
@@ -274,7 +274,7 @@ class EventSender:
 
     def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
-        from azure.eventhub.exceptions import AuthenticationError, EventHubError
+        from azure.eventhub.exceptions import EventHubError
 
         def attempt(seconds: float) -> None:
             try:
@@ -282,10 +282,16 @@ class EventSender:
             except Exception as exc:
                 if message_too_large(exc):
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
+                # a refused sign-in, or a failure to connect said in words that name the option to change
+                failure = self.settings.auth_failure(exc)
+                if failure is not None and failure is not exc:
+                    raise failure from None
                 raise
 
         def transient(error: BaseException) -> bool:
-            return isinstance(error, EventHubError | OSError) and not isinstance(error, AuthenticationError)
+            if isinstance(error, EventHubsError):
+                return error.retriable  # a refused sign-in or an untrusted certificate does not heal
+            return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:
             _LOG.warning("send to hub %s failed (attempt %d), retrying: %s", self.settings.hub, tries, error)

@@ -55,16 +55,19 @@ class CheckpointMirror:
         if self._store is None and options is not None:
             from .blob import BlobCheckpointStore
 
+            network = self.settings.network.storage_kwargs()  # the hub's proxy and CA bundle
             if options.account_url:
                 # Without a SAS token the store signs in with the same Entra identity as the hub
                 # (or DefaultAzureCredential), built here, in this process.
                 sas = options.sas_token
                 credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
-                store = BlobCheckpointStore.from_account_url(options.account_url, options.container, credential)
+                store = BlobCheckpointStore.from_account_url(
+                    options.account_url, options.container, credential, **network
+                )
             else:
                 assert options.connection_string is not None  # one of the two (checked with the options)
                 store = BlobCheckpointStore.from_connection_string(
-                    options.connection_string.reveal(), options.container
+                    options.connection_string.reveal(), options.container, **network
                 )
             store.ensure_container()
             self._store = store

@@ -182,6 +182,8 @@ class SharedConnection:
         if self._connection is None and sdk.has_connection(link.consumer):
             self._connection = sdk.adopt(link.consumer, self._manager)
             self._tap = FrameTap(self._connection)
+            if self._tap.unsupported is not None:
+                _slow_path(self._tap.unsupported)
         sdk.attach_sink(link.consumer, link.sink)
         if ready:
             link.state = "open"
@@ -258,6 +260,20 @@ class SharedConnection:
                 client.close()
             except Exception:
                 _LOG.debug("closing a client failed", exc_info=True)
+
+
+_SLOW_PATH_LOGGED = False
+
+
+def _slow_path(transport: str) -> None:
+    """The frame tap reads this connection frame by frame through the SDK's transport: correct, slower
+    than its own large socket reads. Said once per process, never silently."""
+    global _SLOW_PATH_LOGGED
+    if not _SLOW_PATH_LOGGED:
+        _SLOW_PATH_LOGGED = True
+        _LOG.warning("eventhubs: the connector cannot read the socket of this connection's transport (%s); it "
+                     "reads frame by frame through the SDK's transport instead, which is slower",
+                     transport)  # fmt: skip
 
 
 class Connections:

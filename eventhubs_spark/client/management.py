@@ -39,6 +39,7 @@ class _LoopThread:
         with cls._lock:
             if cls._loop is None or not cls._loop.is_running():
                 loop = asyncio.new_event_loop()
+                loop.set_exception_handler(_quiet_unclosed_sessions)
                 ready = threading.Event()
 
                 def main() -> None:
@@ -56,6 +57,17 @@ class _LoopThread:
         except TimeoutError:
             future.cancel()
             raise
+
+
+def _quiet_unclosed_sessions(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The SDK's async WebSocket transport leaves its aiohttp session open when a connection attempt
+    fails (a refused proxy, say); aiohttp then prints "Unclosed client session" when it is collected.
+    The failure itself is reported as a :class:`~eventhubs_spark.errors.NetworkError`: the leftover
+    session is logged at debug level only."""
+    if str(context.get("message", "")).startswith(("Unclosed client session", "Unclosed connector")):
+        _LOG.debug("%s (left by a failed WebSocket connection attempt)", context.get("message"))
+        return
+    loop.default_exception_handler(context)
 
 
 _ATTEMPT_TIMEOUT = 30.0

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..arrow import Columns
-from ..errors import EventHubsTimeoutError, ReceiverDisconnectedError, data_loss_error, link_stolen
+from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error, link_stolen
 from .decode import Events, RawEvents
 from .engine import CONNECTIONS, Link, LinkSpec, SharedConnection
 from .settings import ConnectionSettings
@@ -102,6 +102,7 @@ class PartitionReceiver:
         self.displaced_reading = 0  # reopened once because the link was taken during a read
         self.closed_idle = 0  # reopened because the service closed the idle link or connection
         self.reconnects = 0  # reopened during a read after a dropped link or connection
+        self._unreachable: NetworkError | None = None  # the last attempt could not connect (see _raise_if_lasting)
 
     def open_at(self, sequence_number: int, keep: Events | None = None) -> None:
         """Read from ``sequence_number`` on a new link; ``keep``: events before it still to hand out."""
@@ -164,7 +165,7 @@ class PartitionReceiver:
             if chunk is None:
                 error = self._link_error()
                 if error is not None:
-                    self._raise_if_lasting(error)
+                    error = self._raise_if_lasting(error)
                     if link_stolen(error):
                         if reopened:
                             raise _link_failure(self, error, expected, end)
@@ -183,6 +184,11 @@ class PartitionReceiver:
                         backoff = min(backoff * 2, 2.0)
                     self._reopen_after_held(expected)
                 if time.monotonic() - last_progress > self.config.receiver_timeout:
+                    if self._unreachable is not None:  # it never got through: say so, and what to change
+                        raise NetworkError(
+                            f"could not read hub {self.settings.hub!r} partition {self.partition} for "
+                            f"{self.config.receiver_timeout:g} s (eventhubs.receiverTimeout): {self._unreachable}"
+                        )
                     cause = f"; last error: {last_error}" if last_error else ""
                     raise EventHubsTimeoutError(
                         f"no event from hub {self.settings.hub!r} partition {self.partition} for "
@@ -238,11 +244,18 @@ class PartitionReceiver:
             chunk.extend(self._carry)
         self._carry = chunk
 
-    def _raise_if_lasting(self, error: str) -> None:
-        """A refused sign-in fails the task at once, as itself."""
+    def _raise_if_lasting(self, error: str) -> str:
+        """A refused sign-in, or a failure to connect that will not heal (an untrusted certificate, a proxy
+        that refuses), fails the task at once, as itself; returns the error to report for the others (a
+        failure to connect in words that name the option to change)."""
         exc = self._link.sink.exception if self._link is not None else None
-        if exc is not None and self.settings.auth_failure(exc) is not None:
-            raise exc
+        failure = self.settings.auth_failure(exc) if exc is not None else None
+        self._unreachable = failure if isinstance(failure, NetworkError) else None
+        if failure is None:
+            return error
+        if not failure.retriable:
+            raise failure
+        return str(failure)
 
     def _closed_while_idle(self) -> str | None:
         """Why the link or its connection ended while this receiver sat in the pool, else None. The

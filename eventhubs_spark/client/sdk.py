@@ -199,6 +199,45 @@ def take_buffered_bytes(transport: Any) -> bytes:
     return data
 
 
+def read_raw_frame(transport: Any) -> tuple[Any, int, Any]:
+    """One frame as the transport reads it, undecoded (``read``): its 8-byte header, channel and body
+    (None for a protocol header). Raises a time-out when none arrived in the socket's time."""
+    return transport.read()
+
+
+# -- AMQP over WebSockets: websocket-client's WebSocket, the sync transport's socket ---------------------
+
+
+def websocket_of(transport: Any) -> Any | None:
+    """The transport's websocket-client ``WebSocket`` when it carries AMQP over WebSockets, else None (its
+    ``sock`` is then the TCP or TLS socket itself)."""
+    sock = getattr(transport, "sock", None)
+    return sock if hasattr(sock, "frame_buffer") and hasattr(sock, "cont_frame") else None
+
+
+def websocket_socket(websocket: Any) -> Any:
+    """The TCP or TLS socket under a WebSocket (``sock``): the frame tap reads it directly."""
+    return websocket.sock
+
+
+def websocket_between_frames(websocket: Any) -> bool:
+    """True when websocket-client holds no part of a frame or fragmented message (``frame_buffer``'s
+    header, length and buffer, ``cont_frame.cont_data``): the socket's next byte starts a frame, so a
+    reader of the raw socket may take over."""
+    frames = websocket.frame_buffer
+    return (
+        frames.header is None
+        and frames.length is None
+        and not frames.recv_buffer
+        and websocket.cont_frame.cont_data is None
+    )
+
+
+def websocket_pong(websocket: Any, payload: bytes) -> None:
+    """Answer a ping (``pong``: written under websocket-client's own lock, as the SDK's writes are)."""
+    websocket.pong(payload)
+
+
 def set_receive_frame(transport: Any, receive_frame: Callable[..., Any]) -> None:
     """Every frame the connection reads comes from ``receive_frame`` (the transport's, replaced)."""
     transport.receive_frame = receive_frame
@@ -339,6 +378,7 @@ CONSUMER_INTERNALS = (
     "_handler._connection._transport.receive_frame",
     "_handler._connection._transport._read_buffer",
     "_handler._connection._transport.sock",
+    "_handler._connection._transport.read",
     "_handler._connection._incoming_endpoints",
     "_handler._connection.listen",
     "_handler._connection._error",
@@ -355,6 +395,15 @@ CONSUMER_INTERNALS = (
     "_handler._link._session._outgoing_flow",
     "_handler._link._session._input_handles",
     "_handler.client_ready",
+)
+# A consumer's WebSocket (websocket-client), when it reads AMQP over WebSockets (websocket_* above).
+WEBSOCKET_INTERNALS = (
+    "_handler._connection._transport.sock.sock",
+    "_handler._connection._transport.sock.frame_buffer.header",
+    "_handler._connection._transport.sock.frame_buffer.length",
+    "_handler._connection._transport.sock.frame_buffer.recv_buffer",
+    "_handler._connection._transport.sock.cont_frame.cont_data",
+    "_handler._connection._transport.sock.pong",
 )
 CLIENT_INTERNALS = ("_create_consumer", "_conn_manager")  # EventHubConsumerClient
 MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
@@ -378,6 +427,9 @@ def missing_internals(
     ``EventHubConsumerClient``) or ``async_client`` (an async ``EventHubProducerClient``) lack; empty
     when the installed SDK has them all."""
     missing = []
+    consumer_transport = getattr(getattr(getattr(consumer, "_handler", None), "_connection", None), "_transport", None)
+    if websocket_of(consumer_transport) is not None:
+        missing.extend(_missing(consumer, WEBSOCKET_INTERNALS))
     for path in MODULE_INTERNALS:
         module, _, name = path.rpartition(".")
         try:
@@ -392,13 +444,18 @@ def missing_internals(
         (async_client, ASYNC_CLIENT_INTERNALS),
         (batch, BATCH_INTERNALS),
     ):
-        if obj is None:
-            continue
-        for path in paths:
-            target = obj
-            for name in path.split("."):
-                if not hasattr(target, name):
-                    missing.append(f"{type(obj).__name__}.{path}")
-                    break
-                target = getattr(target, name)
+        if obj is not None:
+            missing.extend(_missing(obj, paths))
     return missing
+
+
+def _missing(obj: Any, paths: tuple[str, ...]) -> list[str]:
+    out = []
+    for path in paths:
+        target = obj
+        for name in path.split("."):
+            if not hasattr(target, name):
+                out.append(f"{type(obj).__name__}.{path}")
+                break
+            target = getattr(target, name)
+    return out

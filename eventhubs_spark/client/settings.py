@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import AuthenticationFailedError, HubNotFoundError, OptionError
+from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError, OptionError
 from .credentials import EntraSettings, Secret
+from .network import NetworkSettings, causes, classify, network_failure
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"
@@ -69,6 +70,7 @@ class ConnectionSettings:
     sas_token: Secret | None = None
     entra: EntraSettings | None = None
     emulator: bool = False  # plain AMQP without TLS, as UseDevelopmentEmulator=true
+    network: NetworkSettings = dataclasses.field(default_factory=NetworkSettings)  # transport, proxy, endpoint, CAs
 
     @property
     def fully_qualified_namespace(self) -> str:
@@ -83,8 +85,8 @@ class ConnectionSettings:
         return self.entra.method if self.entra else "defaultAzureCredential"
 
     def pool_key(self) -> tuple[str, str, int]:
-        """Identifies the credentials without holding them (a hash), for pool keys."""
-        return (self.namespace, self.hub, hash((self.connection_string, self.sas_token, self.entra)))
+        """Identifies the credentials and the way there without holding them (a hash), for pool keys."""
+        return (self.namespace, self.hub, hash((self.connection_string, self.sas_token, self.entra, self.network)))
 
     @contextlib.contextmanager
     def sign_in_errors(self) -> Iterator[None]:
@@ -99,16 +101,24 @@ class ConnectionSettings:
                 raise
             raise failure from None
 
-    def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | HubNotFoundError | None:
-        """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in, or
-        :class:`HubNotFoundError` when the service refused the sign-in because the hub does not exist."""
-        seen: BaseException | None = exc
-        while seen is not None:
-            if isinstance(seen, AuthenticationFailedError | HubNotFoundError):
+    def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | HubNotFoundError | NetworkError | None:
+        """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in,
+        :class:`HubNotFoundError` when the service refused the sign-in because the hub does not exist, or
+        :class:`~eventhubs_spark.errors.NetworkError` when the namespace could not be reached (see
+        :mod:`.network`). Whatever comes first in the chain decides: an attempt that failed to connect and
+        a later one refused at sign-in are told apart."""
+        for seen in causes(exc):
+            if isinstance(seen, AuthenticationFailedError | HubNotFoundError | NetworkError):
                 return seen
+            network = classify(seen, self.namespace, self.network)
+            if network is not None:
+                return network
             if type(seen).__name__ in _AUTH_FAILURES:
-                return self.auth_error(str(seen))
-            seen = seen.__cause__ or seen.__context__
+                # The SDK reports some failures to connect as failed sign-ins (a host name that does not
+                # resolve over WebSockets, a custom endpoint that refuses): what it wraps decides.
+                inner = getattr(seen, "error", None) or seen.__cause__
+                wrapped = network_failure(inner, self.namespace, self.network) if inner is not None else None
+                return wrapped or self.auth_error(str(seen))
         return None
 
     def auth_error(self, cause: str) -> AuthenticationFailedError | HubNotFoundError:
@@ -153,6 +163,7 @@ class ConnectionSettings:
         return self._client(EventHubProducerClient, True, kwargs)
 
     def _client(self, cls: Any, is_async: bool, kwargs: dict[str, Any]) -> Any:
+        kwargs = self._network_kwargs(is_async, kwargs)
         if self.connection_string is not None:
             return cls.from_connection_string(self.connection_string.reveal(), eventhub_name=self.hub, **kwargs)
         if self.sas_token is not None:
@@ -165,6 +176,9 @@ class ConnectionSettings:
         if self.emulator:
             kwargs.setdefault("use_tls", False)
         return cls(fully_qualified_namespace=self.namespace, eventhub_name=self.hub, credential=credential, **kwargs)
+
+    def _network_kwargs(self, is_async: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {**self.network.sdk_kwargs(is_async), **kwargs}
 
 
 def host_and_port(address: str, allow_path: bool = True) -> str | None:

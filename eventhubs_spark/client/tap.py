@@ -26,6 +26,7 @@ import contextlib
 import logging
 import select
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from typing import Any
 from ..arrow import Columns, DecodeError
 from . import sdk
 from .decode import RawEvents, Unsupported, decode_into, decode_message, sequence_number
+from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
 
 _LOG = logging.getLogger(__name__)
 
@@ -147,9 +149,23 @@ class FrameTap:
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.transport = sdk.transport(connection)
-        self.sock = self.transport.sock
-        self._data = sdk.take_buffered_bytes(self.transport)
+        # Over WebSockets the tap reads the TCP/TLS socket under websocket-client's WebSocket and strips
+        # the framing itself; until websocket-client is between two frames, the SDK's reader goes on.
+        self.websocket = sdk.websocket_of(self.transport)
+        self.sock = self.transport.sock if self.websocket is None else sdk.websocket_socket(self.websocket)
+        self._stream = WebSocketStream() if self.websocket is not None else None
+        # Frame by frame through the transport's own reader (raw frames, no SDK decoding), where the socket
+        # cannot be read directly: a transport this tap does not know (for good, said once), or a
+        # WebSocket that websocket-client is still in the middle of (until it is between two frames).
+        self.unsupported = None if isinstance(self.sock, socket.socket) else type(self.transport).__name__
+        self._by_frame = self.unsupported is not None or (
+            self.websocket is not None and not sdk.websocket_between_frames(self.websocket)
+        )
+        self._data = b"" if self._by_frame else sdk.take_buffered_bytes(self.transport)
         self._pos = 0
+        self.transport_name = (
+            "websocket" if self.websocket is not None else "tls" if isinstance(self.sock, ssl.SSLSocket) else "tcp"
+        )
         self._chunk = bytearray(_CHUNK)
         self._routes: dict[int, tuple[Any, Any, LinkSink] | None] = {}
         self._touched: set[LinkSink] = set()
@@ -159,7 +175,7 @@ class FrameTap:
         # How long a read waits for bytes (the connection's driver shortens it while links open, when
         # every answer is awaited by a step that comes after the read).
         self.timeout = 0.2
-        self.frames = 0
+        self.transfers = 0  # transfer frames taken here, not left to the SDK
         self.fallbacks = 0
         sdk.set_receive_frame(self.transport, self.receive_frame)
 
@@ -217,9 +233,16 @@ class FrameTap:
     def _fill(self, frame_size: int) -> bool:
         """Read more bytes; False when none came within the socket's time-out."""
         self.publish()  # nobody waits on events this thread holds while it waits itself
+        if self._by_frame:
+            if self.unsupported is None and sdk.websocket_between_frames(self.websocket):
+                self._by_frame = False  # the WebSocket's next byte starts a frame: read the socket from here on
+                self._data = self._data[self._pos :] + sdk.take_buffered_bytes(self.transport)
+                self._pos = 0
+                return True
+            return self._fill_by_frame()
         sock = self.sock
-        pending = getattr(sock, "pending", None)  # bytes TLS decrypted but not handed out yet
-        if not (callable(pending) and pending() > 0):
+        tls = isinstance(sock, ssl.SSLSocket)
+        if not (tls and sock.pending() > 0):  # bytes TLS decrypted but not handed out yet
             timeout = None if sock.gettimeout() is None else self.timeout  # None: the SDK asked to block
             readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
             if self._wake_r in readable:
@@ -245,9 +268,57 @@ class FrameTap:
             raise
         if not received:
             raise OSError("Server unexpectedly closed connection")
-        self._data = leftover + bytes(view[:received]) if leftover else bytes(view[:received])
+        if tls:
+            received = self._more_tls(sock, view, received, want)
+        fresh = bytes(view[:received])
+        if self._stream is not None:
+            fresh = self._stream.feed(fresh)
+            if self._stream.controls:
+                self._answer_controls()
+        self._data = leftover + fresh if leftover else fresh
         self._pos = 0
         return True
+
+    def _fill_by_frame(self) -> bool:
+        """One frame, raw, from the transport's own reader (``read``); False when none came in time."""
+        try:
+            header, _channel, body = sdk.read_raw_frame(self.transport)
+        except TimeoutError:
+            return False
+        frame = bytes(header) + (bytes(body) if body is not None else b"")
+        self._data = self._data[self._pos :] + frame
+        self._pos = 0
+        return True
+
+    @staticmethod
+    def _more_tls(sock: Any, view: memoryview, received: int, want: int) -> int:
+        """TLS hands out one record (at most 16 KiB) per read: read on while more is decrypted or waiting on
+        the socket, so a chunk holds as many frames as plain TCP would give. A record that has not fully
+        arrived ends the chunk (its bytes wait in the TLS layer, and ``pending`` sees them next time)."""
+        while received < want:
+            if sock.pending() <= 0:
+                readable, _, _ = select.select([sock], [], [], 0)
+                if not readable:
+                    break
+            try:
+                n = sock.recv_into(view[received:], want - received)
+            except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+                break
+            if not n:
+                break  # the end of the stream: the next read says so
+            received += n
+        return received
+
+    def _answer_controls(self) -> None:
+        """Pings get their pong; a close ends the connection (the SDK's reader would do the same)."""
+        assert self._stream is not None
+        controls, self._stream.controls = self._stream.controls, []
+        for opcode, payload in controls:
+            if opcode == PING:
+                sdk.websocket_pong(self.websocket, payload)
+            elif opcode == CLOSE:
+                code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
+                raise WebSocketClosed(f"the service closed the WebSocket connection (code {code})")
 
     def _transfer(self, data: bytes, channel: int, body: int, end: int) -> bool:
         """Consume a transfer frame of a tapped link; False leaves it to the SDK."""
@@ -305,7 +376,9 @@ class FrameTap:
             if partial is None:
                 partial = sink.partial = bytearray()
             partial += data[payload:end]
+            self.transfers += 1
             return True
+        self.transfers += 1
         if partial is not None:
             sink.partial = None
             partial += data[payload:end]
