@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from . import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator, EmulatorConfig, load_official_config, parse_hub_flag
 
@@ -22,6 +23,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME:PARTITIONS",
         help="an event hub with consumer group $Default, e.g. --hub telemetry:8 (repeatable)",
     )
+    parser.add_argument(
+        "--tls-port",
+        type=int,
+        metavar="PORT",
+        help="also serve AMQPS (AMQP over TLS), as the service does on 5671 (0 picks a free port)",
+    )
+    parser.add_argument(
+        "--websocket-port",
+        type=int,
+        metavar="PORT",
+        help="also serve AMQP over WebSockets with TLS at /$servicebus/websocket, as the service does on 443 "
+        "(0 picks a free port)",
+    )
+    parser.add_argument(
+        "--cert",
+        metavar="CERT_FILE",
+        help="the TLS certificate (PEM, with its chain) for --tls-port and --websocket-port; default: one "
+        "generated at start for the listening address, 127.0.0.1, localhost and this machine's name",
+    )
+    parser.add_argument("--cert-key", metavar="KEY_FILE", help="the private key (PEM) of --cert")
     parser.add_argument("--config", help="the official Event Hubs emulator's Config.json")
     parser.add_argument(
         "--key",
@@ -74,15 +95,23 @@ def build(args: argparse.Namespace) -> Emulator:
             if value < 0:
                 raise ValueError(f"--{name.replace('_', '-')} {value:g}: expected seconds >= 0 (0 = never)")
             setattr(config, name, value)
+    cert, key = getattr(args, "cert", None), getattr(args, "cert_key", None)
+    if bool(cert) != bool(key):
+        raise ValueError("--cert and --cert-key go together, e.g. --cert server.pem --cert-key server-key.pem")
+    network: dict[str, Any] = {
+        "tls_port": getattr(args, "tls_port", None),
+        "websocket_port": getattr(args, "websocket_port", None),
+        "certificate": (cert, key) if cert else None,
+    }
     if not getattr(args, "entra", False):
-        return Emulator(config=config, host=args.host, port=args.port)
+        return Emulator(config=config, host=args.host, port=args.port, **network)
     import secrets
 
     from .entra import LocalEntra
 
     entra = LocalEntra().start()
     entra.add_secret_client("local-app", secrets.token_urlsafe(16))
-    emulator = Emulator(config=config, host=args.host, port=args.port, token_verifier=entra.verify)
+    emulator = Emulator(config=config, host=args.host, port=args.port, token_verifier=entra.verify, **network)
     emulator.entra = entra  # type: ignore[attr-defined]
     return emulator
 
@@ -102,6 +131,20 @@ def serve(emulator: Emulator) -> int:
             f"{emulator.connection_string(hub.name, key_name=shown_name, key=shown_key)}",
             flush=True,
         )
+    server = emulator.server
+    if server is not None and (server.tls_port is not None or server.websocket_port is not None):
+        print(f"TLS certificate: {emulator.ca_file}; trust it with eventhubs.connectionVerify (the SDK's "
+              "connection_verify), and use the connection string without UseDevelopmentEmulator:",
+              flush=True)  # fmt: skip
+        first = emulator.config.hubs[0].name
+        print(f"  {emulator.connection_string(first, key_name=shown_name, key=shown_key, tls=True)}", flush=True)
+        if server.tls_port is not None:
+            print(f"  AMQPS on {emulator.host}:{server.tls_port}: eventhubs.customEndpointAddress="
+                  f"{emulator.tls_endpoint}", flush=True)  # fmt: skip
+        if server.websocket_port is not None:
+            print(f"  AMQP over WebSockets on {emulator.host}:{server.websocket_port}: eventhubs.transportType="
+                  f"amqpWebSockets eventhubs.customEndpointAddress={emulator.websocket_endpoint}",
+                  flush=True)  # fmt: skip
     entra = getattr(emulator, "entra", None)
     if entra is not None:
         secret = entra.clients["local-app"].secret

@@ -5,9 +5,12 @@
 (or ``pytest -p eventhubs_emulator.pytest_plugin``). It is not registered on install, so it
 loads into no other pytest run of an environment that has the package.
 
-* ``eventhubs_emulator`` (session): one running emulator for the whole test session.
+* ``eventhubs_emulator`` (session): one running emulator for the whole test session, serving plain
+  AMQP, AMQPS and AMQP over WebSockets (each on a free port, TLS with a generated certificate).
 * ``eventhub`` (function): a fresh, uniquely named hub with 4 partitions on it, so tests never see
-  each other's events. Use ``eventhub.connection_string`` with the SDK or the connector.
+  each other's events. Use ``eventhub.connection_string`` with the SDK or the connector (plain AMQP),
+  or ``eventhub.tls_connection_string`` with ``eventhub.tls_endpoint`` (or ``websocket_endpoint``) as
+  the custom endpoint address and ``eventhub.ca_file`` as the CA bundle, as a real namespace is reached.
 """
 
 from __future__ import annotations
@@ -39,10 +42,27 @@ class EventHubHandle:
     def namespace_connection_string(self) -> str:
         return self.emulator.connection_string()
 
+    @property
+    def tls_connection_string(self) -> str:
+        """The hub's connection string as a real namespace has it (no port, TLS)."""
+        return self.emulator.connection_string(self.name, tls=True)
+
+    @property
+    def tls_endpoint(self) -> str:
+        return self.emulator.tls_endpoint
+
+    @property
+    def websocket_endpoint(self) -> str:
+        return self.emulator.websocket_endpoint
+
+    @property
+    def ca_file(self) -> str:
+        return self.emulator.ca_file
+
 
 @pytest.fixture(scope="session")
 def eventhubs_emulator() -> Iterator[Emulator]:
-    with Emulator() as emulator:
+    with Emulator(tls_port=0, websocket_port=0) as emulator:
         yield emulator
 
 

@@ -129,3 +129,56 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+class ProxyServer:
+    """A real HTTP proxy (proxy.py, from PyPI) that tunnels CONNECT and forwards plain HTTP; with
+    ``credentials`` ("user:password") it answers 407 to requests without them."""
+
+    def __init__(self, credentials: str | None = None) -> None:
+        import sys
+
+        self.credentials = credentials
+        self.port = free_port()
+        args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(self.port),
+                "--num-acceptors", "1", "--num-workers", "1", "--log-level", "WARNING"]  # fmt: skip
+        if credentials:
+            args += ["--basic-auth", credentials]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)  # fmt: skip
+        wait_for_port(self.port)
+
+    def options(self, with_credentials: bool = True) -> dict[str, str]:
+        """The connector's options for this proxy."""
+        out = {"eventhubs.httpProxy.hostname": "127.0.0.1", "eventhubs.httpProxy.port": str(self.port)}
+        if self.credentials and with_credentials:
+            user, _, password = self.credentials.partition(":")
+            out.update({"eventhubs.httpProxy.username": user, "eventhubs.httpProxy.password": password})
+        return out
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)  # its acceptor processes too
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def http_proxy() -> Iterator[ProxyServer]:
+    proxy = ProxyServer()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def http_proxy_with_credentials() -> Iterator[ProxyServer]:
+    proxy = ProxyServer("spark:proxy-secret-7")
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

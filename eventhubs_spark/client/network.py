@@ -139,17 +139,17 @@ _PORT_HINT = (
 def causes(exc: BaseException) -> list[BaseException]:
     """``exc`` and everything it was raised from or during, outermost first (each once)."""
     seen: list[BaseException] = []
-    stack: list[BaseException | None] = [exc]
+    stack: list[object] = [exc]
     while stack:
         current = stack.pop(0)
-        if current is None or any(current is s for s in seen):
+        if not isinstance(current, BaseException) or any(current is s for s in seen):
             continue
         seen.append(current)
+        # the SDK's errors keep what they wrap in ``error`` (an exception, or only its text), aiohttp's
+        # in ``os_error`` and ``certificate_error``
         stack.extend([current.__cause__, current.__context__, getattr(current, "error", None)])
-        inner = getattr(current, "os_error", None) or getattr(current, "certificate_error", None)
-        if isinstance(inner, BaseException):
-            stack.append(inner)
-    return [s for s in seen if isinstance(s, BaseException)]
+        stack.extend([getattr(current, "os_error", None), getattr(current, "certificate_error", None)])
+    return seen
 
 
 def _status(exc: BaseException) -> int | None:

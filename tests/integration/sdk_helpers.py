@@ -36,8 +36,13 @@ class Received:
 class Receiver:
     """Runs ``EventHubConsumerClient.receive_batch`` on a thread, collecting events and errors."""
 
-    def __init__(self, conn: str, consumer_group: str = "$Default", **receive_options: Any) -> None:
-        self.client = EventHubConsumerClient.from_connection_string(conn, consumer_group=consumer_group)
+    def __init__(
+        self, conn: str, consumer_group: str = "$Default", client_options: dict[str, Any] | None = None,
+        **receive_options: Any,
+    ) -> None:  # fmt: skip
+        self.client = EventHubConsumerClient.from_connection_string(
+            conn, consumer_group=consumer_group, **(client_options or {})
+        )
         self.result = Received()
         self._lock = threading.Lock()
         options = {"max_wait_time": 0.2, "max_batch_size": 1000, **receive_options}
@@ -122,9 +127,12 @@ class LiveProducer:
         return list(self.produced)
 
 
-def receive(conn: str, count: int, timeout: float = 30.0, **options: Any) -> list[Any]:
-    """Receive at least ``count`` events (or whatever came before ``timeout``) and stop."""
-    with Receiver(conn, **options) as r:
+def receive(
+    conn: str, count: int, timeout: float = 30.0, client_options: dict[str, Any] | None = None, **options: Any
+) -> list[Any]:
+    """Receive at least ``count`` events (or whatever came before ``timeout``) and stop; ``client_options``
+    go to the consumer client (transport, custom endpoint...)."""
+    with Receiver(conn, client_options=client_options, **options) as r:
         return r.wait_for(count, timeout)
 
 

@@ -1,0 +1,303 @@
+"""Reaching a namespace the way real networks allow, without Spark: the emulator's TLS and WebSocket
+listeners with the official SDK and with Qpid Proton (an AMQP 1.0 implementation nobody here wrote),
+the connector's receive path over each transport and through a real HTTP proxy, and the errors a
+blocked port, an untrusted or wrong certificate and a refusing proxy give."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+
+from eventhubs_emulator import Emulator, tls
+from eventhubs_spark.client import engine
+from eventhubs_spark.client.layout import events_batch
+from eventhubs_spark.client.management import ManagementClient
+from eventhubs_spark.client.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError
+from eventhubs_spark.options import read_options
+
+from ..conftest import free_port
+from .network_helpers import TRANSPORTS, network_options, sdk_kwargs
+from .sdk_helpers import receive, send
+
+
+def read_rows(options: dict[str, str], partition: str, start: int, end: int, timeout: float = 20.0) -> list[dict]:
+    """Read ``[start, end)`` of a partition through the connector's receive path, in this process."""
+    settings = read_options(options, "batch").settings
+    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=timeout), partition, start, end, True)
+    rows: list[dict] = []
+    for chunk in read_here(request, RangeResult()):
+        rows.extend(events_batch(chunk, partition)[0].to_pylist())
+    return rows
+
+
+def tap_of(options: dict[str, str]):
+    """The frame tap of the shared connection these options read through (after a read)."""
+    settings = read_options(options, "batch").settings
+    connection = engine.CONNECTIONS._by_key.get(engine.Connections.key(settings))
+    assert connection is not None and connection._tap is not None
+    return connection._tap
+
+
+# -- the official SDK over the emulator's TLS and WebSocket listeners ----------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_official_sdk_sends_receives_and_asks_properties_over_tls_and_websockets(eventhub, transport):
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    kwargs = sdk_kwargs(eventhub, transport)
+    with EventHubProducerClient.from_connection_string(eventhub.tls_connection_string, **kwargs) as producer:
+        batch = producer.create_batch(partition_id="1")
+        for i in range(50):
+            batch.add(EventData(f"{transport}-{i}"))
+        producer.send_batch(batch)
+        assert producer.get_partition_properties("1")["last_enqueued_sequence_number"] == 49
+    events = receive(
+        eventhub.tls_connection_string, 50, partition_id="1", starting_position="-1", client_options=kwargs
+    )
+    assert [e.body_as_str() for e in events] == [f"{transport}-{i}" for i in range(50)]
+
+
+# -- Qpid Proton: another AMQP 1.0 implementation -------------------------------------------------------------
+
+
+def proton_connection(eventhub, secure: bool = False):
+    from proton import SSLDomain
+    from proton.utils import BlockingConnection
+
+    if not secure:
+        return BlockingConnection(f"amqp://127.0.0.1:{eventhub.emulator.port}", allowed_mechs="ANONYMOUS")
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(eventhub.ca_file)
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME, eventhub.ca_file)
+    port = eventhub.emulator.tls_port  # Proton checks the peer's name against DNS names only: localhost
+    return BlockingConnection(f"amqps://localhost:{port}", ssl_domain=domain, allowed_mechs="ANONYMOUS")
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["amqp", "amqps"])
+def test_qpid_proton_sends_every_body_kind_and_the_sdk_and_the_connector_read_them(eventhub, secure):
+    from proton import Message
+
+    connection = proton_connection(eventhub, secure)
+    try:
+        sender = connection.create_sender(f"{eventhub.name}/Partitions/2")
+        sender.send(Message(body=b"binary body", inferred=True, properties={"n": 7, "s": "text"}))  # data section
+        sender.send(Message(body="a value body"))  # amqp-value section
+        sender.send(Message(body=["a", "sequence"], inferred=True))  # amqp-sequence section
+        sender.send(Message(body=b"x" * 300_000, inferred=True))  # several frames (the emulator's max is 64 KiB)
+        sender.send(Message(body=b"keyed", annotations={"x-opt-partition-key": "device-1"}))  # binary amqp-value
+    finally:
+        connection.close()
+
+    events = receive(eventhub.connection_string, 5, partition_id="2", starting_position="-1")
+    assert b"".join(events[0].body) == b"binary body"
+    assert events[0].properties == {b"n": 7, b"s": b"text"}
+    assert events[1].body_type.value == "value" and events[1].body == b"a value body"  # the SDK gives str as bytes
+    assert len(b"".join(events[3].body)) == 300_000
+
+    rows = read_rows({"eventhubs.connectionString": eventhub.connection_string}, "2", 0, 5)
+    assert [r["sequenceNumber"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["body"] == b"binary body" and dict(rows[0]["properties"]) == {"n": "7", "s": "text"}
+    assert rows[1]["body"] == b"a value body"
+    assert rows[2]["body"] == b'[["a", "sequence"]]'  # a list of sequence sections, as the SDK has it
+    assert rows[3]["body"] == b"x" * 300_000
+    assert rows[4]["body"] == b"keyed" and rows[4]["partitionKey"] == "device-1"
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["amqp", "amqps"])
+def test_qpid_proton_receives_what_the_sdk_sent_with_the_service_annotations(eventhub, secure):
+    send(eventhub.connection_string, [f"sdk-{i}" for i in range(20)], partition_id="0")
+    connection = proton_connection(eventhub, secure)
+    try:
+        receiver = connection.create_receiver(f"{eventhub.name}/ConsumerGroups/$Default/Partitions/0")
+        messages = [receiver.receive(timeout=10) for _ in range(20)]
+    finally:
+        connection.close()
+    assert [bytes(m.body).decode() for m in messages] == [f"sdk-{i}" for i in range(20)]
+    assert [m.annotations["x-opt-sequence-number"] for m in messages] == list(range(20))
+    assert all(isinstance(m.annotations["x-opt-offset"], str) for m in messages)
+
+
+# -- the connector's receive path over each transport -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_connector_reads_over_tls_and_websockets_with_its_own_frame_reader(eventhub, transport):
+    send(eventhub.connection_string, [f"e{i}" * 20 for i in range(3000)], partition_id="0")
+    options = network_options(eventhub, transport)
+    assert ManagementClient.get(read_options(options, "batch").settings).partition_ids() == ["0", "1", "2", "3"]
+    rows = read_rows(options, "0", 0, 3000)
+    assert [r["sequenceNumber"] for r in rows] == list(range(3000))
+    assert rows[2999]["body"] == b"e2999" * 20
+    tap = tap_of(options)
+    assert tap.transport_name == ("tls" if transport == "tls" else "websocket")
+    assert tap.transfers >= 3000 and not tap._by_frame  # read from the socket by the tap, not by the SDK
+
+
+def test_a_websocket_ping_is_answered_and_the_read_goes_on(eventhub):
+    options = network_options(eventhub, "websockets")
+    send(eventhub.connection_string, ["before"], partition_id="3")
+    assert [r["body"] for r in read_rows(options, "3", 0, 1)] == [b"before"]
+    pongs = eventhub.emulator.websocket_pongs()
+    assert eventhub.emulator.ping_websockets(b"are you there") >= 1
+    send(eventhub.connection_string, ["after"], partition_id="3")
+    assert [r["body"] for r in read_rows(options, "3", 1, 2)] == [b"after"]
+    deadline = time.monotonic() + 10
+    while eventhub.emulator.websocket_pongs() <= pongs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert eventhub.emulator.websocket_pongs() > pongs
+
+
+def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_said_once(eventhub, monkeypatch, caplog):
+    from eventhubs_spark.client import tap as tap_module
+
+    original = tap_module.FrameTap.__init__
+
+    def unknown_transport(self, connection):  # as if the SDK's transport read from something not a socket
+        original(self, connection)
+        self.unsupported, self._by_frame = "SomeFutureTransport", True
+
+    monkeypatch.setattr(tap_module.FrameTap, "__init__", unknown_transport)
+    monkeypatch.setattr(engine, "_SLOW_PATH_LOGGED", False)
+    send(eventhub.connection_string, [f"f{i}" for i in range(500)], partition_id="1")
+    options = {**network_options(eventhub, "websockets"), "eventhubs.prefetchCount": "97"}  # a connection of its own
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark.client.engine"):
+        rows = read_rows(options, "1", 0, 500)
+        rows += read_rows({**options, "eventhubs.consumerGroup": "other"}, "1", 0, 10)
+    assert [r["body"] for r in rows] == [f"f{i}".encode() for i in range(500)] + [f"f{i}".encode() for i in range(10)]
+    said = [r for r in caplog.records if "frame by frame" in r.getMessage()]
+    assert len(said) == 1 and "SomeFutureTransport" in said[0].getMessage()
+    assert tap_of(options).transfers >= 500  # still the tap's own transfer handling, fed frame by frame
+
+
+# -- through a real HTTP proxy ----------------------------------------------------------------------------------
+
+
+def test_websockets_through_a_proxy_with_and_without_credentials(eventhub, http_proxy, http_proxy_with_credentials):
+    send(eventhub.connection_string, [f"p{i}" for i in range(200)], partition_id="2")
+    for proxy in (http_proxy, http_proxy_with_credentials):
+        options = {**network_options(eventhub, "websockets", proxy)}
+        assert read_options(options, "batch").settings.network.websockets
+        assert [r["body"] for r in read_rows(options, "2", 0, 200)] == [f"p{i}".encode() for i in range(200)]
+        info = ManagementClient.get(read_options(options, "batch").settings).partition_properties(["2"])
+        assert info["2"].last_enqueued_sequence_number == 199
+
+
+def test_the_checkpoint_store_goes_through_the_same_proxy(eventhub, azurite, http_proxy_with_credentials):
+    from eventhubs_spark.checkpoints import Checkpoint
+    from eventhubs_spark.checkpoints.mirror import CheckpointMirror
+    from eventhubs_spark.options import read_options as parse
+
+    container = f"proxy-{uuid.uuid4().hex[:8]}"
+    store_options = {
+        "eventhubs.checkpointStore.connectionString": azurite.connection_string,
+        "eventhubs.checkpointStore.container": container,
+    }
+    good = parse({**network_options(eventhub, "websockets", http_proxy_with_credentials), **store_options}, "stream")
+    store = CheckpointMirror(good.checkpoint_store, good.settings, ReceiverConfig()).store()
+    store.update_checkpoint(Checkpoint("ns", "hub", "$default", "0", 41, "4100"))
+    assert [c.sequence_number for c in store.list_checkpoints("ns", "hub", "$default")] == [41]
+
+    refused = parse(
+        {**network_options(eventhub, "websockets"), **http_proxy_with_credentials.options(with_credentials=False),
+         **store_options}, "stream",
+    )  # fmt: skip
+    with pytest.raises(Exception, match="Proxy Authentication Required"):
+        CheckpointMirror(refused.checkpoint_store, refused.settings, ReceiverConfig()).store()
+
+
+# -- what a failure to get through says ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stranger():
+    """An emulator whose certificate names another host (other.example), not 127.0.0.1."""
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="stranger-tls-")
+    key, cert = tls.self_signed("stranger", ["other.example"])
+    with open(f"{where}/cert.pem", "wb") as f:
+        f.write(cert)
+    with open(f"{where}/key.pem", "wb") as f:
+        f.write(key)
+    with Emulator({"t": 1}, tls_port=0, certificate=(f"{where}/cert.pem", f"{where}/key.pem")) as emu:
+        yield emu
+
+
+def failure(options: dict[str, str]) -> tuple[BaseException, float]:
+    started = time.monotonic()
+    with pytest.raises((NetworkError, EventHubsTimeoutError)) as caught:
+        read_rows({**options, "eventhubs.receiverTimeout": "4s"}, "0", 0, 1, timeout=4)
+    return caught.value, time.monotonic() - started
+
+
+def test_an_untrusted_certificate_fails_at_once_naming_connection_verify(eventhub):
+    options = {**network_options(eventhub, "tls"), "eventhubs.connectionVerify": "/etc/ssl/certs/ca-certificates.crt"}
+    error, took = failure(options)
+    assert isinstance(error, NetworkError) and took < 3
+    assert "not trusted" in str(error) and "eventhubs.connectionVerify" in str(error)
+
+
+def test_a_certificate_for_another_host_fails_at_once_naming_the_custom_endpoint(eventhub, stranger):
+    options = {
+        "eventhubs.connectionString": stranger.connection_string("t", tls=True),
+        "eventhubs.customEndpointAddress": stranger.tls_endpoint,
+        "eventhubs.connectionVerify": stranger.ca_file,
+    }
+    error, took = failure(options)
+    assert isinstance(error, NetworkError) and took < 3
+    assert "does not name that host" in str(error) and "eventhubs.customEndpointAddress" in str(error)
+
+
+def test_a_closed_port_is_retried_to_the_receiver_timeout_and_names_websockets(eventhub):
+    options = {**network_options(eventhub, "tls"), "eventhubs.customEndpointAddress": f"sb://127.0.0.1:{free_port()}"}
+    error, took = failure(options)
+    assert isinstance(error, NetworkError) and 3.5 < took < 15
+    assert "refused the connection" in str(error) and "eventhubs.transportType=amqpWebSockets" in str(error)
+
+
+def test_tls_spoken_to_a_plain_port_fails_at_once(eventhub):
+    options = {**network_options(eventhub, "tls"), "eventhubs.customEndpointAddress": eventhub.emulator.endpoint}
+    error, took = failure(options)
+    assert isinstance(error, NetworkError) and took < 3 and "TLS handshake" in str(error)
+
+
+def test_a_proxy_that_wants_credentials_fails_at_once_naming_them(eventhub, http_proxy_with_credentials):
+    options = {**network_options(eventhub, "websockets"), **http_proxy_with_credentials.options(False)}
+    error, took = failure(options)
+    assert isinstance(error, NetworkError) and took < 3
+    assert "407" in str(error) and "eventhubs.httpProxy.username" in str(error)
+    settings = read_options(options, "batch").settings
+    with pytest.raises(NetworkError, match="eventhubs.httpProxy.password"):
+        ManagementClient(settings, operation_timeout=5).partition_ids()
+    assert "proxy-secret-7" not in str(error)
+
+
+def test_a_proxy_that_is_not_there_is_named(eventhub):
+    options = {
+        **network_options(eventhub, "websockets"),
+        "eventhubs.httpProxy.hostname": "127.0.0.1",
+        "eventhubs.httpProxy.port": str(free_port()),
+    }
+    settings = read_options(options, "batch").settings
+    with pytest.raises(EventHubsTimeoutError, match="cannot reach the HTTP proxy") as caught:
+        ManagementClient(settings, operation_timeout=3).partition_ids()
+    assert "eventhubs.httpProxy.hostname" in str(caught.value)
+
+
+def test_the_sink_fails_on_an_untrusted_certificate_without_waiting_for_the_operation_timeout(eventhub):
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.options import write_options
+    from eventhubs_spark.sink import _write, layout_for
+
+    options = {**network_options(eventhub, "tls"), "eventhubs.connectionVerify": "/etc/ssl/certs/ca-certificates.crt"}
+    layout = layout_for(StructType([StructField("body", StringType())]))
+    started = time.monotonic()
+    with pytest.raises(NetworkError, match="eventhubs.connectionVerify"):
+        _write(write_options(options).settings, layout, 120.0, iter([("hello",)]), arrow=False)
+    assert time.monotonic() - started < 40  # the SDK's own three retries, not ours until eventhubs.operationTimeout
