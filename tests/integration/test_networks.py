@@ -301,3 +301,32 @@ def test_the_sink_fails_on_an_untrusted_certificate_without_waiting_for_the_oper
     with pytest.raises(NetworkError, match="eventhubs.connectionVerify"):
         _write(write_options(options).settings, layout, 120.0, iter([("hello",)]), arrow=False)
     assert time.monotonic() - started < 40  # the SDK's own three retries, not ours until eventhubs.operationTimeout
+
+
+def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
+    eventhub, http_proxy_with_credentials, tmp_path, monkeypatch
+):
+    """The settings (transport, proxy and its password, endpoint, CA bundle) cross to the service process,
+    which reads over WebSockets through the proxy."""
+    import os
+    import shutil
+
+    from eventhubs_spark.client import service
+
+    local = tmp_path / "blockmgr-net"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    monkeypatch.setattr(service, "_CLIENT", None)
+    send(eventhub.connection_string, [f"s{i}" for i in range(300)], partition_id="0")
+    settings = read_options(network_options(eventhub, "websockets", http_proxy_with_credentials), "stream").settings
+    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 300, True)
+    stats: dict = {}
+    try:
+        batches = list(service.read_batches(request, True, stats))
+        assert stats["via"] == "service" and stats["pid"] != os.getpid(), stats
+        bodies = [b for batch in batches for b in batch.column("body").to_pylist()]
+        assert bodies == [f"s{i}".encode() for i in range(300)]
+    finally:
+        if service._CLIENT is not None:
+            service._CLIENT.close()
+        shutil.rmtree(local)  # the service exits when its executor's directory is gone
