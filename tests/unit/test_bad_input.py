@@ -211,7 +211,9 @@ def test_sign_in_methods_are_implied_by_the_options_given():
     assert settings.auth_method == "connectionString" and settings.entra.method == "servicePrincipal"
 
 
-@pytest.mark.parametrize("name", ["connector.example.json", "connector.entra.example.json"])
+@pytest.mark.parametrize(
+    "name", ["connector.example.json", "connector.entra.example.json", "connector.proxy.example.json"]
+)
 def test_the_example_configurations_in_conf_are_valid(name):
     from pathlib import Path
 

@@ -326,6 +326,7 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
              "eventhubs.checkpointStore.container": "c"}  # fmt: skip
     by_connection = {"eventhubs.connectionString": CONN, **store}
     by_namespace = {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub", **store}
+    proxy = {**by_connection, "eventhubs.httpProxy.hostname": "proxy", "eventhubs.httpProxy.port": "3128"}
     principal = {"eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "s"}
     # option -> (options it is set beside, the value it gets)
     cases = {
@@ -372,6 +373,11 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         "eventhubs.minEventsPerTask": (by_connection, "500"),
         "eventhubs.readAhead.maxEvents": (by_connection, "100"),
         "eventhubs.readAhead.maxBytes": (by_connection, "1MB"),
+        "eventhubs.httpProxy.hostname": (proxy, "other-proxy"),
+        "eventhubs.httpProxy.port": (proxy, "8080"),
+        "eventhubs.httpProxy.username": ({**proxy, "eventhubs.httpProxy.password": "pw"}, "user"),
+        "eventhubs.httpProxy.password": ({**proxy, "eventhubs.httpProxy.username": "user"}, "pw"),
+        "eventhubs.connectionVerify": (by_connection, __file__),  # a file that exists
     }  # fmt: skip
     ownership = {"eventhubs.ownerId", "eventhubs.loadBalancing.maxPartitions"}
     for spec in SPECS:

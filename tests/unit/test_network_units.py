@@ -1,0 +1,356 @@
+"""Networks without a network: the options, what the SDK and azure-storage-blob are given, what each
+failure to connect means, the WebSocket framing on both sides, and performatives with fields left out."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import pickle
+import socket
+import ssl
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventhubs_emulator import amqp
+from eventhubs_emulator import websocket as server_ws
+from eventhubs_spark.client import websocket as client_ws
+from eventhubs_spark.client.network import HttpProxy, NetworkSettings, network_failure
+from eventhubs_spark.errors import NetworkError, OptionError
+from eventhubs_spark.options import read_options, write_options
+
+CONN = "Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+
+
+def net(**options: str) -> NetworkSettings:
+    return read_options({"eventhubs.connectionString": CONN, **options}, "batch").settings.network
+
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+def test_the_defaults_are_the_sdks_amqp_over_tls():
+    assert net() == NetworkSettings()
+    assert net().sdk_kwargs(False) == {} and net().storage_kwargs() == {}
+
+
+def test_transport_type_takes_either_spelling_and_refuses_others():
+    assert net(**{"eventhubs.transportType": "AMQPWEBSOCKETS"}).transport == "amqpWebSockets"
+    assert net(**{"eventhubs.transportType": "amqp"}).transport == "amqp"
+    with pytest.raises(OptionError, match=r"eventhubs.transportType: expected amqp or amqpWebSockets.*Example"):
+        net(**{"eventhubs.transportType": "tcp"})
+
+
+def test_a_proxy_implies_websockets_and_needs_host_and_port():
+    settings = net(**{"eventhubs.httpProxy.hostname": "proxy.corp", "eventhubs.httpProxy.port": "3128"})
+    assert settings.websockets and settings.proxy == HttpProxy("proxy.corp", 3128)
+    with pytest.raises(OptionError, match="eventhubs.httpProxy.hostname and eventhubs.httpProxy.port"):
+        net(**{"eventhubs.httpProxy.hostname": "proxy.corp"})
+    with pytest.raises(OptionError, match="eventhubs.httpProxy.hostname and eventhubs.httpProxy.port"):
+        net(**{"eventhubs.httpProxy.username": "u", "eventhubs.httpProxy.password": "p"})
+    with pytest.raises(OptionError, match="expected a port from 1 to 65535"):
+        net(**{"eventhubs.httpProxy.hostname": "proxy.corp", "eventhubs.httpProxy.port": "99999"})
+    with pytest.raises(OptionError, match="without a port"):
+        net(**{"eventhubs.httpProxy.hostname": "proxy.corp:3128", "eventhubs.httpProxy.port": "3128"})
+
+
+def test_a_proxy_with_amqp_over_tls_is_refused_naming_websockets():
+    with pytest.raises(OptionError, match="WebSockets only.*amqpWebSockets"):
+        net(**{"eventhubs.transportType": "amqp", "eventhubs.httpProxy.hostname": "p", "eventhubs.httpProxy.port": "1"})
+
+
+def test_proxy_credentials_go_in_pairs_and_the_password_never_shows():
+    base = {"eventhubs.httpProxy.hostname": "proxy.corp", "eventhubs.httpProxy.port": "3128"}
+    with pytest.raises(OptionError, match="username and eventhubs.httpProxy.password"):
+        net(**base, **{"eventhubs.httpProxy.username": "svc"})
+    options = read_options(
+        {"eventhubs.connectionString": CONN, **base, "eventhubs.httpProxy.username": "svc",
+         "eventhubs.httpProxy.password": "pr0xy-S3CRET"}, "stream",
+    )  # fmt: skip
+    assert "pr0xy-S3CRET" not in repr(options) and "pr0xy-S3CRET" not in str(options.settings)
+    assert options.settings.network.proxy is not None and options.settings.network.proxy.username == "svc"
+    revived = pickle.loads(pickle.dumps(options.settings))  # travels to executors and the receiver service
+    assert revived.network == options.settings.network and revived.pool_key() == options.settings.pool_key()
+
+
+def test_custom_endpoints_are_normalized_and_bad_ones_refused():
+    assert net(**{"eventhubs.customEndpointAddress": "gw.internal:443"}).custom_endpoint == "sb://gw.internal:443"
+    assert net(**{"eventhubs.customEndpointAddress": "amqps://10.0.0.4/"}).custom_endpoint == "sb://10.0.0.4"
+    with pytest.raises(OptionError, match=r"eventhubs.customEndpointAddress: expected sb://host\[:port\]"):
+        net(**{"eventhubs.customEndpointAddress": "sb://gw:notaport"})
+
+
+def test_a_ca_bundle_must_exist(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert net(**{"eventhubs.connectionVerify": str(bundle)}).ca_file == str(bundle)
+    with pytest.raises(OptionError, match="eventhubs.connectionVerify: no file.*every node"):
+        net(**{"eventhubs.connectionVerify": str(tmp_path / "missing.pem")})
+
+
+def test_network_options_apply_to_writes_too():
+    options = write_options({"eventhubs.connectionString": CONN, "eventhubs.transportType": "amqpWebSockets"})
+    assert options.settings.network.websockets
+
+
+def test_the_network_is_part_of_the_pool_key():
+    plain = read_options({"eventhubs.connectionString": CONN}, "batch").settings
+    websockets = read_options({"eventhubs.connectionString": CONN, "eventhubs.transportType": "amqpWebSockets"},
+                              "batch").settings  # fmt: skip
+    assert plain.pool_key() != websockets.pool_key()
+
+
+# -- what the SDK and the blob store are given ----------------------------------------------------------------
+
+
+def test_the_sdk_gets_its_own_names():
+    from azure.eventhub import TransportType
+
+    settings = NetworkSettings(
+        transport="amqpWebSockets",
+        proxy=HttpProxy("proxy.corp", 3128, "svc", _secret("p@ss:w/rd")),
+        custom_endpoint="sb://gw.internal:8443",
+        ca_file="/certs/ca.pem",
+    )
+    sync = settings.sdk_kwargs(False)
+    assert sync == {
+        "transport_type": TransportType.AmqpOverWebsocket,
+        "http_proxy": {"proxy_hostname": "proxy.corp", "proxy_port": 3128, "username": "svc", "password": "p@ss:w/rd"},
+        "custom_endpoint_address": "sb://gw.internal:8443",
+        "connection_verify": "/certs/ca.pem",
+    }
+    assert settings.sdk_kwargs(True)["http_proxy"]["proxy_hostname"] == "http://proxy.corp"  # aiohttp takes a URL
+    storage = settings.storage_kwargs()
+    assert storage["proxies"]["https"] == "http://svc:p%40ss%3Aw%2Frd@proxy.corp:3128"
+    assert storage["connection_verify"] == "/certs/ca.pem"
+
+
+def test_a_custom_endpoint_over_amqp_names_the_transport():
+    """Without a transport type the SDK takes a custom endpoint for WebSockets: the default is said."""
+    from azure.eventhub import TransportType
+
+    kwargs = NetworkSettings(custom_endpoint="sb://10.0.0.4").sdk_kwargs(False)
+    assert kwargs["transport_type"] == TransportType.Amqp
+
+
+def _secret(value: str):
+    from eventhubs_spark.client.credentials import Secret
+
+    return Secret(value)
+
+
+# -- what a failure to connect means --------------------------------------------------------------------------
+
+WHERE = NetworkSettings()
+WS = NetworkSettings(transport="amqpWebSockets", proxy=HttpProxy("proxy.corp", 3128))
+
+
+class ConnectError(Exception):
+    """Stands in for the SDK's wrapper, which keeps the cause in ``error``."""
+
+    def __init__(self, text: str, error: object = None) -> None:
+        super().__init__(text)
+        self.error = error
+
+
+def _named(name: str, text: str, **attrs: object) -> Exception:
+    cls = type(name, (Exception,), {})
+    exc = cls(text)
+    for key, value in attrs.items():
+        setattr(exc, key, value)
+    return exc
+
+
+def _cert_error(text: str, code: int) -> ssl.SSLCertVerificationError:
+    exc = ssl.SSLCertVerificationError(1, text)
+    exc.verify_code = code
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "network", "words", "retriable"),
+    [
+        (_cert_error("certificate verify failed: self-signed certificate", 18), WHERE,
+         ["not trusted", "eventhubs.connectionVerify"], False),
+        (_cert_error("certificate verify failed: Hostname mismatch, certificate is not valid for 'x'", 62), WHERE,
+         ["does not name that host", "eventhubs.customEndpointAddress"], False),
+        (ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"), WHERE, ["TLS handshake"], False),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), WHERE,
+         ["myns.servicebus.windows.net:5671", "refused", "eventhubs.transportType=amqpWebSockets"], True),
+        (TimeoutError("timed out"), WHERE, ["unreachable", "amqpWebSockets"], True),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), WHERE, ["unreachable"], True),
+        (socket.gaierror(-2, "Name or service not known"), WHERE, ["cannot resolve", "eventhubs.namespace"], True),
+        (_named("WebSocketProxyException", "failed CONNECT via proxy status: 407"), WS,
+         ["proxy.corp:3128", "407", "eventhubs.httpProxy.username"], False),
+        (_named("ClientHttpProxyError", "Proxy Authentication Required", status=407), WS, ["407"], False),
+        (_named("WebSocketProxyException", "failed CONNECT via proxy status: 403"), WS,
+         ["refused to connect", "status 403", "CONNECT"], False),
+        (_named("ClientProxyConnectionError", "Cannot connect to host proxy.corp:3128"), WS,
+         ["cannot reach the HTTP proxy proxy.corp:3128", "eventhubs.httpProxy.port"], True),
+        (_named("WebSocketBadStatusException", "Handshake status 404 Not Found", status_code=404), WS,
+         ["status 404", "/$servicebus/websocket"], False),
+        (_named("WebSocketConnectionClosedException", "Connection to remote host was lost."), WS,
+         ["WebSocket handshake", "eventhubs.transportType"], True),
+    ],
+)  # fmt: skip
+def test_each_failure_to_connect_says_what_to_change(exc, network, words, retriable):
+    wrapped = ConnectError("Failed to initiate the connection", error=exc)  # as the SDK reports it
+    found = network_failure(wrapped, "myns.servicebus.windows.net", network)
+    assert isinstance(found, NetworkError)
+    for word in words:
+        assert word in str(found)
+    assert found.retriable is retriable
+    assert pickle.loads(pickle.dumps(found)).retriable is retriable  # crosses from the receiver service as it is
+
+
+def test_other_errors_are_not_network_failures():
+    assert network_failure(ValueError("bad"), "ns", WHERE) is None
+    assert network_failure(TimeoutError(), "ns", WHERE) is None  # a request's own time-out, not a connect
+    assert network_failure(ConnectError("text only", error="just a string"), "ns", WHERE) is None
+
+
+def test_the_sdk_reporting_a_failed_connect_as_a_failed_sign_in_is_seen_through():
+    from eventhubs_spark.client.settings import parse_connection_string
+
+    settings = parse_connection_string(CONN)
+    inner = socket.gaierror(-2, "Name or service not known")
+    wrapped = _named("AuthenticationException", "Failed to authenticate the connection due to exception", error=inner)
+    assert isinstance(settings.auth_failure(wrapped), NetworkError)
+    refused = _named("AuthenticationError", "CBS token error: 401 Unauthorized")
+    assert "could not sign in" in str(settings.auth_failure(refused))
+
+
+# -- WebSocket framing --------------------------------------------------------------------------------------------
+
+
+def _frame(opcode: int, payload: bytes, mask: bytes | None = None) -> bytes:
+    return server_ws.encode_frame(opcode, payload, mask)
+
+
+frames = st.lists(
+    st.tuples(
+        st.sampled_from([client_ws.BINARY, client_ws.CONTINUATION, client_ws.PING, client_ws.PONG]),
+        st.one_of(st.binary(max_size=200), st.sampled_from([b"z" * 125, b"y" * 126, b"w" * 70_000])),
+        st.one_of(st.none(), st.binary(min_size=4, max_size=4)),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames=frames, cuts=st.lists(st.integers(min_value=1, max_value=70_000), max_size=12))
+def test_the_client_decoder_gives_the_amqp_bytes_however_the_socket_cuts_them(frames, cuts):
+    frames = [(op, p[:125] if op >= 0x8 else p, m) for op, p, m in frames]  # control frames are short
+    raw = b"".join(_frame(op, p, m) for op, p, m in frames)
+    stream = client_ws.WebSocketStream()
+    out, pos = b"", 0
+    for cut in [*cuts, len(raw)]:
+        out += stream.feed(raw[pos : pos + cut])
+        pos += cut
+        if pos >= len(raw):
+            break
+    assert out == b"".join(p for op, p, _ in frames if op <= client_ws.BINARY)
+    assert stream.controls == [(op, p) for op, p, _ in frames if op > client_ws.BINARY]
+    assert stream.pending == 0
+
+
+def test_the_server_answers_the_opening_handshake_as_rfc_6455_says():
+    assert server_ws.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # its example
+    masked = _frame(server_ws.BINARY, b"AMQP\x03\x01\x00\x00", mask=b"\x01\x02\x03\x04")
+    assert server_ws.parse_frame(masked, 0) == (server_ws.BINARY, True, b"AMQP\x03\x01\x00\x00", len(masked))
+    assert server_ws.parse_frame(masked[:-1], 0) is None
+
+
+class _Transport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+
+class _Inner:
+    def __init__(self) -> None:
+        self.data = b""
+        self.transport = None
+
+    def connection_made(self, transport: object) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+    def connection_lost(self, exc: object) -> None:
+        pass
+
+
+def _upgrade(protocol: str = "AMQPWSB10", path: str = "/$servicebus/websocket") -> bytes:
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+    ).encode()
+
+
+def test_the_server_protocol_carries_amqp_both_ways_and_answers_pings():
+    inner, transport = _Inner(), _Transport()
+    proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    hello = _frame(server_ws.BINARY, b"AMQP", b"abcd") + _frame(server_ws.PING, b"hi", b"abcd")
+    proto.data_received(_upgrade() + hello[:5])
+    assert b"101 Switching Protocols" in transport.written and b"Sec-WebSocket-Protocol: AMQPWSB10" in transport.written
+    proto.data_received(hello[5:])
+    assert inner.data == b"AMQP"
+    pong = transport.written.split(b"\r\n\r\n", 1)[1]
+    assert pong == _frame(server_ws.PONG, b"hi")
+    inner.transport.write(b"\x00\x00\x00\x08\x02\x00\x00\x00")  # what the AMQP connection writes
+    assert transport.written.endswith(_frame(server_ws.BINARY, b"\x00\x00\x00\x08\x02\x00\x00\x00"))
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [(_upgrade(path="/other"), b"404"), (_upgrade("mqtt"), b"400")])
+def test_the_server_refuses_a_wrong_path_or_subprotocol(request_bytes, status):
+    transport = _Transport()
+    proto = server_ws.WebSocketServerProtocol(_Inner())  # type: ignore[arg-type]
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    proto.data_received(request_bytes)
+    assert transport.written.startswith(b"HTTP/1.1 " + status) and transport.closed
+
+
+# -- performatives with trailing fields left out (Qpid Proton, .NET, Java) --------------------------------------
+
+
+def _performative(code: int, fields: list, descriptor: object = None) -> bytes:
+    body = amqp.encode_list(fields) if fields else b"\x45"  # list0 for no fields at all
+    head = b"\x00" + (amqp.encode_value(descriptor) if descriptor is not None else bytes((0x53, code)))
+    return head + body
+
+
+@pytest.mark.parametrize(("code", "arity"), sorted(amqp.ARITY.items()))
+def test_every_performative_reads_at_full_arity_however_short_it_came(code, arity):
+    for sent in range(0, arity + 1):
+        fields = [amqp.UInt(7)] * sent
+        decoded_code, decoded, _ = amqp.decode_performative(_performative(code, fields))
+        assert decoded_code == code and len(decoded) == arity
+        assert decoded[:sent] == fields and decoded[sent:] == [None] * (arity - sent)
+
+
+def test_a_symbolic_performative_descriptor_is_read():
+    code, fields, _ = amqp.decode_performative(_performative(0, [amqp.UInt(3)], amqp.Symbol("amqp:transfer:list")))
+    assert code == amqp.TRANSFER and fields[0] == 3 and len(fields) == 11
+
+
+def test_an_unknown_performative_is_an_error():
+    with pytest.raises(ValueError, match="unknown performative"):
+        amqp.decode_performative(_performative(0, [], amqp.Symbol("amqp:nonsense:list")))
