@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, latency, planning, read, read_profile, receivers, sink, soak
+from . import emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
@@ -15,6 +15,7 @@ BENCHMARKS = {
     "planning": planning.run,
     "latency": latency.run,
     "receivers": receivers.run,  # issue 15: attaches per partition, reuse, memory; with and without the service
+    "networks": networks.run,  # issue 25: read throughput over TLS and WebSockets beside plain TCP
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

@@ -88,10 +88,12 @@ def send_events(conn: str, events: int, size: int, round_robin: bool = False) ->
         return time.perf_counter() - started
 
 
-def receive_sdk(conn: str, events: int, prefetch: int, consumer_group: str = "$Default") -> tuple[float, int]:
+def receive_sdk(
+    conn: str, events: int, prefetch: int, consumer_group: str = "$Default", **client_options: Any
+) -> tuple[float, int]:
     """The plain SDK's ``receive_batch`` reading ``events`` of partition 0 from the start: (seconds from
-    its first batch, events received)."""
-    client = EventHubConsumerClient.from_connection_string(conn, consumer_group=consumer_group)
+    its first batch, events received). ``client_options`` go to the client (transport, endpoint...)."""
+    client = EventHubConsumerClient.from_connection_string(conn, consumer_group=consumer_group, **client_options)
     count = 0
     done = threading.Event()
     started = 0.0
