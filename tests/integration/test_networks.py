@@ -330,3 +330,19 @@ def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
         if service._CLIENT is not None:
             service._CLIENT.close()
         shutil.rmtree(local)  # the service exits when its executor's directory is gone
+
+
+def test_bytes_tls_decrypted_but_not_yet_read_never_stall_a_read(eventhub, monkeypatch):
+    """With reads smaller than a TLS record, the rest of the record waits inside the TLS layer, where the
+    socket's readiness does not show it: the tap must look there first, or each such read would wait for
+    its time-out (0.2 s) while the data sits ready."""
+    from eventhubs_spark.client import tap as tap_module
+
+    monkeypatch.setattr(tap_module, "_CHUNK", 512)  # far below a TLS record (16 KiB)
+    send(eventhub.connection_string, [f"r{i}" * 50 for i in range(2000)], partition_id="3")
+    options = {**network_options(eventhub, "tls"), "eventhubs.prefetchCount": "101"}  # a connection of its own
+    started = time.monotonic()
+    rows = read_rows(options, "3", 0, 2000)
+    took = time.monotonic() - started
+    assert [r["sequenceNumber"] for r in rows] == list(range(2000))
+    assert took < 8, f"{took:.1f} s: reads waited on the socket while TLS held the bytes"
