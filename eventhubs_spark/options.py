@@ -436,6 +436,16 @@ SPECS: tuple[Spec, ...] = (
         frozenset({STREAM}),
     ),
     Spec(
+        "eventhubs.triggerAvailableNow",
+        False,
+        parse_bool,
+        "Spark 4.0 and 4.1 only (4.2+ tells the source itself): the query runs with Trigger.AvailableNow. There "
+        "Spark asks for the end of a run once, so the run reads every event available when it starts in one "
+        "batch, not capped by maxEventsPerTrigger (which otherwise makes each run read one capped batch).",
+        "true",
+        frozenset({STREAM}),
+    ),
+    Spec(
         "minEventsPerTrigger",
         None,
         _int(1),
@@ -750,6 +760,7 @@ class ReadOptions:
     ending_position: Position | None
     ending_positions: Mapping[str, Position]
     max_events_per_trigger: int | None
+    trigger_available_now: bool
     min_events_per_trigger: int | None
     max_trigger_delay: float
     fail_on_data_loss: bool
@@ -848,6 +859,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
         ending_position=get("eventhubs.endingposition"),
         ending_positions=get("eventhubs.endingpositions") or {},
         max_events_per_trigger=get("maxeventspertrigger"),
+        trigger_available_now=bool(get("eventhubs.triggeravailablenow")),
         min_events_per_trigger=get("mineventspertrigger"),
         max_trigger_delay=get("maxtriggerdelay", BY_KEY["maxtriggerdelay"].default),
         fail_on_data_loss=values["failondataloss"],

@@ -286,6 +286,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._tenures: dict[str, Any] = {}  # ownership mode: the tenure each planned partition was read under
         self._handover: dict[str, int] = {}  # ownership mode: lost partitions whose hand-over is not written yet
         self._waiting: dict[str, Any] = {}  # ownership mode: partitions gained, waiting for their hand-over
+        self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
 
     def _refresh(self) -> dict[str, PartitionInfo]:
         self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
@@ -356,6 +357,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return DEFAULT_EVENTS_PER_PARTITION * max(1, count)
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Spark 4.2+: the run reads what is there now, in batches of the read limit (admission control);
+        eventhubs.triggerAvailableNow is not needed (the batches stay capped)."""
         infos = self._refresh()
         self._target = {pid: info.end for pid, info in infos.items()}
         _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
@@ -400,9 +403,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if completed:
             self.planner.mirror.mirror(begin, infos)
         if limit is None:
-            # Spark 4.0/4.1: no admission control. Only an explicit maxEventsPerTrigger applies, because
-            # Trigger.AvailableNow there takes this answer as the end of the whole run.
-            max_events = self.planner.options.max_events_per_trigger
+            max_events = self._limit_without_admission_control()
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
             max_events = limit.max_rows
         else:
@@ -439,6 +440,25 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),
         )
         return SourceOffset(self.hub, end).to_json()
+
+    def _limit_without_admission_control(self) -> int | None:
+        """Spark 4.0/4.1 have no admission control for Python sources, and Trigger.AvailableNow there takes
+        the first answer of a run as the end of the whole run (Spark gives the source no sign of its trigger:
+        the calls are the same as for any other). So only an explicit maxEventsPerTrigger caps a batch; and
+        with eventhubs.triggerAvailableNow=true the run's first (and only) batch takes everything there is."""
+        options = self.planner.options
+        self._answers += 1
+        if not options.trigger_available_now:
+            return options.max_events_per_trigger
+        if self._answers == 1:
+            _LOG.info("hub %s: eventhubs.triggerAvailableNow=true on Spark without admission control: this run "
+                      "reads every event available now in one batch", self.hub)  # fmt: skip
+            return None
+        if self._answers == 2:
+            _LOG.warning("hub %s: eventhubs.triggerAvailableNow=true, but Spark plans another batch: this query's "
+                         "trigger is not Trigger.AvailableNow, and its first batch was not capped by "
+                         "maxEventsPerTrigger; remove the option for this query", self.hub)  # fmt: skip
+        return options.max_events_per_trigger
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else SourceOffset(self.hub, self._latest).to_json()

@@ -41,7 +41,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import select
 import socket
 import struct
@@ -56,8 +55,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..arrow import ARROW_SCHEMA
-from ..errors import ERROR_TYPES, EventHubsError
-from . import receiver
+from . import protocol, receiver
 from .decode import RAW_SCHEMA, RawEvents
 from .layout import decode_raw, events_batch
 from .receiver import POOL, RangeRequest, RangeResult, read_here
@@ -70,8 +68,8 @@ _MESSAGE = struct.Struct(">cQ")  # kind, payload length
 _BATCH = b"B"  # next sequence number (8 bytes) + an Arrow IPC record batch of the source schema
 _RAW = b"W"  # next sequence number (8 bytes) + an Arrow IPC record batch of undecoded messages (RAW_SCHEMA)
 _DONE = b"D"  # the range's counts (JSON)
-_ERROR = b"E"  # (type name, message, example), pickled
-_READ = b"R"  # a pickled RangeRequest
+_ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
+_READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
 
 
 # -- where ---------------------------------------------------------------------------------------------
@@ -169,6 +167,7 @@ class ReceiverService:
         self._lock = threading.Lock()
         self._last_activity = time.monotonic()
         self.requests = 0
+        self.refused = 0  # connections closed for a message the protocol does not allow
 
     def run(self) -> str:
         """Serve until the executor is gone or nothing happened for ``idle_exit``; returns why it ended."""
@@ -189,6 +188,8 @@ class ReceiverService:
                 if readable:
                     conn, _ = server.accept()
                     if not _same_user(conn):
+                        _LOG.error("receiver service: refused a connection from another user's process")
+                        self.refused += 1
                         conn.close()
                         continue
                     threading.Thread(target=self._serve, args=(conn,), name="eventhubs-service", daemon=True).start()
@@ -222,12 +223,22 @@ class ReceiverService:
                 except (ConnectionError, OSError):
                     return  # the worker went away (it exits when idle): nothing was in flight
                 if kind != _READ:
+                    _LOG.error("receiver service: refused a message of unknown kind %r from a worker; closing its "
+                               "connection", kind)  # fmt: skip
+                    self.refused += 1
+                    return
+                try:
+                    request = protocol.decode_request(payload)
+                except protocol.ProtocolError as exc:
+                    _LOG.error("receiver service: refused a request that is not a valid range request (%s); "
+                               "closing the worker's connection", exc)  # fmt: skip
+                    self.refused += 1
                     return
                 with self._lock:
                     self._active += 1
                     self.requests += 1
                 try:
-                    if not self._read(conn, pickle.loads(payload)):
+                    if not self._read(conn, request):
                         return
                 finally:
                     with self._lock:
@@ -268,13 +279,8 @@ def _send_to_worker(conn: socket.socket, kind: bytes, *parts: bytes | memoryview
 
 
 def _send_error(conn: socket.socket, exc: BaseException) -> bool:
-    name = type(exc).__name__
-    if name not in ERROR_TYPES:
-        name, text = "EventHubsError", f"{type(exc).__name__}: {exc}"
-    else:
-        text = str(exc)
     try:
-        _send(conn, _ERROR, pickle.dumps((name, text, getattr(exc, "example", None))))
+        _send(conn, _ERROR, protocol.encode_error(exc))
         return True
     except OSError:
         return False
@@ -388,7 +394,7 @@ class ServiceClient:
         try:
             sock = self._connect()
             sock.settimeout(request.config.receiver_timeout + 60.0)
-            _send(sock, _READ, pickle.dumps(request))
+            _send(sock, _READ, protocol.encode_request(request))
             while True:
                 kind, payload = _recv(sock)
                 if kind == _BATCH:
@@ -405,12 +411,10 @@ class ServiceClient:
                     stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
                     return
                 elif kind == _ERROR:
-                    name, text, example = pickle.loads(payload)
-                    cls = ERROR_TYPES.get(name, EventHubsError)
-                    raise cls(text, example) if example is not None else cls(text)
+                    raise protocol.decode_error(payload)
                 else:
                     raise OSError(f"unexpected message {kind!r} from the receiver service")
-        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+        except (OSError, EOFError, protocol.ProtocolError) as exc:
             self.close()
             raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
         except GeneratorExit:

@@ -147,6 +147,23 @@ def test_available_now_reads_what_was_there_in_limited_batches(spark, eventhub, 
     assert end == {eventhub.name: {"0": 120, "1": 60, "2": 20, "3": 0}}
 
 
+def test_trigger_available_now_option_reads_the_backlog_in_one_run_on_every_spark(spark, eventhub, tmp_path):
+    """Spark 4.0/4.1 give the source no sign of its trigger: with eventhubs.triggerAvailableNow=true a run
+    reads everything there is in its one batch. Spark 4.2+ reads it in capped batches (admission control)."""
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL
+
+    expected = fill(eventhub, {0: 120, 1: 60, 2: 20, 3: 0})
+    options = {"eventhubs__startingPosition": '{"offset": "-1"}', "maxEventsPerTrigger": "50",
+               "eventhubs__triggerAvailableNow": "true"}  # fmt: skip
+    progress = run_available_now(spark, eventhub, tmp_path, **options)
+    assert [p["numInputRows"] for p in progress] == ([50, 50, 50, 50] if HAS_ADMISSION_CONTROL else [200])
+    assert sorted(output(spark, tmp_path)) == sorted(expected)
+    later = fill(eventhub, {1: 30}, "later")
+    progress = run_available_now(spark, eventhub, tmp_path, **options)  # the next run: what came since
+    assert sum(p["numInputRows"] for p in progress) == 30
+    assert sorted(output(spark, tmp_path)) == sorted(expected | later)
+
+
 def test_rate_limit_splits_by_backlog_and_progress_shows_the_lag(spark, eventhub, tmp_path):
     from eventhubs_spark.source import HAS_ADMISSION_CONTROL
 

@@ -3,6 +3,7 @@ how errors come back, how a task reads on when the service dies, and when the se
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -193,3 +194,191 @@ def test_raw_events_from_the_service_are_decoded_in_the_worker(running, monkeypa
     assert [r["sequenceNumber"] for r in rows] == list(range(10, 40))
     assert [r["body"] for r in rows] == [b"b%d" % s for s in range(10, 40)] and rows[0]["partition"] == "3"
     assert stats["via"] == "service" and stats["fallbacks"] == 0
+
+
+# -- the protocol: data only ----------------------------------------------------------------------------------
+
+
+def full_request() -> RangeRequest:
+    """A request with every kind of field set: secrets, an Entra identity, a proxy, ownership."""
+    import dataclasses
+
+    from eventhubs_spark.client.credentials import EntraSettings, Secret
+    from eventhubs_spark.client.network import HttpProxy, NetworkSettings
+
+    settings = dataclasses.replace(
+        SETTINGS,
+        entra=EntraSettings("servicePrincipal", "t", "c", Secret("client-S3CRET"), None, None, None, None, None, True),
+        network=NetworkSettings(
+            "amqpWebSockets", HttpProxy("proxy", 3128, "u", Secret("proxy-S3CRET")), "sb://gw:443", "/ca.pem"
+        ),
+    )
+    config = ReceiverConfig("$Default", 300, 12.5, False, 7, 100, 1 << 20)
+    return RangeRequest(settings, config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True)
+
+
+def test_a_request_crosses_as_json_and_comes_back_equal():
+    from eventhubs_spark.client import protocol
+
+    full = full_request()
+    wire = protocol.encode_request(full)
+    assert json.loads(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
+    assert protocol.decode_request(wire) == full
+    assert protocol.decode_request(protocol.encode_request(request(1, 2))) == request(1, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d.update(extra=1), "unknown field(s) 'extra' for RangeRequest"),
+        (lambda d: d["settings"].update(__reduce__="os.system"), "unknown field(s) '__reduce__'"),
+        (lambda d: d.pop("partition"), "missing field(s) partition"),
+        (lambda d: d.update(start="10"), "request.start: expected a whole number"),
+        (lambda d: d.update(start=True), "request.start: expected a whole number"),
+        (lambda d: d.update(retry=1), "request.retry: expected true or false"),
+        (lambda d: d["settings"].update(connection_string="plain text"), "connection_string: expected a secret"),
+        (lambda d: d["settings"].update(namespace=None), "settings.namespace: expected text"),
+        (lambda d: d.update(owner=None, idle_timeout=None), None),  # optional fields may be null
+        (lambda d: d.update(owned="3"), "request.owned: expected a list"),
+        (lambda d: d.update(config=[1, 2]), "request.config: expected an object of ReceiverConfig"),
+    ],
+)
+def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words):
+    from eventhubs_spark.client import protocol
+
+    data = json.loads(protocol.encode_request(full_request()))
+    change(data)
+    if words is None:
+        assert protocol.decode_request(json.dumps(data).encode()).owner is None
+        return
+    with pytest.raises(protocol.ProtocolError) as info:
+        protocol.decode_request(json.dumps(data).encode())
+    assert words in str(info.value)
+    assert "S3CRET" not in str(info.value) and "TOPSECRET" not in str(info.value)
+
+
+@pytest.mark.parametrize("payload", [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
+def test_what_is_not_a_json_request_is_refused(payload):
+    from eventhubs_spark.client import protocol
+
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode_request(payload)
+
+
+def test_errors_cross_as_json_with_their_type_example_and_retriability():
+    from eventhubs_spark.client import protocol
+    from eventhubs_spark.errors import NetworkError
+
+    for error in (
+        NetworkError("refused", retriable=True),
+        OptionError("eventhubs.x: bad", ".option('eventhubs.x', '1')"),
+        DataLossError("gone"),
+    ):
+        back = protocol.decode_error(protocol.encode_error(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert getattr(back, "example", None) == getattr(error, "example", None)
+        assert back.retriable == error.retriable
+    assert "KeyError: 'k'" in str(protocol.decode_error(protocol.encode_error(KeyError("k"))))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode_error(b"\x80\x04pickle")
+
+
+def _raw_exchange(path: str, kind: bytes, payload: bytes) -> bytes:
+    """Send one message to the service as a worker would; returns what came back before it closed."""
+    import socket as socket_module
+
+    sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    got = b""
+    try:
+        sock.sendall(service._MESSAGE.pack(kind, len(payload)) + payload)
+        while chunk := sock.recv(65536):
+            got += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass  # closed by the service
+    finally:
+        sock.close()
+    return got
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        (b"R", b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x02os\x94\x8c\x06system\x94\x93\x94."),  # a pickle
+        (b"R", b'{"partition": "3"}'),
+        (b"X", b"{}"),
+    ],
+    ids=["pickle", "incomplete", "unknown-kind"],
+)
+def test_the_service_refuses_and_logs_a_request_it_does_not_allow_and_runs_nothing(
+    running, monkeypatch, caplog, kind, payload
+):
+    where, svc, _ = running
+    read_here, starts = scripted()
+    monkeypatch.setattr(service, "read_here", read_here)
+    with caplog.at_level("ERROR", logger="eventhubs_spark"):
+        assert _raw_exchange(where.socket_path, kind, payload) == b"", "closed without an answer"
+    assert starts == [] and svc.refused == 1
+    assert any("refused" in r.getMessage() for r in caplog.records)
+    # a well-formed request on a new connection is served as ever
+    assert sum(b.num_rows for b in service.read_batches(request(0, 15), True, {})) == 15
+
+
+def test_the_service_refuses_a_peer_of_another_user():
+    """Run as root here, a child process becomes another user and connects (the socket made reachable for
+    the test: the real one lives in a directory only its user may enter)."""
+    import shutil
+    import tempfile
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as another user")
+    reachable = tempfile.mkdtemp(dir="/tmp")  # every directory above it may be entered by anyone
+    os.chmod(reachable, 0o777)
+    path = os.path.join(reachable, "svc.sock")
+    svc = service.ReceiverService(path, None, None, idle_exit=600)
+    thread = threading.Thread(target=svc.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.chmod(path, 0o777)
+    child = os.fork()
+    if child == 0:  # another user's process
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            code = 0 if _raw_exchange(path, b"R", service.protocol.encode_request(request(0, 5))) == b"" else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    shutil.rmtree(reachable, ignore_errors=True)
+    assert os.waitstatus_to_exitcode(status) == 0, "another user's request got an answer"
+    assert svc.refused == 1
+
+
+def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_for_itself(
+    tmp_path, monkeypatch, caplog
+):
+    import tempfile
+
+    private = tmp_path / f"ehs-{os.getuid()}"
+    private.mkdir(mode=0o755)
+    os.chmod(private, 0o755)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    local = tmp_path / "blockmgr-z"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    monkeypatch.setattr(service, "_CLIENT", None)
+    monkeypatch.setattr(service, "_FALLBACK_LOGGED", False)
+    with pytest.raises(PermissionError, match="mode 0700"):
+        service.place()
+    read_here, starts = scripted()
+    monkeypatch.setattr(service, "read_here", read_here)
+    stats: dict = {}
+    with caplog.at_level("WARNING", logger="eventhubs_spark"):
+        assert sum(b.num_rows for b in service.read_batches(request(0, 25), True, stats)) == 25
+    assert stats["via"] == "worker" and starts == [0]
+    assert any("mode 0700" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,162 @@
+"""What crosses the receiver service's socket: data only, never code.
+
+The service holds every query's credentials, so what a worker sends it must never be able to run
+anything there, whatever slips elsewhere (a shared user on a multi-user cluster, a socket directory
+with the wrong mode). A range request travels as JSON and is rebuilt field by field against the
+dataclasses it names, with each field's declared type checked: an unknown field, a missing one, a
+value of the wrong type or anything that is not JSON is refused (:class:`ProtocolError`), logged, and
+nothing of it is used. Events come back as Arrow IPC record batches; errors as JSON naming one of the
+connector's error types.
+
+Secrets (keys, tokens, the proxy password) cross the socket as they are, as they would inside a
+Spark task: the socket is the user's own (mode 0600, in a directory of mode 0700, each peer's user
+checked), and they are wrapped in :class:`~eventhubs_spark.client.credentials.Secret` again on arrival.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, TypeVar, Union
+
+from ..errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
+from .credentials import EntraSettings, Secret
+from .network import HttpProxy, NetworkSettings
+from .receiver import RangeRequest, ReceiverConfig
+from .settings import ConnectionSettings
+
+T = TypeVar("T")
+
+# The dataclasses a request is made of, by name: nothing else can be built from a message.
+_KNOWN: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (RangeRequest, ConnectionSettings, ReceiverConfig, EntraSettings, NetworkSettings, HttpProxy)
+}
+_MAX_REQUEST = 1 << 20  # bytes: a request is a few KB; anything near this is not one
+
+
+class ProtocolError(ValueError):
+    """A message that is not what the protocol allows; says what is wrong, never the message itself."""
+
+
+# -- requests ----------------------------------------------------------------------------------------------
+
+
+def encode_request(request: RangeRequest) -> bytes:
+    return json.dumps(_to_json(request), separators=(",", ":")).encode("utf-8")
+
+
+def decode_request(payload: bytes | bytearray | memoryview) -> RangeRequest:
+    """The request in ``payload``, rebuilt and checked; :class:`ProtocolError` for anything else."""
+    if len(payload) > _MAX_REQUEST:
+        raise ProtocolError(f"a request of {len(payload)} bytes is larger than any range request")
+    try:
+        data = json.loads(bytes(payload).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = getattr(exc, "pos", getattr(exc, "start", "?"))
+        raise ProtocolError(f"the request is not JSON ({type(exc).__name__} at byte {where})") from None
+    return _from_json(RangeRequest, data, "request")
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return {"secret": value.reveal()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, frozenset):
+        return sorted(value)
+    return value
+
+
+def _from_json(cls: type[T], data: Any, where: str) -> T:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{where}: expected an object of {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {', '.join(map(repr, unknown[:5]))} for {cls.__name__}")
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise ProtocolError(f"{where}: missing field(s) {', '.join(missing)} of {cls.__name__}")
+    values = {n: _value(hints[n], data[n], f"{where}.{n}") for n in names}
+    return cls(**values)
+
+
+def _value(hint: Any, data: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if data is None:
+            if type(None) in options:
+                return None
+            raise ProtocolError(f"{where}: must not be null")
+        (inner,) = [o for o in options if o is not type(None)]  # the connector's unions are all "X | None"
+        return _value(inner, data, where)
+    if origin is frozenset:
+        (item,) = typing.get_args(hint)
+        if not isinstance(data, list):
+            raise ProtocolError(f"{where}: expected a list")
+        return frozenset(_value(item, v, f"{where}[]") for v in data)
+    if hint is Secret:
+        if not (isinstance(data, dict) and set(data) == {"secret"} and isinstance(data["secret"], str)):
+            raise ProtocolError(f"{where}: expected a secret")
+        return Secret(data["secret"])
+    if isinstance(hint, type) and hint.__name__ in _KNOWN and _KNOWN[hint.__name__] is hint:
+        return _from_json(hint, data, where)
+    if hint is bool:
+        if not isinstance(data, bool):
+            raise ProtocolError(f"{where}: expected true or false")
+        return data
+    if hint is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise ProtocolError(f"{where}: expected a whole number")
+        return data
+    if hint is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise ProtocolError(f"{where}: expected a number")
+        return float(data)
+    if hint is str:
+        if not isinstance(data, str):
+            raise ProtocolError(f"{where}: expected text")
+        return data
+    raise ProtocolError(f"{where}: the protocol carries no value of type {hint!r}")  # a field added unhandled
+
+
+# -- errors ------------------------------------------------------------------------------------------------
+
+
+def encode_error(exc: BaseException) -> bytes:
+    """A task's failure, to be raised in the worker as the same type: the connector's own types by name
+    (others as :class:`EventHubsError` with their type in the text)."""
+    name = type(exc).__name__
+    if name in ERROR_TYPES and isinstance(exc, EventHubsError):
+        text = str(exc)
+    else:
+        name, text = "EventHubsError", f"{type(exc).__name__}: {exc}"
+    return json.dumps(
+        {
+            "type": name,
+            "message": text,
+            "example": getattr(exc, "example", None),
+            "retriable": bool(getattr(exc, "retriable", False)),
+        }
+    ).encode("utf-8")
+
+
+def decode_error(payload: bytes | bytearray | memoryview) -> EventHubsError:
+    try:
+        data = json.loads(bytes(payload).decode("utf-8"))
+        name, text, example, retriable = data["type"], data["message"], data["example"], data["retriable"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ProtocolError(f"the service's error message is malformed ({type(exc).__name__})") from None
+    if not isinstance(text, str) or not isinstance(example, str | None):
+        raise ProtocolError("the service's error message is malformed (types)")
+    cls = ERROR_TYPES.get(str(name), EventHubsError)
+    if cls is NetworkError:
+        return NetworkError(text, example, retriable=bool(retriable))
+    if cls is OptionError:
+        return OptionError(text, example)
+    return cls(text)
