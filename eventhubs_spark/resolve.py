@@ -99,7 +99,9 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
     if isinstance(pos, Offset | EnqueuedTime | SequenceNumber):
         _, inclusive, value = selector(pos)
     got: list[Any] = []
-    client = settings.consumer(consumer_group=consumer_group)
+    # No retries inside the SDK: a refused sign-in (a missing hub, a wrong key) fails at once here, where
+    # the SDK would retry it for about 13 s; everything else is retried below, until the deadline.
+    client = settings.consumer(consumer_group=consumer_group, retry_total=0)
 
     def collect(events: Any) -> None:
         got.extend(events or [])
@@ -126,8 +128,18 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
                     timeout: float) -> Any:  # fmt: skip
     deadline = time.monotonic() + timeout
     last_error = None
+    backoff = 0.05
     while not got and time.monotonic() < deadline:
-        consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
+        try:
+            consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
+        except Exception as exc:
+            failure = settings.auth_failure(exc)
+            if failure is not None and not failure.retriable:
+                raise failure from None
+            last_error = str(failure or exc)  # a dropped link or connection: the next receive opens it again
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+            continue
         error = sdk.link_error(consumer)
         if error is not None and _lasting(error):
             raise EventHubsTimeoutError(

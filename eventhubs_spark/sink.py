@@ -13,10 +13,10 @@ import logging
 import random
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
@@ -25,6 +25,8 @@ from .client.encode import encode_event
 from .client.settings import ConnectionSettings
 from .errors import EventHubsError, SinkError, call_with_retries, message_too_large
 from .options import write_options
+
+T = TypeVar("T")
 
 try:  # Spark 4.1+
     from pyspark.sql.datasource import DataSourceStreamArrowWriter
@@ -120,7 +122,9 @@ class _ProducerPool:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = settings.producer()
+                # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
+                # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
+                client = settings.producer(retry_total=0)
                 self._clients[key] = client
             return client
 
@@ -199,7 +203,9 @@ class EventSender:
 
     def _round_robin(self) -> str:
         if self._partition_ids is None:
-            self._partition_ids = self._client.get_partition_ids()
+            self._partition_ids = self._retrying(
+                lambda seconds: self._client.get_partition_ids(), f"listing the partitions of hub {self.settings.hub!r}"
+            )
             self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones
         pid = self._partition_ids[self._next_partition % len(self._partition_ids)]
         self._next_partition += 1
@@ -274,15 +280,27 @@ class EventSender:
 
     def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
-        from azure.eventhub.exceptions import EventHubError
 
-        def attempt(seconds: float) -> None:
+        def send(seconds: float) -> None:
             try:
                 self._client.send_batch(batch, timeout=max(1.0, seconds))
             except Exception as exc:
                 if message_too_large(exc):
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
-                # a refused sign-in, or a failure to connect said in words that name the option to change
+                raise
+
+        self._retrying(send, f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})")
+
+    def _retrying(self, attempt: Callable[[float], T], what: str) -> T:
+        """``attempt`` until it succeeds, retrying transient failures until ``eventhubs.operationTimeout``; a
+        refused sign-in, or a failure to connect that will not heal, fails at once, said in words that name
+        the option to change."""
+        from azure.eventhub.exceptions import EventHubError
+
+        def said(seconds: float) -> T:
+            try:
+                return attempt(seconds)
+            except Exception as exc:
                 failure = self.settings.auth_failure(exc)
                 if failure is not None and failure is not exc:
                     raise failure from None
@@ -294,16 +312,10 @@ class EventSender:
             return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:
-            _LOG.warning("send to hub %s failed (attempt %d), retrying: %s", self.settings.hub, tries, error)
+            _LOG.warning("%s failed (attempt %d), retrying: %s", what, tries, error)
 
-        call_with_retries(
-            attempt,
-            timeout=self.timeout,
-            what=f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})",
-            is_retriable=transient,
-            on_retry=log,
-            first_delay=0.2,
-        )
+        return call_with_retries(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log,
+                                 first_delay=0.2)  # fmt: skip
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],

@@ -77,6 +77,7 @@ def test_the_demo_runs_a_spark_query_to_the_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "the Spark query read 400 of 400 events" in proc.stdout
     assert "events/s" in proc.stdout and "lag" in proc.stdout
+    assert "[Stage" not in proc.stdout + proc.stderr  # no console progress bars between the table's rows
 
 
 @pytest.mark.slow

@@ -144,6 +144,8 @@ def test_a_missing_hub_is_refused_at_sign_in_as_the_service_does(emu):
         with pytest.raises(AuthenticationError, match="404") as info:
             producer.create_batch()  # the service answers the put-token: no batch for a missing hub
     assert "could not be found" in str(info.value) and "idel" in str(info.value)
+    # the namespace as the client addressed it, with its port, as the service names its own
+    assert f"'sb://{emu.fully_qualified_namespace}/idel'" in str(info.value)
     with EventHubConsumerClient.from_connection_string(missing, consumer_group="$Default", retry_total=0) as consumer:
         with pytest.raises(AuthenticationError, match="could not be found"):
             consumer.get_partition_ids()
@@ -200,3 +202,47 @@ def test_delivery_annotations_are_delivered_with_and_without_runtime_metrics(emu
         annotations = annotated.raw_amqp_message.delivery_annotations
         assert annotations[b"x-trace"] == b"abc" and annotations[b"hop"] == 3
         assert (b"last_enqueued_sequence_number" in annotations) == metrics
+
+
+@pytest.mark.parametrize("sign_in", ["key", "entra"])
+def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, monkeypatch):
+    """The SDK retries a refused put-token (404 for a missing hub, 401 for a wrong key) three times, about
+    13 s, before it raises, with keys and Entra tokens alike; the connector's calls (planning, receivers,
+    position lookups, the sink) ask it for no retries and fail at once with HubNotFoundError."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_emulator.entra import LocalEntra
+    from eventhubs_spark.client.management import ManagementClient
+    from eventhubs_spark.client.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+    from eventhubs_spark.errors import HubNotFoundError
+    from eventhubs_spark.options import read_options, write_options
+    from eventhubs_spark.positions import SequenceNumber
+    from eventhubs_spark.resolve import first_event
+    from eventhubs_spark.sink import _write, layout_for
+
+    with LocalEntra() as entra, Emulator({"t": 1}, token_verifier=entra.verify) as emulator:
+        entra.add_secret_client("app", "app-secret")
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", entra.ca_file)
+        if sign_in == "key":
+            options = {"eventhubs.connectionString": emulator.connection_string("nope")}
+        else:
+            options = {
+                "eventhubs.namespace": emulator.fully_qualified_namespace, "eventhubs.name": "nope",
+                "eventhubs.useDevelopmentEmulator": "true", "eventhubs.entra.tenantId": entra.tenant_id,
+                "eventhubs.entra.clientId": "app", "eventhubs.entra.clientSecret": "app-secret",
+                "eventhubs.entra.authorityHost": entra.authority, "eventhubs.entra.disableInstanceDiscovery": "true",
+            }  # fmt: skip
+        settings = read_options(options, "batch").settings
+        config = ReceiverConfig(receiver_timeout=60)
+        calls = {
+            "planning": lambda: ManagementClient(settings, 60).partition_ids(),
+            "receiver": lambda: list(read_here(RangeRequest(settings, config, "0", 0, 1, True), RangeResult())),
+            "position lookup": lambda: first_event(settings, config, "0", SequenceNumber(0), 60),
+            "sink": lambda: _write(write_options(options).settings, layout_for(StructType([StructField(
+                "body", StringType())])), 60.0, iter([("x",)]), False),
+        }  # fmt: skip
+        for name, call in calls.items():
+            started = time.monotonic()
+            with pytest.raises(HubNotFoundError, match="'nope'"):
+                call()
+            assert time.monotonic() - started < 5, f"{name} waited for the SDK's retries"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from eventhubs_emulator import Emulator
@@ -169,4 +167,14 @@ def test_overwrite_is_refused(spark, eventhub):
         df.write.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).mode(
             "overwrite"
         ).save()
-    time.sleep(0)
+
+
+def test_the_default_save_mode_is_refused_by_spark_naming_append(spark, eventhub):
+    """Spark refuses ErrorIfExists (the default) for every Python sink before the sink is asked; its message
+    names the fix, which the README shows: .mode("append")."""
+    df = spark.createDataFrame([("a",)], "body string")
+    with pytest.raises(Exception) as info:
+        df.write.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).save()
+    text = str(info.value)
+    assert "ErrorIfExists" in text and "Append" in text, text
+    assert eventhub.emulator.partition_properties(eventhub.name, 0)["last_enqueued_sequence_number"] == -1
