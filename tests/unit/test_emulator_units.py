@@ -51,6 +51,31 @@ def test_stamped_annotations_replace_client_ones():
     assert annotations["custom"] == "keep"
 
 
+def test_every_body_kind_is_kept_as_the_producer_sent_it_and_the_connector_reads_it():
+    """Several data sections, a value body, a sequence body, a footer: stored byte for byte behind the
+    service's annotations, and decoded by the connector as the SDK would see them."""
+    from eventhubs_spark.client.decode import RawEvents
+    from eventhubs_spark.client.layout import decode_raw
+
+    props = amqp.encode_section(amqp.APPLICATION_PROPERTIES, {"k": "v"})
+    footer = amqp.encode_section(amqp.FOOTER, {amqp.Symbol("x-check"): "1"})
+    bodies = [
+        amqp.encode_section(amqp.DATA, b"first-") + amqp.encode_section(amqp.DATA, b"second") + footer,
+        amqp.encode_section(amqp.AMQP_VALUE, "a value"),
+        amqp.encode_section(amqp.AMQP_SEQUENCE, ["a", 1]) + amqp.encode_section(amqp.AMQP_SEQUENCE, ["b"]),
+    ]
+    p = Broker().add_hub("h", 1).partitions[0]
+    p.append([parse_message(props + body) for body in bodies], None)
+    raw = RawEvents()
+    for event in p.events:
+        assert event.body.endswith(props + bodies[event.sequence_number])  # kept as sent, after the annotations
+        raw.append(event.sequence_number, event.header + event.delivery + event.body)
+    batch, _ = decode_raw(raw.to_raw_batch(), "0")
+    rows = batch.to_pylist()
+    assert [r["body"] for r in rows] == [b"first-second", b"a value", b'[["a", 1], ["b"]]']
+    assert all(dict(r["properties"]) == {"k": "v"} for r in rows)
+
+
 def test_batches_carry_the_outer_partition_key():
     inner = [message(b"1"), message(b"2")]
     outer = amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, {amqp.Symbol("x-opt-partition-key"): "k"}) + b"".join(
