@@ -62,7 +62,7 @@ def test_a_receiver_displaced_while_idle_by_a_lookup_reopens_and_reads_on(eventh
         assert read(receiver, 0, 50) == list(range(50))  # it now holds prefetched events beyond 50
         # the driver mirrors a checkpoint between micro-batches: an owner-level lookup of an event's offset
         assert offset_of(settings, config, "0", 120, 10.0)
-        time.sleep(0.3)  # the connection's reader has seen the detach
+        wait_until(lambda: receiver._closed_while_idle() is not None, 10, "the connection's reader seeing the detach")
         assert read(receiver, 50, 300) == list(range(50, 300))
         assert receiver.displaced_idle == 1 and receiver.displaced_reading == 0
     finally:

@@ -199,11 +199,16 @@ def test_rate_limit_splits_by_backlog_and_progress_shows_the_lag(spark, eventhub
 
 def test_min_events_per_trigger_waits_then_max_trigger_delay_releases(spark, eventhub, tmp_path):
     fill(eventhub, {0: 3})
-    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
-                   eventhubs__startingPosition='{"offset": "-1"}', minEventsPerTrigger="10",
-                   maxTriggerDelay="6s")  # fmt: skip
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")  # a progress event per idle trigger
     try:
-        time.sleep(3)
+        query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
+                       eventhubs__startingPosition='{"offset": "-1"}', minEventsPerTrigger="10",
+                       maxTriggerDelay="6s")  # fmt: skip
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+    try:
+        wait_until(lambda: len(query.recentProgress) >= 3, timeout=30, message="three triggers")
+        assert [p["numInputRows"] for p in query.recentProgress[:3]] == [0, 0, 0]  # the triggers ran, read nothing
         assert output(spark, tmp_path) == []  # 3 < 10 and the delay has not passed
         wait_until(lambda: len(output(spark, tmp_path)) == 3, timeout=60, message="release after maxTriggerDelay")
         fill(eventhub, {1: 12}, "many")
