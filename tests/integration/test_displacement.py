@@ -3,8 +3,6 @@ receiver's answer when the driver's own lookup (or anyone) displaces it."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
