@@ -152,6 +152,7 @@ ACCEPTED = 0x24
 REJECTED = 0x25
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+HEARTBEAT = struct.pack(">IBBH", 8, 2, 0, 0)  # an empty frame: keeps a connection with an idle time-out open
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 
 # --- encoding ------------------------------------------------------------------------------------

@@ -13,14 +13,13 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import amqp
 from .amqp import Described, Symbol, UInt, ULong, UShort
 
 if TYPE_CHECKING:
     from .broker import Hub, Partition
-    from .server import Server
 
 _LOG = logging.getLogger("eventhubs_emulator")
 
@@ -114,11 +113,44 @@ class Session:
         return None
 
 
+# --- what a connection asks of the service --------------------------------------------------------------
+
+
+class Service(Protocol):
+    """The service behind the connections (:class:`~eventhubs_emulator.server.Server`): what each link is
+    for and the service's rules. A connection frames, keeps sessions and links, and asks this for the rest."""
+
+    host: str
+    idle_timeout: float
+    max_frame_size: int
+
+    @property
+    def max_message_size(self) -> int: ...
+
+    def connected(self, conn: Connection) -> None: ...
+
+    def disconnected(self, conn: Connection) -> None: ...
+
+    def open_consumer(self, conn: Connection, link: OutLink, source: list[Any], attach: list[Any]) -> None: ...
+
+    def open_producer(self, conn: Connection, link: InLink) -> None: ...
+
+    def forget_link(self, link: Link) -> None: ...
+
+    def schedule_pump(self, link: OutLink) -> None: ...
+
+    def accept_events(self, link: InLink, data: bytes, message_format: int) -> None: ...
+
+    def on_cbs(self, conn: Connection, session: Session, data: bytes) -> None: ...
+
+    def on_management(self, conn: Connection, session: Session, data: bytes) -> None: ...
+
+
 # --- connection ------------------------------------------------------------------------------------
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Service) -> None:
         self.server = server
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
@@ -138,7 +170,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.server.connections.add(self)
+        self.server.connected(self)
         local = transport.get_extra_info("sockname")
         self._local_port = local[1] if isinstance(local, tuple) and len(local) >= 2 else None
         self.namespace = self._address(self.server.host)
@@ -148,7 +180,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.disconnected(self)
         for session in list(self.sessions.values()):
             self._drop_session(session)
         self.sessions.clear()
@@ -386,7 +418,7 @@ class Connection(asyncio.Protocol):
                 None,
                 False,
                 UInt(0) if role else None,
-                ULong(self.server.broker.max_message_size),
+                ULong(self.server.max_message_size),
                 amqp.Array("symbol", offered) if offered else None,
                 None,
                 None,
@@ -465,7 +497,7 @@ class Connection(asyncio.Protocol):
             return
         if link.partial_first is None:
             link.partial_first = fields
-        limit = self.server.broker.max_message_size
+        limit = self.server.max_message_size
         link.partial_size += len(payload)
         if link.partial_size <= limit + 65536:
             link.partial += payload
@@ -572,7 +604,6 @@ class Connection(asyncio.Protocol):
 
 UByte0 = amqp.UByte(0)
 UByte1 = amqp.UByte(1)
-_HEARTBEAT = _FRAME_HEADER.pack(8, 2, 0, 0)  # an empty frame: keeps a connection with an idle time-out open
 
 
 def _address(terminus: Any) -> str:

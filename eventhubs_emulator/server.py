@@ -23,7 +23,7 @@ from typing import Any
 from . import amqp, websocket
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
-from .connection import _HEARTBEAT, RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
+from .connection import RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
 from .tls import Certificate
 
 _LOG = logging.getLogger("eventhubs_emulator")
@@ -143,6 +143,16 @@ class Server:
             "heartbeats": 0,
         }
 
+    @property
+    def max_message_size(self) -> int:
+        return self.broker.max_message_size
+
+    def connected(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def disconnected(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         plain = await loop.create_server(lambda: Connection(self), self.host, self.port)
@@ -205,7 +215,7 @@ class Server:
                 continue
             if conn.remote_idle_timeout and now - conn.last_sent >= conn.remote_idle_timeout / 2:
                 self.stats["heartbeats"] += 1
-                conn.write(_HEARTBEAT)
+                conn.write(amqp.HEARTBEAT)
             if self.link_idle_timeout <= 0:
                 continue
             for session in list(conn.sessions.values()):

@@ -235,27 +235,25 @@ def test_cli_build_merges_config_and_flags(tmp_path):
     assert emu.config.keys == {"k": "v"}
 
 
-def test_the_old_import_path_and_module_entry_still_reach_the_emulator():
-    import importlib
+def test_the_module_entry_runs_the_emulator():
     import subprocess
     import sys
-    import warnings
+
+    shown = subprocess.run([sys.executable, "-m", "eventhubs_emulator", "--help"], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert shown.returncode == 0 and "--hub" in shown.stdout and "--websocket-port" in shown.stdout, shown.stderr
+
+
+def test_the_connection_and_the_server_do_not_import_each_other():
+    """Framing and links (connection.py) ask the service through an interface of their own (Service); only
+    the server imports the connection."""
+    import pathlib
+    import re
 
     import eventhubs_emulator
-    import eventhubs_emulator.amqp
-    import eventhubs_emulator.server
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sys.modules.pop("eventhubs_spark.emulator", None)
-        old = importlib.import_module("eventhubs_spark.emulator")
-    assert any(issubclass(w.category, DeprecationWarning) and "eventhubs_emulator" in str(w.message) for w in caught)
-    assert old.Emulator is eventhubs_emulator.Emulator
-    assert importlib.import_module("eventhubs_spark.emulator.amqp") is eventhubs_emulator.amqp
-    assert importlib.import_module("eventhubs_spark.emulator.server") is eventhubs_emulator.server
-    for module in ("eventhubs_emulator", "eventhubs_spark.emulator"):
-        shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
-        assert shown.returncode == 0 and "--hub" in shown.stdout, (module, shown.stderr)
+    text = (pathlib.Path(eventhubs_emulator.__file__).parent / "connection.py").read_text()
+    assert not re.search(r"^\s*(from \.server|from eventhubs_emulator\.server|import .*server)", text, re.M)
 
 
 def test_the_emulator_imports_nothing_of_the_connector():
