@@ -68,9 +68,9 @@ def _options(found: dict[str, str], transport: str) -> dict[str, str]:
 
 def _read_connector(options: dict[str, str]) -> tuple[float, float, str]:
     """(client CPU seconds, wall seconds, the tap's transport) of one read of every event."""
-    from eventhubs_spark.client import engine
-    from eventhubs_spark.client.layout import events_batch
-    from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+    from eventhubs_spark.amqp import engine
+    from eventhubs_spark.codec.layout import events_batch
+    from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
     from eventhubs_spark.options import read_options
 
     settings = read_options(options, "batch").settings

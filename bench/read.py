@@ -98,7 +98,7 @@ def executor_python_cpu() -> float:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read()
-            if b"pyspark.daemon" not in cmd and b"eventhubs_spark.client.service" not in cmd:
+            if b"pyspark.daemon" not in cmd and b"eventhubs_spark.executor.service" not in cmd:
                 continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

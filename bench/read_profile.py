@@ -53,9 +53,9 @@ def _fill(conn: str) -> None:
 
 
 def _read_connector(conn: str) -> int:
-    from eventhubs_spark.client.layout import events_batch
-    from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
-    from eventhubs_spark.client.settings import parse_connection_string
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.codec.layout import events_batch
+    from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
 
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
     receiver = PartitionReceiver(parse_connection_string(conn), config, "0")
@@ -105,7 +105,7 @@ def _profile(conn: str) -> dict[str, float]:
     """cProfile's cumulative times of both threads of a read: the task's (which waits for chunks and
     builds record batches) and the connection's reader thread (which reads, cuts and decodes), which a
     profiler enabled in the task's thread does not see."""
-    from eventhubs_spark.client import engine
+    from eventhubs_spark.amqp import engine
 
     profilers: list[cProfile.Profile] = []
     original_run, original_idle = engine.SharedConnection._run, engine._IDLE_CLOSE
@@ -151,7 +151,7 @@ def _profile(conn: str) -> dict[str, float]:
 
 def _payloads(conn: str) -> list[bytes]:
     """The transfer payloads (one message each) of the stream, as the service sent them."""
-    from eventhubs_spark.client import tap
+    from eventhubs_spark.amqp import tap
 
     captured: list[bytes] = []
     original = tap.FrameTap._decode
@@ -171,7 +171,7 @@ def _payloads(conn: str) -> list[bytes]:
 def _decode_sdk(payloads: list[bytes]) -> int:
     from azure.eventhub._pyamqp._decode import decode_payload
 
-    from eventhubs_spark.arrow import Columns
+    from eventhubs_spark.codec.columns import Columns
 
     rows = 0
     for start in range(0, len(payloads), PREFETCH):
@@ -183,8 +183,8 @@ def _decode_sdk(payloads: list[bytes]) -> int:
 
 
 def _decode_fast(payloads: list[bytes]) -> int:
-    from eventhubs_spark.arrow import Columns
-    from eventhubs_spark.client.decode import decode_message
+    from eventhubs_spark.codec.columns import Columns
+    from eventhubs_spark.codec.message import decode_message
 
     rows = 0
     for start in range(0, len(payloads), PREFETCH):
@@ -198,7 +198,7 @@ def _decode_fast(payloads: list[bytes]) -> int:
 def _decode_batches(payloads: list[bytes]) -> int:
     import pyarrow as pa
 
-    from eventhubs_spark.client.layout import decode_batch
+    from eventhubs_spark.codec.layout import decode_batch
 
     rows = 0
     for start in range(0, len(payloads), PREFETCH):
@@ -227,7 +227,7 @@ def _row_from(annotations: dict[Any, Any], props: dict[Any, Any] | None, body: b
 def _decode_uamqp(payloads: list[bytes]) -> int:
     import uamqp  # type: ignore[import-not-found]
 
-    from eventhubs_spark.arrow import Columns
+    from eventhubs_spark.codec.columns import Columns
 
     rows = 0
     for start in range(0, len(payloads), PREFETCH):
@@ -243,7 +243,7 @@ def _decode_uamqp(payloads: list[bytes]) -> int:
 def _decode_proton(payloads: list[bytes]) -> int:
     import proton  # type: ignore[import-not-found]
 
-    from eventhubs_spark.arrow import Columns
+    from eventhubs_spark.codec.columns import Columns
 
     rows = 0
     for start in range(0, len(payloads), PREFETCH):

@@ -219,8 +219,8 @@ def _progress(done: int, total: int | None, out: TextIO) -> None:
 def _send(args: argparse.Namespace) -> int:
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from .client.management import ManagementClient
-    from .client.settings import parse_connection_string
+    from .amqp.management import ManagementClient
+    from .auth.settings import parse_connection_string
     from .errors import EventHubsError
 
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
@@ -266,9 +266,9 @@ def checkpoints_report(
     connection_string: str, store_connection_string: str, container: str, consumer_group: str
 ) -> list[dict[str, Any]]:
     """Per partition: the store's checkpoint, owner and ownership age, the partition's end, and the lag."""
+    from .amqp.management import ManagementClient
+    from .auth.settings import parse_connection_string
     from .checkpoints.blob import BlobCheckpointStore
-    from .client.management import ManagementClient
-    from .client.settings import parse_connection_string
 
     settings = parse_connection_string(connection_string)
     store = BlobCheckpointStore.from_connection_string(store_connection_string, container)

@@ -24,9 +24,6 @@ class SourceOffset:
     def to_json(self) -> dict[str, dict[str, int]]:
         return {self.hub: {p: int(self.positions[p]) for p in sorted(self.positions, key=int)}}
 
-    def json(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=False)
-
     @staticmethod
     def from_json(doc: Any, hub: str) -> SourceOffset:
         """Read an offset; a checkpoint of another hub is an error, not a silent restart."""

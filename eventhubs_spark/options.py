@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .client.credentials import Secret
-from .client.network import WEBSOCKETS, HttpProxy, NetworkSettings
-from .client.settings import ConnectionSettings, host_and_port, resolve_sign_in
+from .auth.credentials import Secret
+from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
+from .auth.settings import ConnectionSettings, host_and_port, resolve_sign_in
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 
@@ -104,7 +104,7 @@ def _choice(*allowed: str) -> Callable[[str, str], str]:
 
 
 def _auth_method(option: str, value: str) -> str:
-    from .client.settings import AUTH_METHODS
+    from .auth.settings import AUTH_METHODS
 
     by_lower = {m.lower(): m for m in AUTH_METHODS}
     text = str(value).strip().lower()
@@ -172,7 +172,7 @@ def _text(option: str, value: str) -> str:
 
 
 def _transport(option: str, value: str) -> str:
-    from .client.network import TRANSPORTS
+    from .auth.network import TRANSPORTS
 
     by_lower = {t.lower(): t for t in TRANSPORTS}
     text = str(value).strip().lower()
@@ -810,27 +810,27 @@ def read_options(raw: Mapping[str, str], mode: str) -> ReadOptions:
     """The options of a stream (``mode="stream"``) or batch (``"batch"``) read, checked and typed."""
     if mode not in READ:
         raise ValueError(f"mode must be {STREAM!r} or {BATCH!r}, not {mode!r}")
-    options, _ = parse_options(raw, mode)
+    options = parse_options(raw, mode)
     assert isinstance(options, ReadOptions)
     return options
 
 
 def write_options(raw: Mapping[str, str]) -> WriteOptions:
     """The options of a write, checked and typed (read options are ignored with one warning)."""
-    options, _ = parse_options(raw, WRITE)
+    options = parse_options(raw, WRITE)
     assert isinstance(options, WriteOptions)
     return options
 
 
-def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | WriteOptions, ConnectionSettings]:
-    """Validate ``raw`` for ``mode``; returns the typed options and the connection settings (which the
-    options carry too), where the secrets live, wrapped in :class:`~eventhubs_spark.client.credentials.Secret`."""
+def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptions:
+    """Validate ``raw`` for ``mode``; returns the typed options, whose connection settings hold the secrets,
+    wrapped in :class:`~eventhubs_spark.auth.credentials.Secret`."""
     values, connection = _values(raw, mode)
     settings = resolve_sign_in(values, connection, _ENTRA_KEYS)
     settings = dataclasses.replace(settings, network=_network(values))
     _check_combinations(values, mode)
     if mode == WRITE:
-        return WriteOptions(settings, values["eventhubs.operationtimeout"]), settings
+        return WriteOptions(settings, values["eventhubs.operationtimeout"])
     get = values.get
     store = None
     if get("eventhubs.checkpointstore.container"):
@@ -879,7 +879,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> tuple[ReadOptions | Writ
         start_from_checkpoint_store=bool(get("eventhubs.startfromcheckpointstore")),
         ownership=ownership,
     )
-    return options, settings
+    return options
 
 
 def _values(raw: Mapping[str, str], mode: str) -> tuple[dict[str, Any], str | None]:

@@ -2,7 +2,7 @@
 
 The readers plan from partition properties (where each partition begins and ends) and the list of
 partition ids; they never talk to the AMQP management link themselves. :class:`PartitionMetadata`
-is all they need, :class:`~eventhubs_spark.client.management.ManagementClient` provides it over one
+is all they need, :class:`~eventhubs_spark.amqp.management.ManagementClient` provides it over one
 kept-open connection, and a test can hand them a table instead. :class:`PartitionCatalog` keeps the
 list of ids between triggers and looks for added partitions now and then.
 """
@@ -33,10 +33,6 @@ class PartitionInfo:
     @property
     def end(self) -> int:
         return self.last_enqueued_sequence_number + 1
-
-    @property
-    def available(self) -> int:
-        return 0 if self.is_empty else self.end - self.beginning_sequence_number
 
 
 class PartitionMetadata(Protocol):

@@ -8,7 +8,7 @@ a position past the last event means the partition's end.
 
 Such a lookup is an owner-level receiver when the query's are (a plain one would be refused while
 they hold the partition), so it displaces the query's idle executor receiver of that partition,
-which reopens at its position at its next task (see :mod:`.client.receiver`). Lookups run on the
+which reopens at its position at its next task (see :mod:`.executor.receiver`). Lookups run on the
 driver between micro-batches, never while the query's own tasks read.
 """
 
@@ -20,10 +20,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .client import sdk
-from .client.receiver import ReceiverConfig
-from .client.settings import ConnectionSettings
+from .amqp import sdk
+from .auth.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError, link_stolen
+from .executor.receiver import ReceiverConfig
 from .partitions import PartitionInfo
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
 

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from .client import sdk
-from .client.encode import encode_event
-from .client.settings import ConnectionSettings
+from .amqp import sdk
+from .auth.settings import ConnectionSettings
+from .codec.encode import encode_event
 from .errors import EventHubsError, SinkError, call_with_retries, message_too_large
 from .options import write_options
 

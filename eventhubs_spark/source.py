@@ -19,12 +19,12 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from .amqp.management import ManagementClient
 from .arrow import SCHEMA_DDL
 from .checkpoints.mirror import CheckpointMirror
-from .client.management import ManagementClient
-from .client.receiver import RangeRequest, ReceiverConfig
-from .client.service import read_batches
 from .errors import OptionError, data_loss_error
+from .executor.receiver import RangeRequest, ReceiverConfig
+from .executor.service import read_batches
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from ..client.credentials import EntraSettings
-from ..client.receiver import ReceiverConfig
-from ..client.settings import ConnectionSettings
+from ..auth.credentials import EntraSettings
+from ..auth.settings import ConnectionSettings
+from ..executor.receiver import ReceiverConfig
 from ..partitions import PartitionInfo
 from . import Checkpoint
 
@@ -136,7 +136,7 @@ class CheckpointMirror:
             offset = known[nxt - 1]
         else:
             # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
-            # executor receiver of this partition (it reopens at its position; see client.receiver).
+            # executor receiver of this partition (it reopens at its position; see executor.receiver).
             offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
         ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
         return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)

@@ -8,11 +8,11 @@ import uuid
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.amqp import AmqpAnnotatedMessage, AmqpMessageProperties
 
-from eventhubs_spark.arrow import events_to_batch
-from eventhubs_spark.client.decode import RawEvents
-from eventhubs_spark.client.layout import decode_batch, events_batch
-from eventhubs_spark.client.receiver import POOL, RangeResult, ReceiverConfig
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.codec.columns import events_to_batch
+from eventhubs_spark.codec.layout import decode_batch, events_batch
+from eventhubs_spark.executor.receiver import POOL, RangeResult, ReceiverConfig
 
 from .sdk_helpers import receive
 

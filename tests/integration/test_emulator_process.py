@@ -83,7 +83,7 @@ def test_entra_flag_runs_a_token_service_the_sdk_signs_in_with(monkeypatch):
         text = "".join(lines)
         pairs = dict(re.findall(r"(eventhubs\.[\w.]+|REQUESTS_CA_BUNDLE)=(\S+)", text))
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", pairs.pop("REQUESTS_CA_BUNDLE"))
-        _, settings = parse_options({**pairs, "eventhubs.name": "secured"}, "batch")
+        settings = parse_options({**pairs, "eventhubs.name": "secured"}, "batch").settings
         assert settings.auth_method == "servicePrincipal"
         with settings.producer() as producer:
             assert producer.get_partition_ids() == ["0", "1"]

@@ -212,9 +212,9 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
     from pyspark.sql.types import StringType, StructField, StructType
 
     from eventhubs_emulator.entra import LocalEntra
-    from eventhubs_spark.client.management import ManagementClient
-    from eventhubs_spark.client.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+    from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.errors import HubNotFoundError
+    from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
     from eventhubs_spark.options import read_options, write_options
     from eventhubs_spark.positions import SequenceNumber
     from eventhubs_spark.resolve import first_event

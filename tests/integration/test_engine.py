@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
-from eventhubs_spark.client.engine import CONNECTIONS
-from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.amqp.engine import CONNECTIONS
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
 
 from .sdk_helpers import send, wait_until
 
@@ -92,7 +92,7 @@ def test_a_read_survives_dropped_connections_and_forced_detaches_reading_every_e
 
 
 def test_connections_the_process_no_longer_uses_close(eventhub, monkeypatch):
-    from eventhubs_spark.client import engine
+    from eventhubs_spark.amqp import engine
 
     monkeypatch.setattr(engine, "_IDLE_CLOSE", 0.5)
     send(eventhub.connection_string, ["a"], partition_id="3")

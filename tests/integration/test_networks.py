@@ -12,11 +12,11 @@ import uuid
 import pytest
 
 from eventhubs_emulator import Emulator, tls
-from eventhubs_spark.client import engine
-from eventhubs_spark.client.layout import events_batch
-from eventhubs_spark.client.management import ManagementClient
-from eventhubs_spark.client.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+from eventhubs_spark.amqp import engine
+from eventhubs_spark.amqp.management import ManagementClient
+from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError
+from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
 from eventhubs_spark.options import read_options
 
 from ..conftest import free_port
@@ -153,7 +153,7 @@ def test_a_websocket_ping_is_answered_and_the_read_goes_on(eventhub):
 
 
 def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_said_once(eventhub, monkeypatch, caplog):
-    from eventhubs_spark.client import tap as tap_module
+    from eventhubs_spark.amqp import tap as tap_module
 
     original = tap_module.FrameTap.__init__
 
@@ -165,7 +165,7 @@ def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_sai
     monkeypatch.setattr(engine, "_SLOW_PATH_LOGGED", False)
     send(eventhub.connection_string, [f"f{i}" for i in range(500)], partition_id="1")
     options = {**network_options(eventhub, "websockets"), "eventhubs.prefetchCount": "97"}  # a connection of its own
-    with caplog.at_level(logging.WARNING, logger="eventhubs_spark.client.engine"):
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark.amqp.engine"):
         rows = read_rows(options, "1", 0, 500)
         rows += read_rows({**options, "eventhubs.consumerGroup": "other"}, "1", 0, 10)
     assert [r["body"] for r in rows] == [f"f{i}".encode() for i in range(500)] + [f"f{i}".encode() for i in range(10)]
@@ -311,7 +311,7 @@ def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
     import os
     import shutil
 
-    from eventhubs_spark.client import service
+    from eventhubs_spark.executor import service
 
     local = tmp_path / "blockmgr-net"
     local.mkdir()
@@ -336,7 +336,7 @@ def test_bytes_tls_decrypted_but_not_yet_read_never_stall_a_read(eventhub, monke
     """With reads smaller than a TLS record, the rest of the record waits inside the TLS layer, where the
     socket's readiness does not show it: the tap must look there first, or each such read would wait for
     its time-out (0.2 s) while the data sits ready."""
-    from eventhubs_spark.client import tap as tap_module
+    from eventhubs_spark.amqp import tap as tap_module
 
     monkeypatch.setattr(tap_module, "_CHUNK", 512)  # far below a TLS record (16 KiB)
     send(eventhub.connection_string, [f"r{i}" * 50 for i in range(2000)], partition_id="3")

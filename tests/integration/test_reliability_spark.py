@@ -98,8 +98,8 @@ def test_management_calls_failing_are_retried_then_fail_clearly(spark, eventhub)
     """Injects: the management node answers 503 (server busy), first for 3 calls, then for good.
     Checks: a few failures are retried away; endless ones end after eventhubs.operationTimeout with an
     error that names the option, both on the client and through a Spark read."""
-    from eventhubs_spark.client.management import ManagementClient
-    from eventhubs_spark.client.settings import parse_connection_string
+    from eventhubs_spark.amqp.management import ManagementClient
+    from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
 
     emulator = eventhub.emulator
@@ -128,8 +128,8 @@ def test_an_unanswered_management_request_is_retried_before_the_deadline(eventhu
     """Injects: the management node leaves one request unanswered (lost on the way).
     Checks: the request is tried again on a new connection after a part of eventhubs.operationTimeout,
     and succeeds within it, instead of one attempt waiting for the whole deadline and failing."""
-    from eventhubs_spark.client.management import ManagementClient
-    from eventhubs_spark.client.settings import parse_connection_string
+    from eventhubs_spark.amqp.management import ManagementClient
+    from eventhubs_spark.auth.settings import parse_connection_string
 
     emulator = eventhub.emulator
     client = ManagementClient(parse_connection_string(eventhub.connection_string), operation_timeout=9.0)
@@ -291,9 +291,9 @@ def test_one_partition_stalled(spark, eventhub):
     """Injects: partition 2 stops delivering events (sends and management still work).
     Checks: the other partitions' ranges are read at full speed meanwhile; the stalled one fails after
     eventhubs.receiverTimeout with an error naming the partition and the option, also through Spark."""
-    from eventhubs_spark.client.receiver import POOL, RangeResult, ReceiverConfig
-    from eventhubs_spark.client.settings import parse_connection_string
+    from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
+    from eventhubs_spark.executor.receiver import POOL, RangeResult, ReceiverConfig
 
     fill(eventhub, {p: 20 for p in range(4)}, "stall")
     settings = parse_connection_string(eventhub.connection_string)

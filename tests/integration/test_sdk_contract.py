@@ -1,4 +1,4 @@
-"""The SDK internals the connector uses (all in eventhubs_spark.client.sdk) exist on the installed SDK.
+"""The SDK internals the connector uses (all in eventhubs_spark.amqp.sdk) exist on the installed SDK.
 
 Run on live objects: a consumer the engine opened on its shared connection (with the frame tap on it)
 after it received, a consumer client, and the async producer client the management link is built from.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from eventhubs_spark.client import sdk
-from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
 
 from .sdk_helpers import send
 

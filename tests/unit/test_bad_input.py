@@ -190,10 +190,10 @@ def test_bad_sign_in_options_name_the_option_and_show_an_example(option, raw):
 
 
 def test_sign_in_methods_are_implied_by_the_options_given():
-    from eventhubs_spark.client.credentials import Secret
+    from eventhubs_spark.auth.credentials import Secret
 
     def method(raw):
-        return parse_options(raw, "batch")[1].auth_method
+        return parse_options(raw, "batch").settings.auth_method
 
     assert method({"eventhubs.connectionString": CONN}) == "connectionString"
     assert method({**NS, "eventhubs.sasToken": LIVE_SAS}) == "sasToken"
@@ -202,12 +202,13 @@ def test_sign_in_methods_are_implied_by_the_options_given():
     assert method({**NS, "eventhubs.entra.federatedTokenFile": "/t"}) == "workloadIdentity"
     assert method({**NS}) == "defaultAzureCredential"
     assert method({**NS, "eventhubs.auth": "MANAGEDIDENTITY"}) == "managedIdentity"
-    _, settings = parse_options({**NS, "eventhubs.sasToken": LIVE_SAS.removeprefix("SharedAccessSignature ")}, "batch")
+    sas = LIVE_SAS.removeprefix("SharedAccessSignature ")
+    settings = parse_options({**NS, "eventhubs.sasToken": sas}, "batch").settings
     assert settings.sas_token == Secret(LIVE_SAS)  # the prefix is added when left out
     # The checkpoint store by account URL without a SAS token signs in with the Entra identity too.
-    _, settings = parse_options({"eventhubs.connectionString": CONN, **SP, "eventhubs.entra.clientSecret": "s",
+    settings = parse_options({"eventhubs.connectionString": CONN, **SP, "eventhubs.entra.clientSecret": "s",
                                  "eventhubs.checkpointStore.accountUrl": "https://a.blob.core.windows.net",
-                                 "eventhubs.checkpointStore.container": "c"}, "stream")  # fmt: skip
+                                 "eventhubs.checkpointStore.container": "c"}, "stream").settings  # fmt: skip
     assert settings.auth_method == "connectionString" and settings.entra.method == "servicePrincipal"
 
 
@@ -219,8 +220,8 @@ def test_the_example_configurations_in_conf_are_valid(name):
 
     raw = json.loads((Path(__file__).resolve().parents[2] / "conf" / name).read_text())
     raw.pop("_comment")
-    options, settings = parse_options(raw, "stream")
-    assert settings.hub and options.consumer_group == "spark-orders"
+    options = parse_options(raw, "stream")
+    assert options.settings.hub and options.consumer_group == "spark-orders"
 
 
 @pytest.mark.parametrize(

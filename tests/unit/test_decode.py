@@ -3,7 +3,7 @@
 Messages are generated (every body type, properties of every value type, the optional sections,
 missing annotations, large bodies) and encoded with the emulator's codec in both its compact and its
 wide forms, as a service may use either. Each message is decoded twice: by the SDK's ``decode_payload``
-and the reference row conversion, and by :mod:`eventhubs_spark.client.decode`; the rows must be equal.
+and the reference row conversion, and by :mod:`eventhubs_spark.codec.message`; the rows must be equal.
 Messages made only of the forms the fast path handles must not fall back to the SDK.
 """
 
@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Array, Described, Int, Symbol, Timestamp, UByte, UInt, ULong, UShort
-from eventhubs_spark.arrow import ARROW_SCHEMA, Columns
-from eventhubs_spark.client.decode import RawEvents, Unsupported, decode_message, sequence_number
-from eventhubs_spark.client.layout import decode_batch, decode_raw
+from eventhubs_spark.amqp.messages import RawEvents, Unsupported, sequence_number
+from eventhubs_spark.arrow import ARROW_SCHEMA
+from eventhubs_spark.codec.columns import Columns
+from eventhubs_spark.codec.layout import decode_batch, decode_raw
+from eventhubs_spark.codec.message import decode_message
 
 _I = struct.Struct(">I")
 
@@ -237,7 +239,7 @@ def test_a_value_body_falls_back_to_the_sdk_and_is_counted() -> None:
 
 
 def test_a_message_without_a_sequence_number_is_an_error_naming_what_is_missing() -> None:
-    from eventhubs_spark.arrow import DecodeError
+    from eventhubs_spark.codec.columns import DecodeError
 
     payload = section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-offset"): "1"}) + section(amqp.DATA, b"x")
     with pytest.raises(DecodeError, match="x-opt-sequence-number"):
@@ -336,7 +338,7 @@ def test_a_batch_decoded_column_by_column_reads_as_the_sdk_reads_each_message(pa
 def test_messages_of_one_producer_are_decoded_by_their_layout_without_a_message_by_message_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from eventhubs_spark.client import layout
+    from eventhubs_spark.codec import layout
 
     def not_expected(*args: Any) -> Any:
         raise AssertionError("decoded message by message")

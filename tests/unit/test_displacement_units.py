@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from eventhubs_spark.arrow import Columns
-from eventhubs_spark.client.receiver import PartitionReceiver, RangeResult, ReceiverConfig, ReceiverPool
-from eventhubs_spark.client.settings import parse_connection_string
-from eventhubs_spark.client.tap import LinkSink
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.amqp.tap import LinkSink
+from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
+from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig, ReceiverPool
 
 from .test_reader_units import Clock, FakeReceiver
 
@@ -24,11 +24,11 @@ STOLEN = (
 )
 
 
-def columns(seqs: range) -> Columns:
-    cols = Columns()
+def columns(seqs: range) -> RawEvents:
+    events = RawEvents()
     for seq in seqs:
-        cols.append(b"", seq, None, None, None, None, None, None)
-    return cols
+        events.append(seq, b"")
+    return events
 
 
 class ScriptedReceiver(PartitionReceiver):
@@ -48,7 +48,7 @@ class ScriptedReceiver(PartitionReceiver):
         self._left: int | None = None
         self._stolen = False
 
-    def open_at(self, sequence_number: int, keep: Columns | None = None) -> None:
+    def open_at(self, sequence_number: int, keep: RawEvents | None = None) -> None:
         self._link = SimpleNamespace(sink=LinkSink())  # nothing arrives there: the script hands events out
         self._carry = keep if keep else None
         if keep is None:
@@ -64,7 +64,7 @@ class ScriptedReceiver(PartitionReceiver):
     def _closed_while_idle(self) -> str | None:
         return STOLEN if self.taken_while_idle else self.closed_by_service
 
-    def _from_link(self, wanted: int) -> Columns | None:
+    def _from_link(self, wanted: int) -> RawEvents | None:
         if self._stolen:
             return None
         count = min(wanted, 3)
@@ -179,6 +179,6 @@ def test_ownership_closes_idle_receivers_of_partitions_the_owner_gave_up():
 
 
 def test_the_process_pool_reaps_on_a_thread():
-    from eventhubs_spark.client.receiver import POOL
+    from eventhubs_spark.executor.receiver import POOL
 
     assert POOL.reap_every > 0

@@ -54,8 +54,8 @@ def test_stamped_annotations_replace_client_ones():
 def test_every_body_kind_is_kept_as_the_producer_sent_it_and_the_connector_reads_it():
     """Several data sections, a value body, a sequence body, a footer: stored byte for byte behind the
     service's annotations, and decoded by the connector as the SDK would see them."""
-    from eventhubs_spark.client.decode import RawEvents
-    from eventhubs_spark.client.layout import decode_raw
+    from eventhubs_spark.amqp.messages import RawEvents
+    from eventhubs_spark.codec.layout import decode_raw
 
     props = amqp.encode_section(amqp.APPLICATION_PROPERTIES, {"k": "v"})
     footer = amqp.encode_section(amqp.FOOTER, {amqp.Symbol("x-check"): "1"})

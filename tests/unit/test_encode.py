@@ -11,8 +11,8 @@ from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.client import sdk
-from eventhubs_spark.client.encode import encode_event
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.codec.encode import encode_event
 
 texts = st.text(max_size=300)
 bodies = st.one_of(st.binary(max_size=70_000), st.text(max_size=400))

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import (
     ERROR_TYPES,
     AuthenticationFailedError,

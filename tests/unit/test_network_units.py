@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator import websocket as server_ws
-from eventhubs_spark.client import websocket as client_ws
-from eventhubs_spark.client.network import HttpProxy, NetworkSettings, network_failure
+from eventhubs_spark.amqp import websocket as client_ws
+from eventhubs_spark.auth.network import HttpProxy, NetworkSettings, network_failure
 from eventhubs_spark.errors import NetworkError, OptionError
 from eventhubs_spark.options import read_options, write_options
 
@@ -135,7 +135,7 @@ def test_a_custom_endpoint_over_amqp_names_the_transport():
 
 
 def _secret(value: str):
-    from eventhubs_spark.client.credentials import Secret
+    from eventhubs_spark.auth.credentials import Secret
 
     return Secret(value)
 
@@ -211,7 +211,7 @@ def test_other_errors_are_not_network_failures():
 
 
 def test_the_sdk_reporting_a_failed_connect_as_a_failed_sign_in_is_seen_through():
-    from eventhubs_spark.client.settings import parse_connection_string
+    from eventhubs_spark.auth.settings import parse_connection_string
 
     settings = parse_connection_string(CONN)
     inner = socket.gaierror(-2, "Name or service not known")

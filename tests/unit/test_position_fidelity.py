@@ -15,8 +15,8 @@ import datetime as dt
 import pytest
 
 from eventhubs_spark import resolve as resolve_module
-from eventhubs_spark.client.receiver import ReceiverConfig
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor.receiver import ReceiverConfig
 from eventhubs_spark.options import parse_options
 from eventhubs_spark.partitions import PartitionInfo
 from eventhubs_spark.positions import parse_position, selector
@@ -98,8 +98,8 @@ def test_the_batch_default_start_differs_from_the_old_connector():
     """The old connector started batch reads at the end of the stream (so read nothing by default);
     here a batch read starts at the beginning. Streams start at the end in both."""
     conn = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"
-    batch, _ = parse_options({"eventhubs.connectionString": conn}, "batch")
-    stream, _ = parse_options({"eventhubs.connectionString": conn}, "stream")
+    batch = parse_options({"eventhubs.connectionString": conn}, "batch")
+    stream = parse_options({"eventhubs.connectionString": conn}, "stream")
     assert batch.default_start.to_json() == {"offset": "-1"}
     assert stream.default_start.to_json() == {"offset": "@latest"}
 
@@ -161,7 +161,7 @@ def test_every_old_key_is_taken_or_answered_with_its_replacement(key):
 
 
 def test_the_old_max_events_key_is_an_alias():
-    options, _ = parse_options({"eventhubs.connectionString": CONN, "eventhubs.maxEventsPerTrigger": "42"}, "stream")
+    options = parse_options({"eventhubs.connectionString": CONN, "eventhubs.maxEventsPerTrigger": "42"}, "stream")
     assert options.max_events_per_trigger == 42
     from eventhubs_spark.errors import OptionError
 

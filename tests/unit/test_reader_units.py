@@ -9,9 +9,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from eventhubs_spark.client.receiver import ReceiverConfig, ReceiverPool
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import OptionError
+from eventhubs_spark.executor.receiver import ReceiverConfig, ReceiverPool
 from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
 from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
 from eventhubs_spark.positions import (
@@ -90,7 +90,7 @@ def test_sequence_positions_round_trip(seq, inclusive):
 
 
 def test_options_are_case_insensitive_and_typed():
-    options, conn = parse_options(
+    options = parse_options(
         {
             "EVENTHUBS.CONNECTIONSTRING": CONN,
             "maxeventspertrigger": "500",
@@ -99,13 +99,13 @@ def test_options_are_case_insensitive_and_typed():
         },
         "stream",
     )
-    assert conn.connection_string.reveal() == CONN and conn.hub == "hub"
+    assert options.settings.connection_string.reveal() == CONN and options.settings.hub == "hub"
     assert options.max_events_per_trigger == 500
     assert options.receiver_timeout == 30.0
     assert options.fail_on_data_loss is False
     assert options.consumer_group == "$Default"
     assert isinstance(options.default_start, Latest) and options.starting_position is None
-    batch, _ = parse_options({"eventhubs.connectionString": CONN}, "batch")
+    batch = parse_options({"eventhubs.connectionString": CONN}, "batch")
     assert isinstance(batch.default_start, Earliest)
 
 
@@ -284,11 +284,11 @@ def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_proces
     import pytest
 
     pytest.importorskip("azure.identity")
-    _, settings = parse_options(
+    settings = parse_options(
         {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub",
          "eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "TOPSECRET"},
         "stream",
-    )  # fmt: skip
+    ).settings  # fmt: skip
     data = pickle.dumps(settings)
     assert b"azure.identity" not in data and b"TOPSECRET" in data  # the secret travels, in a Secret
     assert "TOPSECRET" not in repr(settings)
@@ -304,7 +304,7 @@ def test_repositioning_a_receiver_hands_the_old_link_to_its_reader_thread_and_go
     """Closing a link is the connection's reader thread's work (a command), never the task's wait."""
     from types import SimpleNamespace
 
-    from eventhubs_spark.client.receiver import PartitionReceiver
+    from eventhubs_spark.executor.receiver import PartitionReceiver
 
     settings = parse_connection_string(
         "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x;UseDevelopmentEmulator=true"

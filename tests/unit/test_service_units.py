@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventhubs_spark.arrow import Columns
-from eventhubs_spark.client import service
-from eventhubs_spark.client.receiver import RangeRequest, RangeResult, ReceiverConfig
-from eventhubs_spark.client.settings import parse_connection_string
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import DataLossError, OptionError
+from eventhubs_spark.executor import service
+from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig
 
 SETTINGS = parse_connection_string(
     "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub;UseDevelopmentEmulator=true"
@@ -29,22 +29,33 @@ def request(start: int, end: int) -> RangeRequest:
     return RangeRequest(SETTINGS, ReceiverConfig(receiver_timeout=5.0), "3", start, end, True)
 
 
+def message(seq: int) -> bytes:
+    """An event's AMQP bytes as the service delivers them: its annotations, and a body."""
+    from eventhubs_emulator import amqp
+    from eventhubs_emulator.amqp import Symbol, Timestamp
+
+    annotations = {Symbol("x-opt-sequence-number"): seq, Symbol("x-opt-offset"): str(seq),
+                   Symbol("x-opt-enqueued-time"): Timestamp(1_700_000_000_000)}  # fmt: skip
+    return amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, annotations) + amqp.encode_section(amqp.DATA, b"b%d" % seq)
+
+
 def scripted(fail_at: int | None = None, error: Exception | None = None, pause_at: int | None = None):
-    """A read_here that hands out [start, end) in chunks of 10, raising ``error`` at ``fail_at``."""
+    """A read_here that hands out [start, end) in chunks of 10 (undecoded, as receivers hold them),
+    raising ``error`` at ``fail_at``."""
     starts: list[int] = []
 
-    def read_here(req: RangeRequest, result: RangeResult) -> Iterator[Columns]:
+    def read_here(req: RangeRequest, result: RangeResult) -> Iterator[RawEvents]:
         starts.append(req.start)
         for first in range(req.start, req.end, 10):
             if fail_at is not None and first >= fail_at:
                 raise error or RuntimeError("boom")
             if pause_at is not None and first >= pause_at:
                 time.sleep(60)
-            cols = Columns()
+            raw = RawEvents()
             for seq in range(first, min(first + 10, req.end)):
-                cols.append(b"x", seq, str(seq), 1_700_000_000_000, None, None, None, None)
-            result.read += len(cols)
-            yield cols
+                raw.append(seq, message(seq))
+            result.read += len(raw)
+            yield raw
 
     return read_here, starts
 
@@ -172,22 +183,7 @@ def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
 
 def test_raw_events_from_the_service_are_decoded_in_the_worker(running, monkeypatch):
     """The service holds messages undecoded (its receivers' RawEvents); the task decodes them."""
-    from eventhubs_emulator import amqp
-    from eventhubs_emulator.amqp import Symbol
-    from eventhubs_spark.client.decode import RawEvents
-
-    def message(seq: int) -> bytes:
-        annotations = {Symbol("x-opt-sequence-number"): seq, Symbol("x-opt-offset"): str(seq)}
-        return amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, annotations) + amqp.encode_section(amqp.DATA, b"b%d" % seq)
-
-    def read_here(req: RangeRequest, result: RangeResult) -> Iterator[RawEvents]:
-        for first in range(req.start, req.end, 7):
-            raw = RawEvents()
-            for seq in range(first, min(first + 7, req.end)):
-                raw.append(seq, message(seq))
-            result.read += len(raw)
-            yield raw
-
+    read_here, _ = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
     stats: dict = {}
     rows = [r for b in service.read_batches(request(10, 40), True, stats) for r in b.to_pylist()]
@@ -203,8 +199,8 @@ def full_request() -> RangeRequest:
     """A request with every kind of field set: secrets, an Entra identity, a proxy, ownership."""
     import dataclasses
 
-    from eventhubs_spark.client.credentials import EntraSettings, Secret
-    from eventhubs_spark.client.network import HttpProxy, NetworkSettings
+    from eventhubs_spark.auth.credentials import EntraSettings, Secret
+    from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
 
     settings = dataclasses.replace(
         SETTINGS,
@@ -218,7 +214,7 @@ def full_request() -> RangeRequest:
 
 
 def test_a_request_crosses_as_json_and_comes_back_equal():
-    from eventhubs_spark.client import protocol
+    from eventhubs_spark.executor import protocol
 
     full = full_request()
     wire = protocol.encode_request(full)
@@ -244,7 +240,7 @@ def test_a_request_crosses_as_json_and_comes_back_equal():
     ],
 )
 def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words):
-    from eventhubs_spark.client import protocol
+    from eventhubs_spark.executor import protocol
 
     data = json.loads(protocol.encode_request(full_request()))
     change(data)
@@ -259,15 +255,15 @@ def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words)
 
 @pytest.mark.parametrize("payload", [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
 def test_what_is_not_a_json_request_is_refused(payload):
-    from eventhubs_spark.client import protocol
+    from eventhubs_spark.executor import protocol
 
     with pytest.raises(protocol.ProtocolError):
         protocol.decode_request(payload)
 
 
 def test_errors_cross_as_json_with_their_type_example_and_retriability():
-    from eventhubs_spark.client import protocol
     from eventhubs_spark.errors import NetworkError
+    from eventhubs_spark.executor import protocol
 
     for error in (
         NetworkError("refused", retriable=True),

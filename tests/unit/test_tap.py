@@ -1,8 +1,9 @@
 """The frame tap: whatever way the bytes arrive, the SDK gets exactly its frames, and each tapped link's
-transfers (single or spread over frames) are decoded once, in order, with the SDK's counters moved.
+transfers (single or spread over frames) are kept once, in order, each message's bytes with its sequence
+number, with the SDK's counters moved.
 
 A real socket pair carries a stream of frames written in arbitrary pieces; the SDK side is a fake
-connection with the attributes the tap reads (see client/sdk.py).
+connection with the attributes the tap reads (see amqp/sdk.py).
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Symbol, UInt
-from eventhubs_spark.arrow import Columns
-from eventhubs_spark.client.decode import RawEvents, decode_message
-from eventhubs_spark.client.tap import FrameTap, LinkSink
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.amqp.tap import FrameTap, LinkSink
 
 
 class FakeLink:
@@ -94,7 +94,7 @@ def test_any_split_of_the_stream_gives_the_sdk_its_frames_and_the_sink_every_eve
     sink = LinkSink(credit=10**9)
     link0.eventhubs_sink = sink  # type: ignore[attr-defined]  # handle 0 is tapped, handle 1 is the SDK's
     stream = b""
-    expected = Columns()
+    expected = RawEvents()
     sdk_frames = []
     for i, (handle, body) in enumerate(deliveries):
         payload = message(i, body)
@@ -103,7 +103,7 @@ def test_any_split_of_the_stream_gives_the_sdk_its_frames_and_the_sink_every_eve
             if handle == 1:
                 sdk_frames.append(0x14)
         if handle == 0:
-            decode_message(expected, payload)
+            expected.append(i, payload)
         if flows_between and i % 3 == 0:
             flow = [UInt(0), UInt(100), UInt(0), UInt(100), UInt(1), UInt(0), UInt(10), None, False, False, None]
             stream += amqp.encode_frame(0, amqp.encode_performative(amqp.FLOW, flow))
@@ -142,10 +142,10 @@ def test_any_split_of_the_stream_gives_the_sdk_its_frames_and_the_sink_every_eve
     # the SDK sees exactly the frames that are not the tapped link's (empty frames aside: the tap also
     # answers with one after a run of decoded transfers)
     assert [f for f in got if f != 1] == [f for f in sdk_frames if f != 1]
-    received = Columns()
+    received = RawEvents()
     for chunk in sink.ready:
         received.extend(chunk)
-    assert received.to_batch("0").to_pylist() == expected.to_batch("0").to_pylist()
+    assert received.seqs == expected.seqs and received.payloads == expected.payloads
     tapped = sum(1 for h, _ in deliveries if h == 0)
     assert link0.delivery_count == tapped and link0.current_link_credit == 10**9 - tapped
     frames_in_all = stream.count(b"\x00\x53\x14")  # every transfer frame moved the session's counters
@@ -175,12 +175,12 @@ def test_a_low_credit_is_topped_up_while_the_sink_has_room_and_not_when_it_is_fu
     assert link.grants == [6] and sink.received == 6
 
 
-def test_a_raw_sink_keeps_the_bytes_of_transfers_left_to_the_sdk_in_their_place() -> None:
+def test_the_bytes_of_transfers_left_to_the_sdk_are_kept_in_their_place() -> None:
     """A transfer sent unsettled goes to the SDK (which must settle it); the SDK hands the decoded message
-    back (``add_sdk_message``) and a raw sink keeps the bytes it saw go by, in order with the others."""
+    back (``add_sdk_message``) and the sink keeps the bytes it saw go by, in order with the others."""
     link = FakeLink()
     session = FakeSession({0: link})
-    sink = LinkSink(credit=10**9, raw=True)
+    sink = LinkSink(credit=10**9)
     link.eventhubs_sink = sink  # type: ignore[attr-defined]
     payloads = [message(i, bytes([i]) * (i * 97)) for i in range(12)]
     unsettled = {2, 3, 7, 11}

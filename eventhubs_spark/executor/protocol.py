@@ -10,7 +10,7 @@ connector's error types.
 
 Secrets (keys, tokens, the proxy password) cross the socket as they are, as they would inside a
 Spark task: the socket is the user's own (mode 0600, in a directory of mode 0700, each peer's user
-checked), and they are wrapped in :class:`~eventhubs_spark.client.credentials.Secret` again on arrival.
+checked), and they are wrapped in :class:`~eventhubs_spark.auth.credentials.Secret` again on arrival.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
+from ..auth.credentials import EntraSettings, Secret
+from ..auth.network import HttpProxy, NetworkSettings
+from ..auth.settings import ConnectionSettings
 from ..errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
-from .credentials import EntraSettings, Secret
-from .network import HttpProxy, NetworkSettings
 from .receiver import RangeRequest, ReceiverConfig
-from .settings import ConnectionSettings
 
 T = TypeVar("T")
 

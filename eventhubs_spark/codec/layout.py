@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..arrow import ARROW_SCHEMA, Columns
-from .decode import Events, RawEvents, Unsupported, decode_message
+from ..amqp.messages import RawEvents, Unsupported
+from ..arrow import ARROW_SCHEMA
+from .columns import Columns
+from .message import decode_message
 
 __all__ = ["Layout", "decode_batch", "decode_raw", "events_batch", "learn"]
 
@@ -469,17 +471,13 @@ def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
     return [None if s is None else (s[0][rows], s[1][rows]) if isinstance(s, tuple) else s[rows] for s in slots]
 
 
-def events_batch(events: Events, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made here
-    (events decoded into Columns were counted where they were decoded)."""
-    if isinstance(events, RawEvents):
-        return decode_raw(events.to_raw_batch(), partition)
-    assert isinstance(events, Columns)
-    return events.to_batch(partition), 0
+def events_batch(events: RawEvents, partition: str) -> tuple[pa.RecordBatch, int]:
+    """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made."""
+    return decode_raw(events.to_raw_batch(), partition)
 
 
 def decode_raw(batch: pa.RecordBatch, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The source schema's batch of a raw batch's messages (:data:`.decode.RAW_SCHEMA`, what the
+    """The source schema's batch of a raw batch's messages (:data:`~eventhubs_spark.amqp.messages.RAW_SCHEMA`, what the
     executor's receiver service sends), and how many of them the SDK's decoder made."""
     return decode_batch(batch.column(1), partition)
 

@@ -36,11 +36,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..arrow import Columns
+from ..amqp.engine import CONNECTIONS, Link, LinkSpec, SharedConnection
+from ..amqp.messages import RawEvents
+from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error, link_stolen
-from .decode import Events, RawEvents
-from .engine import CONNECTIONS, Link, LinkSpec, SharedConnection
-from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 
@@ -65,18 +64,13 @@ class RangeResult:
 
     read: int = 0
     lost: int = 0
-    fallbacks: int = 0  # events the SDK's decoder made (see client.decode)
+    fallbacks: int = 0  # events the SDK's decoder made when the task decoded them (see codec.message)
     # the receiver's life so far (see PartitionReceiver)
     displaced_idle: int = 0
     displaced_reading: int = 0
     closed_idle: int = 0
     reconnects: int = 0
 
-
-# Receivers keep messages undecoded (RawEvents, their sequence numbers read) and each range is decoded
-# a batch at a time by client/layout.py, column by column: a fraction of the per-message decoder's cost.
-# In the executor's receiver service that also moves decoding to the workers, into every task slot.
-RAW_EVENTS = True
 
 # How long a reader waits on its link before it looks at the clock and the link's state again.
 _WAIT_SLICE = 0.5
@@ -95,7 +89,7 @@ class PartitionReceiver:
         self.partition = partition
         self._link: Link | None = None
         self._connection: SharedConnection | None = None
-        self._carry: Events | None = None
+        self._carry: RawEvents | None = None
         self.position: int | None = None  # the next sequence number this receiver will hand out
         self.opens = 0
         self.displaced_idle = 0  # reopened because the link was taken while the receiver sat in the pool
@@ -104,7 +98,7 @@ class PartitionReceiver:
         self.reconnects = 0  # reopened during a read after a dropped link or connection
         self._unreachable: NetworkError | None = None  # the last attempt could not connect (see _raise_if_lasting)
 
-    def open_at(self, sequence_number: int, keep: Events | None = None) -> None:
+    def open_at(self, sequence_number: int, keep: RawEvents | None = None) -> None:
         """Read from ``sequence_number`` on a new link; ``keep``: events before it still to hand out."""
         self._close_link()
         spec = LinkSpec(
@@ -115,7 +109,6 @@ class PartitionReceiver:
             prefetch=self.config.prefetch,
             read_ahead_events=self.config.read_ahead_events,
             read_ahead_bytes=self.config.read_ahead_bytes,
-            raw=RAW_EVENTS,
         )
         self._connection, self._link = CONNECTIONS.open_link(self.settings, spec)
         self._carry = keep if keep else None
@@ -126,7 +119,7 @@ class PartitionReceiver:
     def _reopen_after_held(self, fallback: int) -> None:
         """Open a new link after every event this receiver still holds (read ahead before its link ended),
         keeping them: nothing is read twice, nothing skipped. Without any, at ``fallback``."""
-        held: Events = self._carry or (RawEvents() if RAW_EVENTS else Columns())
+        held = self._carry or RawEvents()
         self._carry = None
         if self._link is not None:
             sink = self._link.sink
@@ -138,8 +131,8 @@ class PartitionReceiver:
         else:
             self.open_at(fallback)
 
-    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[Events]:
-        """Yield the events with ``start <= sequence number < end``, in order, each once, as Columns."""
+    def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[RawEvents]:
+        """Yield the events with ``start <= sequence number < end``, in order, each once, undecoded."""
         if self.position != start or self._link is None:
             self.open_at(start)
         else:
@@ -216,7 +209,6 @@ class PartitionReceiver:
                 piece = chunk if gap is None else chunk.take(gap)
                 expected = piece.seqs[-1] + 1
                 result.read += len(piece)
-                result.fallbacks += piece.fallbacks
                 self.position = expected
                 last_progress = time.monotonic()
                 backoff = 0.05  # it reads again: the next reopen need not wait long
@@ -236,7 +228,7 @@ class PartitionReceiver:
         result.lost += until - expected
         return until
 
-    def _hold(self, chunk: Events) -> None:
+    def _hold(self, chunk: RawEvents) -> None:
         """Keep events a range did not need, before anything held already (they come first)."""
         if not chunk.seqs:
             return
@@ -262,7 +254,7 @@ class PartitionReceiver:
         connection's reader notices at once (it reads between tasks too), so this only asks the sink."""
         return self._link.sink.error if self._link is not None else None
 
-    def _next_events(self, wanted: int) -> Events | None:
+    def _next_events(self, wanted: int) -> RawEvents | None:
         """Up to ``wanted`` events, waiting a little for them; None when none came (see ``_link_error``)."""
         carry = self._carry
         if carry is not None and carry.seqs:
@@ -272,7 +264,7 @@ class PartitionReceiver:
             return carry.take(wanted)
         return self._from_link(wanted)
 
-    def _from_link(self, wanted: int) -> Events | None:
+    def _from_link(self, wanted: int) -> RawEvents | None:
         """Up to ``wanted`` events the link decoded, waiting a little for them; None when none came."""
         if self._link is None:
             return None
@@ -339,7 +331,7 @@ class RangeRequest:
     retry: bool = False
 
 
-def read_here(request: RangeRequest, result: RangeResult) -> Generator[Events, None, None]:
+def read_here(request: RangeRequest, result: RangeResult) -> Generator[RawEvents, None, None]:
     """Read a range through this process's receiver pool; the receiver goes back to the pool after a
     read that ended well, and is closed after any failure (or a read stopped half-way)."""
     receiver = POOL.acquire(

@@ -54,10 +54,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..arrow import ARROW_SCHEMA
-from . import protocol, receiver
-from .decode import RAW_SCHEMA, RawEvents
-from .layout import decode_raw, events_batch
+from ..amqp.messages import RAW_SCHEMA
+from ..codec.layout import decode_raw, events_batch
+from . import protocol
 from .receiver import POOL, RangeRequest, RangeResult, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -65,7 +64,6 @@ _LOG = logging.getLogger("eventhubs_spark")
 IDLE_EXIT = 300.0  # seconds without receivers or requests before the service exits
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 _MESSAGE = struct.Struct(">cQ")  # kind, payload length
-_BATCH = b"B"  # next sequence number (8 bytes) + an Arrow IPC record batch of the source schema
 _RAW = b"W"  # next sequence number (8 bytes) + an Arrow IPC record batch of undecoded messages (RAW_SCHEMA)
 _DONE = b"D"  # the range's counts (JSON)
 _ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
@@ -252,10 +250,7 @@ class ReceiverService:
         try:
             for chunk in chunks:
                 next_seq = struct.pack(">q", chunk.seqs[-1] + 1)
-                if isinstance(chunk, RawEvents):  # the worker decodes (see receiver.RAW_EVENTS)
-                    _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())
-                else:
-                    _send_to_worker(conn, _BATCH, next_seq, events_batch(chunk, request.partition)[0].serialize())
+                _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())  # the worker decodes
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **POOL.stats_dict()}
             _send_to_worker(conn, _DONE, json.dumps(done).encode())
             return True
@@ -307,7 +302,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eventhubs_spark.client.service", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eventhubs_spark.executor.service", description=__doc__)
     parser.add_argument("--socket", required=True)
     parser.add_argument("--local-dir")
     parser.add_argument("--watch-pid", type=int)
@@ -319,7 +314,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
-    receiver.RAW_EVENTS = True  # the workers decode what this service reads: decoding scales with task slots
     service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)
@@ -363,8 +357,8 @@ class ServiceClient:
                 if sock is not None:
                     return sock
                 with open(self.place.log_path, "ab") as log:
-                    args = [sys.executable, "-m", "eventhubs_spark.client.service", "--socket", self.place.socket_path,
-                            "--local-dir", self.place.local_dir]  # fmt: skip
+                    args = [sys.executable, "-m", "eventhubs_spark.executor.service", "--socket",
+                            self.place.socket_path, "--local-dir", self.place.local_dir]  # fmt: skip
                     pid = executor_pid()
                     if pid is not None:
                         args += ["--watch-pid", str(pid)]
@@ -397,10 +391,7 @@ class ServiceClient:
             _send(sock, _READ, protocol.encode_request(request))
             while True:
                 kind, payload = _recv(sock)
-                if kind == _BATCH:
-                    next_seq = struct.unpack_from(">q", payload)[0]
-                    yield pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), ARROW_SCHEMA)
-                elif kind == _RAW:
+                if kind == _RAW:
                     next_seq = struct.unpack_from(">q", payload)[0]
                     raw = pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), RAW_SCHEMA)
                     batch, fallbacks = decode_raw(raw, request.partition)

@@ -6,12 +6,12 @@ the session and the link before the message reaches a buffer. For the events a r
 most of the client's CPU. A :class:`FrameTap` takes the connection's reads over (the transport's
 ``receive_frame``, so every reader of the connection, the SDK's own included, goes through it):
 
-* the socket is read in large chunks and frames are cut from the buffer;
+* the socket is read in large chunks and frames are cut from the buffer (TLS records read on while
+  there are more; WebSocket framing stripped, :mod:`.websocket`);
 * a transfer on a link the connector reads (it carries a :class:`LinkSink`) goes straight into that
-  sink: its message's bytes and sequence number, to be decoded a range at a time column by column
-  (:mod:`.layout`; receivers make raw sinks), or decoded into columns on the spot (:mod:`.decode`).
-  The session's and link's counters move as the SDK moves them, so flow control, credit and windows
-  stay the SDK's;
+  sink: its message's bytes and sequence number, nothing else, for the task to decode a range at a
+  time column by column (:mod:`.layout`). The session's and link's counters move as the SDK moves
+  them, so flow control, credit and windows stay the SDK's;
 * every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
   goes to the SDK as it would have, decoded by the SDK.
 
@@ -32,9 +32,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..arrow import Columns, DecodeError
+from ..codec.columns import DecodeError
 from . import sdk
-from .decode import RawEvents, Unsupported, decode_into, decode_message, sequence_number
+from .messages import RawEvents, Unsupported, sequence_number
 from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
 
 _LOG = logging.getLogger(__name__)
@@ -64,25 +64,21 @@ class LinkSink:
         "max_bytes",
         "max_events",
         "partial",
-        "raw",
         "ready",
         "ready_bytes",
         "ready_events",
         "received",
     )
 
-    def __init__(
-        self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62, raw: bool = False
-    ) -> None:
-        self.raw = raw  # keep each message's bytes and sequence number, undecoded (see decode.RawEvents)
+    def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
         self.credit = credit  # the link's credit window (prefetch)
         self.max_events = max_events  # what it may hold before its reader takes it (read-ahead bounds)
         self.max_bytes = max_bytes
         self.cond = threading.Condition()
-        self.incoming: Any = RawEvents() if raw else Columns()  # the reading thread's, unlocked
+        self.incoming = RawEvents()  # the reading thread's, unlocked
         self.partial: bytearray | None = None  # a message spread over several transfer frames
-        self.handed = bytearray()  # a raw sink's message bytes in frames left to the SDK (add_sdk_message)
-        self.ready: list[Columns] = []
+        self.handed = bytearray()  # message bytes in frames left to the SDK (add_sdk_message)
+        self.ready: list[RawEvents] = []
         self.ready_events = 0
         self.ready_bytes = 0
         self.received = 0  # events decoded in all
@@ -93,7 +89,7 @@ class LinkSink:
         """Hand the decoded events to readers (called on the reading thread)."""
         if not self.incoming.seqs:
             return
-        chunk, self.incoming = self.incoming, RawEvents() if self.raw else Columns()
+        chunk, self.incoming = self.incoming, RawEvents()
         with self.cond:
             self.ready.append(chunk)
             self.ready_events += len(chunk)
@@ -102,13 +98,10 @@ class LinkSink:
 
     def add_sdk_message(self, message: Any) -> None:
         """A message the SDK decoded itself (a transfer the tap left to it, e.g. one sent unsettled), in
-        its place in the order. A raw sink keeps the bytes the tap saw go by (``handed``), so the message
-        is decoded where the others are, by the same decoder."""
-        if self.raw:
-            payload, self.handed = bytes(self.handed), bytearray()
-            self.incoming.append(_event_sequence_number(message), payload)
-        else:
-            self.incoming.append_sdk_message(message)
+        its place in the order. The sink keeps the bytes the tap saw go by (``handed``), so the message is
+        decoded where the others are, by the same decoder."""
+        payload, self.handed = bytes(self.handed), bytearray()
+        self.incoming.append(_event_sequence_number(message), payload)
         self.publish()
 
     def fail(self, error: str, exc: BaseException | None = None) -> None:
@@ -128,7 +121,7 @@ class LinkSink:
         events, nbytes = self.buffered()
         return events < self.max_events and nbytes < self.max_bytes
 
-    def take(self, wanted: int) -> Columns | None:
+    def take(self, wanted: int) -> RawEvents | None:
         """Up to ``wanted`` ready events in one piece (the caller holds ``cond``), or None."""
         if not self.ready:
             return None
@@ -176,7 +169,6 @@ class FrameTap:
         # every answer is awaited by a step that comes after the read).
         self.timeout = 0.2
         self.transfers = 0  # transfer frames taken here, not left to the SDK
-        self.fallbacks = 0
         sdk.set_receive_frame(self.transport, self.receive_frame)
 
     # -- for the thread that drives the connection --
@@ -391,9 +383,8 @@ class FrameTap:
 
     @staticmethod
     def _leave(sink: LinkSink, data: bytes, payload: int, end: int) -> bool:
-        """Leave a transfer of a tapped link to the SDK (False); a raw sink notes its bytes first."""
-        if sink.raw:
-            sink.handed += data[payload:end]
+        """Leave a transfer of a tapped link to the SDK (False), noting its bytes first (see add_sdk_message)."""
+        sink.handed += data[payload:end]
         return False
 
     @staticmethod
@@ -431,28 +422,21 @@ class FrameTap:
         return settled, more
 
     def _decode(self, sink: LinkSink, data: bytes, start: int, end: int) -> None:
-        cols = sink.incoming
+        """Keep one message's bytes with its sequence number (the one thing read here): the task decodes
+        its range's messages column by column (:mod:`.layout`)."""
+        events = sink.incoming
         sink.received += 1
-        if sink.raw:
-            if data.startswith(_SEQ_FIRST, start + 6) and data.startswith(_ANNOTATIONS8, start) and data[start + 5] > 1:
-                seq = _Q(data, start + 30)[0]  # the service's usual form (see decode.sequence_number), inline
-            else:
-                try:
-                    seq = sequence_number(data, start, end)
-                except (Unsupported, IndexError, struct.error):
-                    one = Columns()
-                    decode_message(one, data[start:end])
-                    seq = one.seqs[0]
-            message = data[start:end]
-            cols.seqs.append(seq)
-            cols.payloads.append(message)
-            cols.nbytes += len(message) + 64
-            return
-        try:
-            decode_into(cols, data, start, end)
-        except (Unsupported, IndexError, struct.error):
-            cols.append_sdk_payload(data[start:end])
-            self.fallbacks += 1
+        if data.startswith(_SEQ_FIRST, start + 6) and data.startswith(_ANNOTATIONS8, start) and data[start + 5] > 1:
+            seq = _Q(data, start + 30)[0]  # the service's usual form (see decode.sequence_number), inline
+        else:
+            try:
+                seq = sequence_number(data, start, end)
+            except (Unsupported, IndexError, struct.error):
+                seq = _event_sequence_number(sdk.decode_message(data[start:end]))  # any other form: the SDK's
+        message = data[start:end]
+        events.seqs.append(seq)
+        events.payloads.append(message)
+        events.nbytes += len(message) + 64
 
     def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
         found = sdk.link_at(self.connection, channel, handle)

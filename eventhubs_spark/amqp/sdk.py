@@ -143,7 +143,7 @@ def has_connection(consumer: Any) -> bool:
 
 def attach_sink(consumer: Any, sink: Any) -> None:
     """Mark the consumer's link as one whose transfers a frame tap decodes into ``sink`` (an attribute
-    of ours on the SDK's link object, read by :class:`~eventhubs_spark.client.tap.FrameTap`)."""
+    of ours on the SDK's link object, read by :class:`~eventhubs_spark.amqp.tap.FrameTap`)."""
     link = consumer_link(consumer)
     if link is not None and getattr(link, "eventhubs_sink", None) is not sink:
         link.eventhubs_sink = sink
@@ -318,10 +318,6 @@ def data_body(message: Any) -> Any:
     return message._data_body if hasattr(message, "_data_body") else None
 
 
-def is_event_data(item: Any) -> bool:
-    return hasattr(item, "_raw_amqp_message")
-
-
 # -- sending ---------------------------------------------------------------------------------------------
 
 _BATCH_OVERHEAD = (5, 8)  # what the SDK adds per event inside a batch message (under / from 256 bytes)
@@ -368,7 +364,7 @@ def management_message(client: Any, properties: dict[str, str]) -> Any:
 # -- the contract ---------------------------------------------------------------------------------------
 
 # (what, attribute path) the functions above read; checked on live objects by missing_internals().
-# A consumer opened by the engine: on a shared connection, with a frame tap on it (client.engine, client.tap).
+# A consumer opened by the engine: on a shared connection, with a frame tap on it (amqp.engine, amqp.tap).
 CONSUMER_INTERNALS = (
     "_keep_alive",
     "_message_received",

@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsError, TransientError, call_with_retries
 from ..partitions import PartitionInfo
 from . import sdk
-from .settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 T = TypeVar("T")

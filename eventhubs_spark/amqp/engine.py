@@ -5,10 +5,11 @@ its caller asks. Here a :class:`SharedConnection` holds one connection per (name
 the process, every receiving link of every hub and consumer group is opened on it, and one thread
 (the connection's reader) does all the SDK's work for it: opening and closing links, signing them in
 again when their tokens are due, granting credit, and reading frames through a :class:`FrameTap`,
-which decodes each link's events into its :class:`LinkSink`. Tasks only wait on sinks.
+which keeps each link's messages (bytes and sequence numbers) in its :class:`LinkSink`. Tasks only wait on
+sinks.
 
 Because the reader runs between tasks too, a link reads ahead: it keeps granting credit while what
-it holds stays under its bounds (events and bytes), so the next range is often decoded before its
+it holds stays under its bounds (events and bytes), so the next range is often in memory before its
 task starts. Nothing of the SDK is touched from any other thread, so nothing needs a lock but the
 sinks' hand-over and the queue of commands.
 """
@@ -22,8 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..auth.settings import ConnectionSettings
 from . import sdk
-from .settings import ConnectionSettings
 from .tap import FrameTap, LinkSink
 
 _LOG = logging.getLogger(__name__)
@@ -44,7 +45,6 @@ class LinkSpec:
     prefetch: int
     read_ahead_events: int
     read_ahead_bytes: int
-    raw: bool = False  # keep messages undecoded (the executor's receiver service: workers decode)
 
 
 class Link:
@@ -53,13 +53,13 @@ class Link:
     def __init__(self, settings: ConnectionSettings, spec: LinkSpec) -> None:
         self.settings = settings
         self.spec = spec
-        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes, spec.raw)
+        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes)
         self.consumer: Any = None  # the SDK consumer, made and used on the reader thread only
         self.state = "opening"  # opening | open | closed
         self.signed_in_at = 0.0
 
     def on_sdk_message(self, message: Any) -> None:
-        """A message the SDK decoded itself (a transfer the tap left to it): same columns, same order."""
+        """A message the SDK decoded itself (a transfer the tap left to it): kept in its place in the order."""
         self.sink.add_sdk_message(message)
 
 

@@ -1,0 +1,188 @@
+"""An Event Hubs message as the frame reader keeps it: its AMQP bytes and its sequence number.
+
+The frame reader (:mod:`.tap`) reads only each message's ``x-opt-sequence-number`` as it arrives
+(:func:`sequence_number`) and keeps the bytes (:class:`RawEvents`); the task decodes a range's messages
+at once, column by column (:mod:`eventhubs_spark.codec`). The AMQP constants and the readers of single
+AMQP values that both need live here, once.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+_I = struct.Struct(">I").unpack_from
+_i = struct.Struct(">i").unpack_from
+_q = struct.Struct(">q").unpack_from
+_Q = struct.Struct(">Q").unpack_from
+_H = struct.Struct(">H").unpack_from
+_h = struct.Struct(">h").unpack_from
+_f = struct.Struct(">f").unpack_from
+_d = struct.Struct(">d").unpack_from
+
+# The annotations the service stamps on every event (symbols), and what the source's columns come from.
+SEQUENCE_NUMBER = b"x-opt-sequence-number"
+OFFSET = b"x-opt-offset"
+ENQUEUED_TIME = b"x-opt-enqueued-time"
+PARTITION_KEY = b"x-opt-partition-key"
+PUBLISHER = b"x-opt-publisher"
+# An annotation's key and its value's constructor, in the forms the service sends: one ``startswith``
+# finds each (the key as sym8, then a long / a str8 / a timestamp).
+A_SEQUENCE_NUMBER = b"\xa3\x15" + SEQUENCE_NUMBER + b"\x81"
+A_OFFSET = b"\xa3\x0c" + OFFSET + b"\xa1"
+A_ENQUEUED_TIME = b"\xa3\x13" + ENQUEUED_TIME + b"\x83"
+assert (len(A_SEQUENCE_NUMBER), len(A_OFFSET), len(A_ENQUEUED_TIME)) == (24, 15, 22)
+# The message-annotations section as a map8, the first section (the service's usual form).
+ANNOTATIONS_MAP8 = b"\x00\x53\x72\xc1"
+
+
+class Unsupported(Exception):
+    """The message uses an encoding the fast path leaves to the SDK's decoder."""
+
+
+def scalar(buf: bytes, p: int) -> tuple[Any, int]:
+    """One AMQP value at ``buf[p]`` that is not a compound: (the SDK's Python value, the next position)."""
+    c = buf[p]
+    if c == 0xA1 or c == 0xA3 or c == 0xA0:
+        n = buf[p + 1]
+        return buf[p + 2 : p + 2 + n], p + 2 + n
+    if c == 0xB1 or c == 0xB3 or c == 0xB0:
+        n = _I(buf, p + 1)[0]
+        return buf[p + 5 : p + 5 + n], p + 5 + n
+    if c == 0x81 or c == 0x83:
+        return _q(buf, p + 1)[0], p + 9
+    if c == 0x40:
+        return None, p + 1
+    if c == 0x55 or c == 0x54 or c == 0x51:
+        v = buf[p + 1]
+        return (v - 256 if v > 127 else v), p + 2
+    if c == 0x52 or c == 0x53 or c == 0x50:
+        return buf[p + 1], p + 2
+    if c == 0x43 or c == 0x44:
+        return 0, p + 1
+    if c == 0x41:
+        return True, p + 1
+    if c == 0x42:
+        return False, p + 1
+    if c == 0x56:
+        return buf[p + 1] == 1, p + 2
+    if c == 0x70:
+        return _I(buf, p + 1)[0], p + 5
+    if c == 0x71:
+        return _i(buf, p + 1)[0], p + 5
+    if c == 0x80:
+        return _Q(buf, p + 1)[0], p + 9
+    if c == 0x60:
+        return _H(buf, p + 1)[0], p + 3
+    if c == 0x61:
+        return _h(buf, p + 1)[0], p + 3
+    if c == 0x82:
+        return _d(buf, p + 1)[0], p + 9
+    if c == 0x72:
+        return _f(buf, p + 1)[0], p + 5
+    if c == 0x98:
+        return uuid.UUID(bytes=buf[p + 1 : p + 17]), p + 17
+    raise Unsupported(f"constructor 0x{c:02x}")
+
+
+def compound(buf: bytes, p: int) -> tuple[int, int, int]:
+    """(count, first element, end) of a list or map at ``buf[p]``; anything else is Unsupported."""
+    c = buf[p]
+    if c == 0xC1 or c == 0xC0:
+        return buf[p + 2], p + 3, p + 2 + buf[p + 1]
+    if c == 0xD1 or c == 0xD0:
+        return _I(buf, p + 5)[0], p + 9, p + 5 + _I(buf, p + 1)[0]
+    if c == 0x45:
+        return 0, p + 1, p + 1
+    raise Unsupported(f"compound 0x{c:02x}")
+
+
+def skip(buf: bytes, p: int) -> int:
+    """The position after the (list or map) value at ``buf[p]`` of a section this decoder ignores."""
+    c = buf[p]
+    if c == 0xC1 or c == 0xC0:
+        return p + 2 + buf[p + 1]
+    if c == 0xD1 or c == 0xD0:
+        return p + 5 + _I(buf, p + 1)[0]
+    if c == 0x45 or c == 0x40:
+        return p + 1
+    raise Unsupported(f"section value 0x{c:02x}")
+
+
+def sequence_number(buf: bytes, p: int, end: int) -> int:
+    """The ``x-opt-sequence-number`` of the message in ``buf[p:end]``, found without decoding the rest
+    (receivers read ahead this way and leave the decoding to :mod:`.layout`, a batch at a time)."""
+    if buf.startswith(A_SEQUENCE_NUMBER, p + 6) and buf.startswith(ANNOTATIONS_MAP8, p) and buf[p + 5] >= 2:
+        return _q(buf, p + 30)[0]  # the service's usual form: annotations first, the sequence number first
+    while p < end:
+        if buf[p] != 0 or buf[p + 1] != 0x53:
+            raise Unsupported("a section descriptor in its long form")
+        d = buf[p + 2]
+        p += 3
+        if d == 0x72:
+            count, q, _ = compound(buf, p)
+            for _ in range(count >> 1):
+                c = buf[q]
+                if c == 0xA3 or c == 0xA1:
+                    n = buf[q + 1]
+                    is_seq = buf[q + 2 : q + 2 + n] == SEQUENCE_NUMBER
+                    q += 2 + n
+                else:
+                    key, q = scalar(buf, q)
+                    is_seq = key == SEQUENCE_NUMBER
+                value, q = scalar(buf, q)
+                if is_seq:
+                    if type(value) is not int:
+                        raise Unsupported("a sequence number that is not an integer")
+                    return value
+            raise Unsupported("no x-opt-sequence-number annotation")
+        if d == 0x70 or d == 0x71:
+            p = skip(buf, p)
+            continue
+        raise Unsupported("message annotations after other sections")
+    raise Unsupported("no message annotations")
+
+
+RAW_SCHEMA = pa.schema([pa.field("sequenceNumber", pa.int64()), pa.field("message", pa.binary())])
+
+
+class RawEvents:
+    """Events as their sequence numbers and undecoded message bytes: what receivers hold and the executor's
+    receiver service sends; the task decodes them a range at a time, column by column
+    (:func:`eventhubs_spark.codec.layout.decode_raw`), so decoding runs in every task slot."""
+
+    __slots__ = ("nbytes", "payloads", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.payloads: list[bytes] = []
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(self, seq: int, payload: bytes) -> None:
+        self.seqs.append(seq)
+        self.payloads.append(payload)
+        self.nbytes += len(payload) + 64
+
+    def take(self, count: int) -> RawEvents:
+        head = RawEvents()
+        head.seqs, self.seqs = self.seqs[:count], self.seqs[count:]
+        head.payloads, self.payloads = self.payloads[:count], self.payloads[count:]
+        head.nbytes = sum(len(p) for p in head.payloads) + 64 * len(head.seqs)
+        self.nbytes -= head.nbytes
+        return head
+
+    def extend(self, other: RawEvents) -> None:
+        self.seqs += other.seqs
+        self.payloads += other.payloads
+        self.nbytes += other.nbytes
+
+    def to_raw_batch(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.seqs, pa.int64()), pa.array(self.payloads, pa.binary())], schema=RAW_SCHEMA
+        )

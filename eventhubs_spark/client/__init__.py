@@ -1,1 +1,0 @@
-"""Connections to Event Hubs: settings and credentials, the cached management client, receiver pool."""
