@@ -22,6 +22,17 @@ def store_options(azurite):
     }
 
 
+def run_and_mirror(spark, eventhub, tmp_path, **options) -> None:
+    """An AvailableNow run whose progress is in the store when it returns. Spark 4.2+ asks the source
+    for the next offset once more after the last batch (the mirror writes then); Spark 4.0/4.1 ask once
+    per run, so a run's progress is mirrored when the next run starts: here, one that finds nothing new."""
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL
+
+    run_available_now(spark, eventhub, tmp_path, **options)
+    if not HAS_ADMISSION_CONTROL:
+        assert run_available_now(spark, eventhub, tmp_path, **options) == []
+
+
 def official_store(azurite, options):
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 
@@ -36,7 +47,7 @@ def test_spark_mirrors_progress_and_an_sdk_processor_resumes_after_it(spark, azu
 
     for p in range(4):
         send(eventhub.connection_string, [f"spark-{p}-{i}" for i in range(5 + p)], partition_id=str(p))
-    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}', **store_options)
+    run_and_mirror(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}', **store_options)
     assert len(output(spark, tmp_path)) == 5 + 6 + 7 + 8
     store = official_store(azurite, store_options)
     namespace = eventhub.emulator.fully_qualified_namespace
@@ -118,9 +129,9 @@ def test_store_by_account_url_and_sas_token(spark, azurite, eventhub, tmp_path):
     )  # fmt: skip
     send(eventhub.connection_string, [f"u{i}" for i in range(5)], partition_id="1")
     url = f"http://127.0.0.1:{azurite.port}/{AZURITE_ACCOUNT}"
-    run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
-                      eventhubs__checkpointStore__accountUrl=url, eventhubs__checkpointStore__sasToken=sas,
-                      eventhubs__checkpointStore__container="by-url")  # fmt: skip
+    run_and_mirror(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
+                   eventhubs__checkpointStore__accountUrl=url, eventhubs__checkpointStore__sasToken=sas,
+                   eventhubs__checkpointStore__container="by-url")  # fmt: skip
     store = BlobCheckpointStore.from_connection_string(azurite.connection_string, "by-url")
     listed = store.list_checkpoints(eventhub.emulator.fully_qualified_namespace, eventhub.name, "$Default")
     assert {c.partition_id: c.sequence_number for c in listed} == {"1": 4}
