@@ -2,8 +2,8 @@
 
 Each type says whether trying again can help (``retriable``). :func:`call_with_retries` retries only
 what may heal, under a deadline, and ends in :class:`EventHubsTimeoutError` raised ``from`` the last
-cause; management requests and sends both use it. What the SDK's errors mean (a link taken by
-another owner, a batch too large) is decided here, once, instead of by text matching at each caller.
+cause; management requests and sends both use it. What an SDK error means is decided by its AMQP
+condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk.error_type`).
 """
 
 from __future__ import annotations
@@ -107,35 +107,7 @@ ERROR_TYPES: dict[str, type[EventHubsError]] = {
 }
 
 
-# -- what an SDK error means ---------------------------------------------------------------------------
-
-_STOLEN = "amqp:link:stolen"
-_TOO_LARGE = "amqp:link:message-size-exceeded"
-
-
-def _condition(error: object) -> str:
-    """The AMQP error condition of an SDK exception (``condition``), else its text."""
-    condition = getattr(error, "condition", None)
-    text = str(error)
-    if condition is not None:
-        value = getattr(condition, "value", condition)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        return f"{value} {text}"
-    return text
-
-
-def link_stolen(error: object) -> bool:
-    """True when a link was detached because another receiver with an equal or higher owner level
-    (epoch) took the partition, or when a non-epoch receiver was refused because of one."""
-    text = _condition(error)
-    return _STOLEN in text or "stolen" in text or "epoch" in text.lower()
-
-
-def message_too_large(error: object) -> bool:
-    """True when the service refused a message or batch as larger than the hub allows."""
-    text = _condition(error)
-    return _TOO_LARGE in text or "message-size-exceeded" in text
+# -- data loss -----------------------------------------------------------------------------------------
 
 
 def data_loss_error(hub: str, partition: str, start: int, end: int, begins_at: int | None = None) -> DataLossError:

@@ -20,9 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .amqp import sdk
+from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
-from .errors import EventHubsTimeoutError, link_stolen
+from .errors import EventHubsTimeoutError
 from .executor.receiver import ReceiverConfig
 from .partitions import PartitionInfo
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
@@ -116,7 +116,7 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
         owner_level=config.owner_level if config.exclusive else None,
         prefetch=1,
     )
-    with settings.sign_in_errors():
+    with failures.sign_in_errors(settings):
         try:
             return _first_received(consumer, got, settings, partition, pos, timeout)
         finally:
@@ -127,13 +127,13 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
 def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings, partition: str, pos: Position,
                     timeout: float) -> Any:  # fmt: skip
     deadline = time.monotonic() + timeout
-    last_error = None
+    last_error: str | None = None
     backoff = 0.05
     while not got and time.monotonic() < deadline:
         try:
             consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
         except Exception as exc:
-            failure = settings.auth_failure(exc)
+            failure = failures.failure(settings, exc)
             if failure is not None and not failure.retriable:
                 raise failure from None
             last_error = str(failure or exc)  # a dropped link or connection: the next receive opens it again
@@ -145,7 +145,7 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
             raise EventHubsTimeoutError(
                 f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
             )
-        last_error = error or last_error  # a dropped link or connection: the SDK reconnects by itself
+        last_error = str(error) if error is not None else last_error  # the SDK reconnects by itself
     if not got:
         cause = f"; last error: {last_error}" if last_error else ""
         raise EventHubsTimeoutError(
@@ -155,11 +155,12 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
     return got[0]
 
 
-def _lasting(error: str) -> bool:
-    """A link error another attempt would meet again: a higher owner level holds the partition, or the
-    consumer group or the rights are missing. Anything else (a forced detach, a dropped connection)
-    the SDK's next receive recovers from."""
-    return link_stolen(error) or "not-found" in error or "unauthorized" in error
+def _lasting(error: BaseException) -> bool:
+    """A link error another attempt would meet again (by its AMQP condition): a higher owner level holds
+    the partition, or the consumer group or the rights are missing. Anything else (a forced detach, a
+    dropped connection) the SDK's next receive recovers from."""
+    meaning = sdk.error_type(error)
+    return meaning is not None and not meaning.retriable
 
 
 def close_later(closable: Any) -> None:

@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from .amqp import sdk
+from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
 from .codec.encode import encode_event
-from .errors import EventHubsError, SinkError, call_with_retries, message_too_large
+from .errors import EventHubsError, SinkError, call_with_retries
 from .options import write_options
 
 T = TypeVar("T")
@@ -285,7 +285,7 @@ class EventSender:
             try:
                 self._client.send_batch(batch, timeout=max(1.0, seconds))
             except Exception as exc:
-                if message_too_large(exc):
+                if sdk.condition(exc) == sdk.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
                 raise
 
@@ -301,7 +301,7 @@ class EventSender:
             try:
                 return attempt(seconds)
             except Exception as exc:
-                failure = self.settings.auth_failure(exc)
+                failure = failures.failure(self.settings, exc)
                 if failure is not None and failure is not exc:
                     raise failure from None
                 raise
@@ -323,7 +323,7 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
     sender = EventSender(settings, layout, timeout)
     try:
-        with settings.sign_in_errors():
+        with failures.sign_in_errors(settings):
             if arrow:
                 for batch in items:
                     sender.add_columns([column.to_pylist() for column in batch.columns])

@@ -151,13 +151,13 @@ class SharedConnection:
                 self._tap.publish()
         closed = sdk.connection_closed(connection)
         if closed is not None:
-            self._connection_failed(closed, None)
+            self._connection_failed(str(closed), closed)
             return
         for link in self._links:
             if link.state == "open":
                 error = sdk.link_detached(link.consumer)
                 if error is not None:
-                    self._fail(link, error, None)
+                    self._fail(link, str(error), error)
 
     def _advance(self, link: Link) -> None:
         """One step of opening ``link`` (the first link opens the connection itself)."""

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsError, TransientError, call_with_retries
 from ..partitions import PartitionInfo
-from . import sdk
+from . import failures, sdk
 
 _LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -206,7 +206,7 @@ class ManagementClient:
         except (EventHubsError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            with self.settings.sign_in_errors():  # a refused sign-in is not transient: it fails at once
+            with failures.sign_in_errors(self.settings):  # a refused sign-in is not transient: it fails at once
                 raise TransientError(f"{type(exc).__name__}: {exc}") from exc
         status = int(status)
         if isinstance(description, bytes):
@@ -214,9 +214,9 @@ class ManagementClient:
         if status < 400:
             return response.value
         if status == 401:
-            raise self.settings.auth_error(f"management request refused with status 401: {description}")
+            raise failures.auth_error(self.settings, f"management request refused with status 401: {description}")
         if status == 404:
-            raise self.settings.not_found(f"management request answered 404: {description}")
+            raise failures.not_found(self.settings, f"management request answered 404: {description}")
         error_cls = TransientError if status >= 500 or status in (408, 429) else EventHubsError
         raise error_cls(f"management request {properties} failed with status {status}: {description}")
 

@@ -15,8 +15,18 @@ from __future__ import annotations
 import importlib
 import io
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
+
+from ..errors import (
+    AuthenticationFailedError,
+    EventHubsError,
+    HubNotFoundError,
+    ReceiverDisconnectedError,
+    SinkError,
+    TransientError,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -51,15 +61,16 @@ def create_consumer(
     )
 
 
-def link_error(consumer: Any) -> str | None:
-    """The error the service detached the consumer's link with (``_handler._link._error``), if any.
+def link_error(consumer: Any) -> BaseException | None:
+    """The error the service detached the consumer's link with (``_handler._link._error``, an
+    ``AMQPLinkError`` carrying its condition), if any.
 
     The SDK's ``receive`` retries some attach errors forever without raising; the link is the only
     place the service's answer shows (an epoch conflict, a missing consumer group).
     """
     handler = getattr(consumer, "_handler", None)
     error = getattr(getattr(handler, "_link", None), "_error", None)
-    return None if error is None else str(error)
+    return error if isinstance(error, BaseException) else None
 
 
 # -- one connection shared by the consumers of a process ---------------------------------------------------
@@ -149,7 +160,11 @@ def attach_sink(consumer: Any, sink: Any) -> None:
         link.eventhubs_sink = sink
 
 
-def link_detached(consumer: Any) -> str | None:
+class LinkDetached(Exception):
+    """A link the service detached without saying why (no error in its detach)."""
+
+
+def link_detached(consumer: Any) -> BaseException | None:
     """Why the consumer's link ended (the service's error, or a detach without one), or None while attached."""
     error = link_error(consumer)
     if error is not None:
@@ -157,7 +172,7 @@ def link_detached(consumer: Any) -> str | None:
     link = consumer_link(consumer)
     state = getattr(getattr(link, "state", None), "name", "")
     if state in ("DETACHED", "DETACH_RCVD", "ERROR"):
-        return f"the service detached the link ({state})"
+        return LinkDetached(f"the service detached the link ({state})")
     return None
 
 
@@ -287,20 +302,107 @@ def listen(connection: Any, wait: float, batch: int) -> None:
     connection.listen(wait=wait, batch=batch)
 
 
-def connection_closed(connection: Any) -> str | None:
-    """Why the connection ended (its error, or its state), or None while it is usable."""
+class ConnectionEnded(Exception):
+    """A connection that ended without an error of its own (closed by the service or by us)."""
+
+
+def connection_closed(connection: Any) -> BaseException | None:
+    """Why the connection ended (its error, carrying its condition, or its state), or None while usable."""
     error = getattr(connection, "_error", None)
-    if error is not None:
-        return str(error)
+    if isinstance(error, BaseException):
+        return error
     state = getattr(connection, "state", None)
     name = getattr(state, "name", "")
     if name in ("END", "CLOSE_RCVD", "CLOSE_SENT", "DISCARDING", "CLOSE_PIPE", "OC_PIPE"):
-        return f"the connection was closed ({name})"
+        return ConnectionEnded(f"the connection was closed ({name})")
     return None
 
 
 def close_connection(connection: Any) -> None:
     connection.close()
+
+
+# -- what an error means: its AMQP condition ----------------------------------------------------------------
+
+# The conditions the service answers with (AMQP 1.0's own, and the service's com.microsoft ones).
+STOLEN = "amqp:link:stolen"  # a receiver with an equal or higher owner level (epoch) took the partition
+UNAUTHORIZED = "amqp:unauthorized-access"  # a refused token, or missing rights
+NOT_FOUND = "amqp:not-found"  # no such hub or consumer group
+OUT_OF_RANGE = "com.microsoft:argument-out-of-range"  # e.g. a partition the hub does not have
+TOO_LARGE = "amqp:link:message-size-exceeded"  # a message or batch over the hub's maximum size
+RESOURCE_LIMIT = "amqp:resource-limit-exceeded"  # e.g. more than 5 non-epoch receivers on a partition
+SERVER_BUSY = "com.microsoft:server-busy"
+TIMEOUT = "com.microsoft:timeout"
+DETACH_FORCED = "amqp:link:detach-forced"  # the service let an idle (or moved) link go
+CONNECTION_FORCED = "amqp:connection:forced"  # the service closed an idle connection
+INTERNAL = "amqp:internal-error"
+
+# The put-token reply ($cbs) has a status code instead of a condition: the same meanings.
+_TOKEN_STATUS = {401: UNAUTHORIZED, 403: UNAUTHORIZED, 404: NOT_FOUND}
+
+
+def condition(error: object) -> str | None:
+    """The AMQP condition an SDK error carries, as a symbol such as ``amqp:link:stolen``, found on the error
+    or on what it wraps (pyamqp's ``condition``; the SDK's errors keep pyamqp's in ``details``; a refused
+    put-token's status code counts as its condition), outermost first; None when there is none."""
+    seen: list[object] = []
+    todo: list[object] = [error]
+    while todo:
+        current = todo.pop(0)
+        if current is None or isinstance(current, str | bytes) or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        status = getattr(current, "status_code", None)
+        if isinstance(status, int) and status in _TOKEN_STATUS and type(current).__name__ == "TokenAuthFailure":
+            return _TOKEN_STATUS[status]
+        found = getattr(current, "condition", None)
+        if found is not None:
+            value = getattr(found, "value", found)
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            if text and text not in ("amqp:client-error", "amqp:unknown-error"):  # said nothing: look inside
+                return text
+        # the SDK's own errors keep only what follows the condition's first colon ("link:stolen") in ``error``
+        kept = getattr(current, "error", None)
+        if isinstance(kept, str) and type(current).__module__.startswith("azure.eventhub"):
+            for known in _BY_CONDITION:
+                if known.split(":", 1)[1] == kept:
+                    return known
+        todo += [getattr(current, "details", None), getattr(current, "__cause__", None),
+                 getattr(current, "__context__", None)]  # fmt: skip
+    return None
+
+
+def error_type(error: object) -> type[EventHubsError] | None:
+    """The connector's error type for an SDK error, by its AMQP condition (:func:`condition`); each type
+    says whether trying again can help (``retriable``). None for an error without a known condition."""
+    return _BY_CONDITION.get(condition(error) or "")
+
+
+def is_timeout(error: BaseException) -> bool:
+    """A socket read that waited its time and got nothing: Python 3.10+ raises ``TimeoutError`` for plain
+    and TLS sockets alike (a non-blocking TLS socket, ``SSLWantReadError``), never text to look for."""
+    return isinstance(error, TimeoutError | ssl.SSLWantReadError)
+
+
+def is_stolen(error: object) -> bool:
+    """True when a link was detached, or refused, because another receiver with an equal or higher owner
+    level (epoch) holds the partition."""
+    return condition(error) == STOLEN
+
+
+_BY_CONDITION: dict[str, type[EventHubsError]] = {
+    STOLEN: ReceiverDisconnectedError,
+    UNAUTHORIZED: AuthenticationFailedError,
+    NOT_FOUND: HubNotFoundError,
+    OUT_OF_RANGE: EventHubsError,
+    TOO_LARGE: SinkError,
+    RESOURCE_LIMIT: TransientError,
+    SERVER_BUSY: TransientError,
+    TIMEOUT: TransientError,
+    DETACH_FORCED: TransientError,
+    CONNECTION_FORCED: TransientError,
+    INTERNAL: TransientError,
+}
 
 
 # -- messages -------------------------------------------------------------------------------------------

@@ -252,10 +252,8 @@ class FrameTap:
         view = memoryview(self._chunk)
         try:
             received = sock.recv_into(view, want)
-        except TimeoutError:
-            return False
         except OSError as exc:
-            if "timed out" in str(exc):
+            if sdk.is_timeout(exc):
                 return False
             raise
         if not received:

@@ -6,16 +6,15 @@ own clients from them, never a pickled client or credential.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError, OptionError
+from ..errors import OptionError
 from .credentials import EntraSettings, Secret
-from .network import NetworkSettings, causes, classify, network_failure
+from .network import NetworkSettings
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"
@@ -25,34 +24,6 @@ CONNECTION_EXAMPLE = (
 #: How a client signs in to Event Hubs, the values of ``eventhubs.auth``.
 ENTRA_METHODS = ("servicePrincipal", "managedIdentity", "workloadIdentity", "defaultAzureCredential")
 AUTH_METHODS = ("connectionString", "sasToken", *ENTRA_METHODS)
-
-
-_AUTH_FAILURES = frozenset(
-    {
-        "AuthenticationError",  # azure.eventhub: the service refused the token
-        "TokenAuthFailure",  # pyamqp: $cbs put-token answered 401
-        "AuthenticationException",
-        "ClientAuthenticationError",  # azure-identity: no token (wrong secret, unknown client, no identity)
-        "CredentialUnavailableError",
-    }
-)
-_NOT_FOUND = "could not be found"  # the service's words for a missing entity (put-token and management: 404)
-_ROLES = "the 'Azure Event Hubs Data Receiver' role to read, 'Data Sender' to write"
-_AUTH_HINTS = {
-    "connectionString": "Check SharedAccessKeyName and SharedAccessKey in eventhubs.connectionString, and that the "
-    "policy has Listen (read) or Send (write) rights on the hub.",
-    "sasToken": "Check eventhubs.sasToken: sr must cover the namespace or hub, se must be in the future, and "
-    "the policy (skn) needs Listen or Send rights.",
-    "servicePrincipal": "Check eventhubs.entra.tenantId, eventhubs.entra.clientId and the secret or certificate, "
-    f"and that the principal has {_ROLES} on the hub.",
-    "managedIdentity": "Check that the cluster runs with a managed identity (eventhubs.entra.clientId names a "
-    f"user-assigned one) and that it has {_ROLES}.",
-    "workloadIdentity": "Check eventhubs.entra.tenantId, eventhubs.entra.clientId and "
-    f"eventhubs.entra.federatedTokenFile (or AZURE_* variables on every node), and {_ROLES}.",
-    "defaultAzureCredential": "DefaultAzureCredential tries environment variables, workload identity, managed "
-    "identity and the Azure CLI, in each Spark process; name one with eventhubs.auth "
-    f"(e.g. servicePrincipal) for a precise error, and check {_ROLES}.",
-}
 
 
 @dataclass(frozen=True)
@@ -87,62 +58,6 @@ class ConnectionSettings:
     def pool_key(self) -> tuple[str, str, int]:
         """Identifies the credentials and the way there without holding them (a hash), for pool keys."""
         return (self.namespace, self.hub, hash((self.connection_string, self.sas_token, self.entra, self.network)))
-
-    @contextlib.contextmanager
-    def sign_in_errors(self) -> Iterator[None]:
-        """Turn a failed sign-in raised inside the block (the SDK's or azure-identity's, however deeply
-        chained) into :class:`AuthenticationFailedError` or :class:`HubNotFoundError`, without the SDK's
-        chain, which adds nothing the message lacks. Everything else passes through as it is."""
-        try:
-            yield
-        except Exception as exc:
-            failure = self.auth_failure(exc)
-            if failure is None or failure is exc:
-                raise
-            raise failure from None
-
-    def auth_failure(self, exc: BaseException) -> AuthenticationFailedError | HubNotFoundError | NetworkError | None:
-        """A clear :class:`AuthenticationFailedError` when ``exc`` (or its cause) is a failed sign-in,
-        :class:`HubNotFoundError` when the service refused the sign-in because the hub does not exist, or
-        :class:`~eventhubs_spark.errors.NetworkError` when the namespace could not be reached (see
-        :mod:`.network`). Whatever comes first in the chain decides: an attempt that failed to connect and
-        a later one refused at sign-in are told apart."""
-        for seen in causes(exc):
-            if isinstance(seen, AuthenticationFailedError | HubNotFoundError | NetworkError):
-                return seen
-            network = classify(seen, self.namespace, self.network)
-            if network is not None:
-                return network
-            if type(seen).__name__ in _AUTH_FAILURES:
-                # The SDK reports some failures to connect as failed sign-ins (a host name that does not
-                # resolve over WebSockets, a custom endpoint that refuses): what it wraps decides.
-                inner = getattr(seen, "error", None) or seen.__cause__
-                wrapped = network_failure(inner, self.namespace, self.network) if inner is not None else None
-                return wrapped or self.auth_error(str(seen))
-        return None
-
-    def auth_error(self, cause: str) -> AuthenticationFailedError | HubNotFoundError:
-        """The sign-in error for this hub: what was refused, and which options to check."""
-        text = " ".join(cause.split())[:400].rstrip(". ")
-        if _NOT_FOUND in text:
-            return self.not_found(text)
-        return AuthenticationFailedError(
-            f"could not sign in to {self.namespace} (hub {self.hub!r}) with eventhubs.auth={self.auth_method}: "
-            f"{text}. {_AUTH_HINTS[self.auth_method]}"
-        )
-
-    def not_found(self, cause: str) -> HubNotFoundError:
-        """The error for a hub the namespace does not have (the service refuses its sign-in with 404)."""
-        where = (
-            "eventhubs.name, or EntityPath in eventhubs.connectionString"
-            if self.connection_string is not None
-            else "eventhubs.name"
-        )
-        return HubNotFoundError(
-            f"event hub {self.hub!r} was not found in namespace {self.namespace}: check the hub's name in {where} "
-            f"(names are listed in the Azure portal under the namespace's Event Hubs). The service said: "
-            f"{' '.join(cause.split())[:300]}"
-        )
 
     def consumer(self, **kwargs: Any) -> Any:
         """A synchronous ``EventHubConsumerClient`` signed in as configured."""

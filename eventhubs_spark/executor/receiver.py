@@ -36,10 +36,11 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..amqp import failures, sdk
 from ..amqp.engine import CONNECTIONS, Link, LinkSpec, SharedConnection
 from ..amqp.messages import RawEvents
 from ..auth.settings import ConnectionSettings
-from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error, link_stolen
+from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
 
 _LOG = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class PartitionReceiver:
                 # Another owner-level receiver of the group (usually the driver's own lookup between
                 # micro-batches) took the link, or the service closed an idle link or connection, while
                 # this receiver sat in the pool: not an error, it reopens after what it holds.
-                if link_stolen(closed):
+                if sdk.is_stolen(self._link_exception()):
                     self.displaced_idle += 1
                 else:
                     self.closed_idle += 1
@@ -159,7 +160,7 @@ class PartitionReceiver:
                 error = self._link_error()
                 if error is not None:
                     error = self._raise_if_lasting(error)
-                    if link_stolen(error):
+                    if sdk.is_stolen(self._link_exception()):
                         if reopened:
                             raise _link_failure(self, error, expected, end)
                         # Events handed out so far came before the detach; read on from the next one.
@@ -241,7 +242,7 @@ class PartitionReceiver:
         that refuses), fails the task at once, as itself; returns the error to report for the others (a
         failure to connect in words that name the option to change)."""
         exc = self._link.sink.exception if self._link is not None else None
-        failure = self.settings.auth_failure(exc) if exc is not None else None
+        failure = failures.failure(self.settings, exc) if exc is not None else None
         self._unreachable = failure if isinstance(failure, NetworkError) else None
         if failure is None:
             return error
@@ -276,6 +277,10 @@ class PartitionReceiver:
 
     def _link_error(self) -> str | None:
         return self._link.sink.error if self._link is not None else None
+
+    def _link_exception(self) -> BaseException | None:
+        """What ended the link, as the SDK raised or reported it (its AMQP condition tells what it means)."""
+        return self._link.sink.exception if self._link is not None else None
 
     def _close_link(self) -> None:
         link, connection = self._link, self._connection
@@ -347,7 +352,7 @@ def read_here(request: RangeRequest, result: RangeResult) -> Generator[RawEvents
     healthy = False
     started = time.monotonic()
     try:
-        with request.settings.sign_in_errors():
+        with failures.sign_in_errors(request.settings):
             yield from receiver.read_range(request.start, request.end, request.fail_on_data_loss, result)
         healthy = True
     finally:

@@ -81,6 +81,16 @@ class ScriptedReceiver(PartitionReceiver):
     def _link_error(self) -> str | None:
         return STOLEN if self._stolen else None
 
+    def _link_exception(self) -> BaseException | None:
+        """What the SDK reports for each: a stolen link carries its condition, the service's idle closes theirs."""
+        from azure.eventhub._pyamqp.error import AMQPLinkError
+
+        if self._stolen or self.taken_while_idle:
+            return AMQPLinkError(condition=b"amqp:link:stolen", description=STOLEN)
+        if self.closed_by_service:
+            return AMQPLinkError(condition=b"amqp:link:detach-forced", description=self.closed_by_service)
+        return None
+
 
 def read(receiver: PartitionReceiver, start: int, end: int) -> list[int]:
     result = RangeResult()

@@ -6,19 +6,21 @@ import pickle
 
 import pytest
 
+from eventhubs_spark.amqp import failures, sdk
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import (
     ERROR_TYPES,
     AuthenticationFailedError,
     DataLossError,
+    EventHubsError,
     EventHubsTimeoutError,
     HubNotFoundError,
     OptionError,
+    ReceiverDisconnectedError,
+    SinkError,
     TransientError,
     call_with_retries,
     data_loss_error,
-    link_stolen,
-    message_too_large,
 )
 
 SETTINGS = parse_connection_string(
@@ -115,24 +117,78 @@ def test_each_attempt_gets_its_share_of_the_deadline():
     assert shares[0] == 30 and len(shares) > 3, "an unanswered attempt is tried again in time"
 
 
+def _link_error(condition: object, description: str = "") -> Exception:
+    from azure.eventhub._pyamqp.error import AMQPLinkError
+
+    return AMQPLinkError(condition=condition, description=description)
+
+
+def _connection_error(condition: object) -> Exception:
+    from azure.eventhub._pyamqp.error import AMQPConnectionError
+
+    return AMQPConnectionError(condition=condition, description="closed")
+
+
+def _token_refused(status: int) -> Exception:
+    from azure.eventhub._pyamqp.error import TokenAuthFailure
+
+    return TokenAuthFailure(status, b"refused at put-token")
+
+
+def _as_the_sdk_raises(inner: Exception) -> Exception:
+    """The SDK's wrapping of a pyamqp error: its own type, raised while handling the original."""
+    from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
+
+    try:
+        raise inner
+    except Exception as exc:
+        try:
+            raise PyamqpTransport._create_eventhub_exception(exc)
+        except Exception as wrapped:
+            return wrapped
+    raise AssertionError("unreachable")
+
+
+CONDITIONS = [  # (the error as pyamqp reports it, its condition, the connector's type, does a retry help)
+    (lambda: _link_error(b"amqp:link:stolen", "epoch '0'"), sdk.STOLEN, ReceiverDisconnectedError, False),
+    (lambda: _link_error(b"amqp:unauthorized-access"), sdk.UNAUTHORIZED, AuthenticationFailedError, False),
+    (lambda: _link_error(b"amqp:not-found"), sdk.NOT_FOUND, HubNotFoundError, False),
+    (lambda: _link_error(b"com.microsoft:argument-out-of-range"), sdk.OUT_OF_RANGE, EventHubsError, False),
+    (lambda: _link_error(b"amqp:link:message-size-exceeded"), sdk.TOO_LARGE, SinkError, False),
+    (lambda: _link_error(b"amqp:resource-limit-exceeded"), sdk.RESOURCE_LIMIT, TransientError, True),
+    (lambda: _connection_error(b"com.microsoft:server-busy"), sdk.SERVER_BUSY, TransientError, True),
+    (lambda: _link_error(b"com.microsoft:timeout"), sdk.TIMEOUT, TransientError, True),
+    (lambda: _link_error(b"amqp:link:detach-forced", "idle; an epoch receiver"), sdk.DETACH_FORCED, TransientError,
+     True),
+    (lambda: _connection_error(b"amqp:connection:forced"), sdk.CONNECTION_FORCED, TransientError, True),
+    (lambda: _connection_error(b"amqp:internal-error"), sdk.INTERNAL, TransientError, True),
+    (lambda: _token_refused(401), sdk.UNAUTHORIZED, AuthenticationFailedError, False),
+    (lambda: _token_refused(404), sdk.NOT_FOUND, HubNotFoundError, False),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    ("text", "stolen"),
-    [
-        ("amqp:link:stolen: New receiver 'a' with higher epoch of '0' is created", True),
-        ("At least one receiver for the endpoint is created with epoch of '0'", True),
-        ("amqp:link:detach-forced: idle timeout", False),
-        ("amqp:connection:forced", False),
-    ],
+    ("make", "condition", "kind", "retriable"), CONDITIONS, ids=[f"{c[1]}-{i}" for i, c in enumerate(CONDITIONS)]
 )
-def test_a_stolen_link_is_told_from_other_detaches(text: str, stolen: bool):
-    assert link_stolen(text) is stolen
+def test_an_error_means_what_its_amqp_condition_says(make, condition, kind, retriable):
+    """By condition (or a put-token's status), never by text: a forced detach that mentions an epoch is not
+    a stolen link; and the SDK's wrapping of the error says the same."""
+    for error in (make(), _as_the_sdk_raises(make())):
+        assert sdk.condition(error) == condition, error
+        assert sdk.error_type(error) is kind and kind.retriable is retriable
+        assert sdk.is_stolen(error) is (condition == sdk.STOLEN)
 
 
-def test_an_error_condition_decides_without_the_text():
-    class SdkError(Exception):
-        condition = b"amqp:link:message-size-exceeded"
+def test_an_error_without_a_condition_means_nothing_by_its_text():
+    assert sdk.condition(RuntimeError("amqp:link:stolen epoch")) is None
+    assert sdk.error_type(ValueError("x")) is None and not sdk.is_stolen("amqp:link:stolen")
 
-    assert message_too_large(SdkError("rejected")) and not link_stolen(SdkError("rejected"))
+
+def test_timeouts_are_told_by_type():
+    import ssl
+
+    assert sdk.is_timeout(TimeoutError("The read operation timed out")) and sdk.is_timeout(ssl.SSLWantReadError())
+    assert not sdk.is_timeout(OSError("timed out"))  # text is no evidence
 
 
 def test_the_data_loss_error_names_hub_partition_range_count_and_the_option():
@@ -144,27 +200,31 @@ def test_the_data_loss_error_names_hub_partition_range_count_and_the_option():
 
 
 def test_a_refused_sign_in_deep_in_a_chain_becomes_one_clear_error():
-    class AuthenticationError(Exception):  # the SDK's name for it
-        pass
-
-    with pytest.raises(AuthenticationFailedError) as info, SETTINGS.sign_in_errors():
+    with pytest.raises(AuthenticationFailedError) as info, failures.sign_in_errors(SETTINGS):
         try:
-            raise AuthenticationError("InvalidSignature: The token has an invalid signature.")
-        except AuthenticationError as exc:
+            raise _as_the_sdk_raises(_token_refused(401))
+        except Exception as exc:
             raise RuntimeError("while opening the link") from exc
     text = str(info.value)
-    assert "eventhubs.auth=connectionString" in text and "InvalidSignature" in text and "SECRETKEY" not in text
+    assert "eventhubs.auth=connectionString" in text and "SECRETKEY" not in text
     assert info.value.__suppress_context__, "the SDK's chain is left out"
 
 
 def test_a_missing_hub_and_other_errors_pass_through_sign_in_errors_as_they_should():
-    class TokenAuthFailure(Exception):
+    with pytest.raises(HubNotFoundError), failures.sign_in_errors(SETTINGS):
+        raise _token_refused(404)
+    with pytest.raises(HubNotFoundError), failures.sign_in_errors(SETTINGS):
+        raise _link_error(b"amqp:not-found", "consumer group")
+    with pytest.raises(ValueError, match="unrelated"), failures.sign_in_errors(SETTINGS):
+        raise ValueError("unrelated")
+
+
+def test_an_identity_that_issues_no_token_is_a_refused_sign_in():
+    class ClientAuthenticationError(Exception):  # azure-identity's: no AMQP condition, told by its type
         pass
 
-    with pytest.raises(HubNotFoundError), SETTINGS.sign_in_errors():
-        raise TokenAuthFailure("The messaging entity 'sb://ns/hub' could not be found.")
-    with pytest.raises(ValueError, match="unrelated"), SETTINGS.sign_in_errors():
-        raise ValueError("unrelated")
+    with pytest.raises(AuthenticationFailedError, match="AADSTS7000215"), failures.sign_in_errors(SETTINGS):
+        raise ClientAuthenticationError("AADSTS7000215: Invalid client secret provided.")
 
 
 def test_every_error_type_survives_a_trip_to_another_process():

@@ -211,14 +211,15 @@ def test_other_errors_are_not_network_failures():
 
 
 def test_the_sdk_reporting_a_failed_connect_as_a_failed_sign_in_is_seen_through():
+    from eventhubs_spark.amqp import failures
     from eventhubs_spark.auth.settings import parse_connection_string
 
     settings = parse_connection_string(CONN)
     inner = socket.gaierror(-2, "Name or service not known")
     wrapped = _named("AuthenticationException", "Failed to authenticate the connection due to exception", error=inner)
-    assert isinstance(settings.auth_failure(wrapped), NetworkError)
+    assert isinstance(failures.failure(settings, wrapped), NetworkError)
     refused = _named("AuthenticationError", "CBS token error: 401 Unauthorized")
-    assert "could not sign in" in str(settings.auth_failure(refused))
+    assert "could not sign in" in str(failures.failure(settings, refused))
 
 
 # -- WebSocket framing --------------------------------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""What a failure to sign in or to get through means, for one hub: one clear error naming the options.
+
+The service refuses a sign-in when the client hands it a token (put-token, with status 401 or 404) or
+a link (``amqp:unauthorized-access``, ``amqp:not-found``); azure-identity refuses to issue a token
+(a wrong secret, an unknown client, no identity on the node); the network refuses a connection (see
+:mod:`eventhubs_spark.auth.network`). The SDK wraps each in errors of its own, sometimes several deep,
+and calls some failures to connect failed sign-ins. :func:`failure` walks an error's chain and says
+which it is, by AMQP condition and status (:func:`.sdk.condition`), never by the text: the first in the
+chain decides, so an attempt that failed to connect and a later one refused at sign-in are told apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ..auth.network import causes, classify, network_failure
+from ..auth.settings import ConnectionSettings
+from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError
+from . import sdk
+
+Failure = AuthenticationFailedError | HubNotFoundError | NetworkError
+
+# azure-identity's refusals to issue a token (they are not AMQP errors: they are told by their type)
+_IDENTITY_FAILURES = frozenset({"ClientAuthenticationError", "CredentialUnavailableError"})
+# the SDK's names for a failed sign-in whose condition says nothing (it may wrap a failure to connect)
+_SIGN_IN_WRAPPERS = frozenset({"AuthenticationError", "AuthenticationException", "TokenAuthFailure"})
+
+_ROLES = "the 'Azure Event Hubs Data Receiver' role to read, 'Data Sender' to write"
+_AUTH_HINTS = {
+    "connectionString": "Check SharedAccessKeyName and SharedAccessKey in eventhubs.connectionString, and that the "
+    "policy has Listen (read) or Send (write) rights on the hub.",
+    "sasToken": "Check eventhubs.sasToken: sr must cover the namespace or hub, se must be in the future, and "
+    "the policy (skn) needs Listen or Send rights.",
+    "servicePrincipal": "Check eventhubs.entra.tenantId, eventhubs.entra.clientId and the secret or certificate, "
+    f"and that the principal has {_ROLES} on the hub.",
+    "managedIdentity": "Check that the cluster runs with a managed identity (eventhubs.entra.clientId names a "
+    f"user-assigned one) and that it has {_ROLES}.",
+    "workloadIdentity": "Check eventhubs.entra.tenantId, eventhubs.entra.clientId and "
+    f"eventhubs.entra.federatedTokenFile (or AZURE_* variables on every node), and {_ROLES}.",
+    "defaultAzureCredential": "DefaultAzureCredential tries environment variables, workload identity, managed "
+    "identity and the Azure CLI, in each Spark process; name one with eventhubs.auth "
+    f"(e.g. servicePrincipal) for a precise error, and check {_ROLES}.",
+}
+
+
+@contextlib.contextmanager
+def sign_in_errors(settings: ConnectionSettings) -> Iterator[None]:
+    """Turn a failed sign-in or a failure to connect raised inside the block (however deeply chained) into
+    its clear error (:func:`failure`), without the SDK's chain, which adds nothing the message lacks.
+    Everything else passes through as it is."""
+    try:
+        yield
+    except Exception as exc:
+        found = failure(settings, exc)
+        if found is None or found is exc:
+            raise
+        raise found from None
+
+
+def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
+    """:class:`AuthenticationFailedError` when ``exc`` (or what it came from) is a refused sign-in,
+    :class:`HubNotFoundError` when the hub does not exist, :class:`NetworkError` when the namespace could
+    not be reached; None for anything else."""
+    for seen in causes(exc):
+        if isinstance(seen, AuthenticationFailedError | HubNotFoundError | NetworkError):
+            return seen
+        network = classify(seen, settings.namespace, settings.network)
+        if network is not None:
+            return network
+        meaning = sdk.condition(seen)
+        if meaning == sdk.NOT_FOUND:
+            return not_found(settings, str(seen))
+        if meaning == sdk.UNAUTHORIZED or type(seen).__name__ in _IDENTITY_FAILURES:
+            return auth_error(settings, str(seen))
+        if meaning is None and type(seen).__name__ in _SIGN_IN_WRAPPERS:
+            # The SDK reports some failures to connect as failed sign-ins (a host name that does not resolve
+            # over WebSockets, a custom endpoint that refuses): what it wraps decides.
+            inner = getattr(seen, "error", None) or seen.__cause__
+            wrapped = network_failure(inner, settings.namespace, settings.network) if inner is not None else None
+            return wrapped or auth_error(settings, str(seen))
+    return None
+
+
+def auth_error(settings: ConnectionSettings, cause: str) -> AuthenticationFailedError:
+    """The sign-in error for this hub: what was refused, and which options to check."""
+    text = " ".join(cause.split())[:400].rstrip(". ")
+    return AuthenticationFailedError(
+        f"could not sign in to {settings.namespace} (hub {settings.hub!r}) with eventhubs.auth="
+        f"{settings.auth_method}: {text}. {_AUTH_HINTS[settings.auth_method]}"
+    )
+
+
+def not_found(settings: ConnectionSettings, cause: str) -> HubNotFoundError:
+    """The error for a hub the namespace does not have (the service refuses its sign-in with 404)."""
+    where = (
+        "eventhubs.name, or EntityPath in eventhubs.connectionString"
+        if settings.connection_string is not None
+        else "eventhubs.name"
+    )
+    return HubNotFoundError(
+        f"event hub {settings.hub!r} was not found in namespace {settings.namespace}: check the hub's name in "
+        f"{where} (names are listed in the Azure portal under the namespace's Event Hubs). The service said: "
+        f"{' '.join(cause.split())[:300]}"
+    )
