@@ -13,13 +13,16 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+from . import defaults
 from .auth.credentials import Secret
 from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
-from .auth.settings import ConnectionSettings, host_and_port, resolve_sign_in
+from .auth.settings import ConnectionSettings, host_and_port
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
+from .sign_in import resolve_sign_in
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -224,6 +227,9 @@ def _ca_file(option: str, value: str) -> str:
     return path
 
 
+_NO_POSITIONS: Mapping[str, Position] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class Spec:
     key: str
@@ -233,6 +239,10 @@ class Spec:
     example: str
     modes: frozenset[str] = ALL
     secret: bool = False
+    # The typed field its value fills: a field of ReadOptions/WriteOptions, "store.<field>" of StoreOptions,
+    # "ownership.<field>" of OwnershipOptions; None for the sign-in and network options (they make the
+    # connection settings) and the aliases' targets checked elsewhere.
+    field: str | None = None
 
 
 SPECS: tuple[Spec, ...] = (
@@ -393,7 +403,15 @@ SPECS: tuple[Spec, ...] = (
         "proxy's company CA, or the local emulator's certificate; the checkpoint store trusts it too.",
         "/Volumes/main/certs/company-ca.pem",
     ),
-    Spec("eventhubs.consumerGroup", "$Default", _text, "Consumer group to read with.", "$Default", READ),
+    Spec(
+        "eventhubs.consumerGroup",
+        defaults.CONSUMER_GROUP,
+        _text,
+        "Consumer group to read with.",
+        "$Default",
+        READ,
+        field="consumer_group",
+    ),
     Spec(
         "eventhubs.startingPosition",
         None,
@@ -402,14 +420,16 @@ SPECS: tuple[Spec, ...] = (
         "stream; batch default: start of stream).",
         '{"offset": "-1"}',
         READ,
+        field="starting_position",
     ),
     Spec(
         "eventhubs.startingPositions",
-        None,
+        _NO_POSITIONS,
         lambda o, v: parse_positions(v, o),
         "Per-partition starting positions; override eventhubs.startingPosition.",
         '{"0": {"seqNo": 100}}',
         READ,
+        field="starting_positions",
     ),
     Spec(
         "eventhubs.endingPosition",
@@ -418,14 +438,16 @@ SPECS: tuple[Spec, ...] = (
         "Batch reads: where to stop, for every partition (default: end of stream).",
         '{"offset": "@latest"}',
         frozenset({BATCH}),
+        field="ending_position",
     ),
     Spec(
         "eventhubs.endingPositions",
-        None,
+        _NO_POSITIONS,
         lambda o, v: parse_positions(v, o),
         "Batch reads: per-partition ending positions.",
         '{"0": {"seqNo": 500}}',
         frozenset({BATCH}),
+        field="ending_positions",
     ),
     Spec(
         "maxEventsPerTrigger",
@@ -434,6 +456,7 @@ SPECS: tuple[Spec, ...] = (
         "Most events per micro-batch, split across partitions by backlog (default on Spark 4.2+: 1000 per partition).",
         "10000",
         frozenset({STREAM}),
+        field="max_events_per_trigger",
     ),
     Spec(
         "eventhubs.triggerAvailableNow",
@@ -444,6 +467,7 @@ SPECS: tuple[Spec, ...] = (
         "batch, not capped by maxEventsPerTrigger (which otherwise makes each run read one capped batch).",
         "true",
         frozenset({STREAM}),
+        field="trigger_available_now",
     ),
     Spec(
         "minEventsPerTrigger",
@@ -452,14 +476,16 @@ SPECS: tuple[Spec, ...] = (
         "Skip a trigger until this many events are waiting, or maxTriggerDelay has passed.",
         "500",
         frozenset({STREAM}),
+        field="min_events_per_trigger",
     ),
     Spec(
         "maxTriggerDelay",
-        900.0,
+        defaults.MAX_TRIGGER_DELAY,
         parse_duration,
         "With minEventsPerTrigger: the longest a trigger may be skipped.",
         "15m",
         frozenset({STREAM}),
+        field="max_trigger_delay",
     ),
     Spec(
         "failOnDataLoss",
@@ -468,6 +494,7 @@ SPECS: tuple[Spec, ...] = (
         "Fail when events the query had not read are gone (retention); false logs and goes on.",
         "true",
         READ,
+        field="fail_on_data_loss",
     ),
     Spec(
         "maxEventsPerPartition",
@@ -476,34 +503,46 @@ SPECS: tuple[Spec, ...] = (
         "Split a partition's range into Spark tasks of at most this many events.",
         "50000",
         READ,
+        field="max_events_per_partition",
     ),
-    Spec("eventhubs.prefetchCount", 500, _int(1), "Events each receiver prefetches.", "500", READ),
+    Spec(
+        "eventhubs.prefetchCount",
+        defaults.PREFETCH,
+        _int(1),
+        "Events each receiver prefetches.",
+        "500",
+        READ,
+        field="prefetch_count",
+    ),
     Spec(
         "eventhubs.receiverTimeout",
-        60.0,
+        defaults.RECEIVER_TIMEOUT,
         parse_duration,
         "How long a receiver may wait for an event it knows exists before the task fails.",
         "60s",
         READ,
+        field="receiver_timeout",
     ),
     Spec(
         "eventhubs.operationTimeout",
-        300.0,
+        defaults.OPERATION_TIMEOUT,
         parse_duration,
         "Deadline for management calls and sends, retries included.",
         "300s",
+        field="operation_timeout",
     ),
     Spec(
         "eventhubs.useExclusiveReceiver",
-        True,
+        defaults.EXCLUSIVE_RECEIVER,
         parse_bool,
         "Owner-level (epoch) receivers, so one reader per partition and consumer group.",
         "true",
         READ,
+        field="use_exclusive_receiver",
     ),
     Spec(
         "eventhubs.minEventsPerTask",
-        0,
+        defaults.MIN_EVENTS_PER_TASK,
         _int(0),
         "0 (as the old connector): one Spark partition per Event Hubs partition. Above 0, ranges smaller than this "
         "share Spark tasks (in partition order, up to this many events each), so a quiet stream's micro-batch runs a "
@@ -511,6 +550,7 @@ SPECS: tuple[Spec, ...] = (
         "Hubs partitions.",
         "500",
         READ,
+        field="min_events_per_task",
     ),
     Spec(
         "eventhubs.receiverService",
@@ -521,30 +561,34 @@ SPECS: tuple[Spec, ...] = (
         "Default: true for streams, false for batch reads (one range per partition: nothing to keep).",
         "true",
         READ,
+        field="receiver_service",
     ),
     Spec(
         "eventhubs.readAhead.maxEvents",
-        2000,
+        defaults.READ_AHEAD_EVENTS,
         _int(1),
         "Most events a receiver reads ahead of its tasks, per partition (between micro-batches, in memory).",
         "2000",
         READ,
+        field="read_ahead_events",
     ),
     Spec(
         "eventhubs.readAhead.maxBytes",
-        8 * 1024 * 1024,
+        defaults.READ_AHEAD_BYTES,
         parse_size,
         "Most bytes of event bodies a receiver reads ahead of its tasks, per partition.",
         "8MB",
         READ,
+        field="read_ahead_bytes",
     ),
     Spec(
         "eventhubs.partitionDiscoveryInterval",
-        60.0,
+        defaults.PARTITION_DISCOVERY_INTERVAL,
         parse_duration,
         "How often a stream looks for partitions added to the hub.",
         "60s",
         frozenset({STREAM}),
+        field="partition_discovery_interval",
     ),
     Spec(
         "eventhubs.checkpointStore.connectionString",
@@ -555,6 +599,7 @@ SPECS: tuple[Spec, ...] = (
         "DefaultEndpointsProtocol=https;AccountName=ACCOUNT;AccountKey=KEY",
         READ,
         secret=True,
+        field="store.connection_string",
     ),
     Spec(
         "eventhubs.checkpointStore.accountUrl",
@@ -564,6 +609,7 @@ SPECS: tuple[Spec, ...] = (
         "or, without one, Microsoft Entra ID: the eventhubs.entra.* identity, else DefaultAzureCredential.",
         "https://ACCOUNT.blob.core.windows.net",
         READ,
+        field="store.account_url",
     ),
     Spec(
         "eventhubs.checkpointStore.sasToken",
@@ -573,6 +619,7 @@ SPECS: tuple[Spec, ...] = (
         "sv=2022-11-02&ss=b&srt=co&sp=rwlc&se=2030-01-01T00:00:00Z&sig=SIGNATURE",
         READ,
         secret=True,
+        field="store.sas_token",
     ),
     Spec(
         "eventhubs.checkpointStore.container",
@@ -581,6 +628,7 @@ SPECS: tuple[Spec, ...] = (
         "Blob container of the checkpoint store (one per consumer group is usual).",
         "eventhubs-checkpoints",
         READ,
+        field="store.container",
     ),
     Spec(
         "eventhubs.startFromCheckpointStore",
@@ -590,6 +638,7 @@ SPECS: tuple[Spec, ...] = (
         "one use eventhubs.startingPosition(s)).",
         "true",
         READ,
+        field="start_from_checkpoint_store",
     ),
     Spec(
         "eventhubs.ownership",
@@ -599,6 +648,7 @@ SPECS: tuple[Spec, ...] = (
         "the checkpoint store, balancing them with the other owners (needs the checkpoint store).",
         "true",
         frozenset({STREAM}),
+        field="ownership",
     ),
     Spec(
         "eventhubs.ownerId",
@@ -608,30 +658,34 @@ SPECS: tuple[Spec, ...] = (
         "query take its partitions back at once.",
         "orders-query-1",
         frozenset({STREAM}),
+        field="ownership.owner_id",
     ),
     Spec(
         "eventhubs.loadBalancing.strategy",
-        "greedy",
+        defaults.LOAD_BALANCING_STRATEGY,
         _choice("greedy", "balanced"),
         "greedy claims a fair share at once; balanced claims one partition per cycle (the SDKs' default).",
         "balanced",
         frozenset({STREAM}),
+        field="ownership.strategy",
     ),
     Spec(
         "eventhubs.loadBalancing.updateInterval",
-        10.0,
+        defaults.LOAD_BALANCING_INTERVAL,
         parse_duration,
         "How often ownership is renewed and rebalanced.",
         "10s",
         frozenset({STREAM}),
+        field="ownership.update_interval",
     ),
     Spec(
         "eventhubs.loadBalancing.ownershipExpiration",
-        60.0,
+        defaults.OWNERSHIP_EXPIRATION,
         parse_duration,
         "How long an ownership not renewed stays valid; a stopped query's partitions are taken over after it.",
         "60s",
         frozenset({STREAM}),
+        field="ownership.expiration",
     ),
     Spec(
         "eventhubs.loadBalancing.maxPartitions",
@@ -640,6 +694,7 @@ SPECS: tuple[Spec, ...] = (
         "The most partitions this query owns at once.",
         "8",
         frozenset({STREAM}),
+        field="ownership.max_partitions",
     ),
 )
 
@@ -824,69 +879,33 @@ def write_options(raw: Mapping[str, str]) -> WriteOptions:
 
 def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptions:
     """Validate ``raw`` for ``mode``; returns the typed options, whose connection settings hold the secrets,
-    wrapped in :class:`~eventhubs_spark.auth.credentials.Secret`."""
-    values, connection = _values(raw, mode)
-    settings = resolve_sign_in(values, connection, _ENTRA_KEYS)
+    wrapped in :class:`~eventhubs_spark.auth.credentials.Secret`.
+
+    Every option with a ``field`` fills it, the same way for all of them (its value, else its default);
+    the sign-in and network options make the connection settings."""
+    values = _values(raw, mode)
+    settings = resolve_sign_in(values, _ENTRA_KEYS)
     settings = dataclasses.replace(settings, network=_network(values))
     _check_combinations(values, mode)
+    fields: dict[str, dict[str, Any]] = {"": {}, "store": {}, "ownership": {}}
+    for spec in SPECS:
+        if spec.field is not None and (mode != WRITE or WRITE in spec.modes):
+            group, _, name = spec.field.rpartition(".")
+            fields[group][name] = values.get(spec.key.lower(), spec.default)
+    typed = fields[""]
     if mode == WRITE:
-        return WriteOptions(settings, values["eventhubs.operationtimeout"])
-    get = values.get
-    store = None
-    if get("eventhubs.checkpointstore.container"):
-        store = StoreOptions(
-            container=values["eventhubs.checkpointstore.container"],
-            connection_string=get("eventhubs.checkpointstore.connectionstring"),
-            account_url=get("eventhubs.checkpointstore.accounturl"),
-            sas_token=get("eventhubs.checkpointstore.sastoken"),
-        )
-    ownership = None
-    if get("eventhubs.ownership"):
-        ownership = OwnershipOptions(
-            owner_id=get("eventhubs.ownerid"),
-            strategy=values["eventhubs.loadbalancing.strategy"],
-            update_interval=values["eventhubs.loadbalancing.updateinterval"],
-            expiration=values["eventhubs.loadbalancing.ownershipexpiration"],
-            max_partitions=get("eventhubs.loadbalancing.maxpartitions"),
-        )
-    service = get("eventhubs.receiverservice")  # unset: streams read through it, batch reads do not
-    options = ReadOptions(
-        mode=mode,
-        settings=settings,
-        consumer_group=values["eventhubs.consumergroup"],
-        starting_position=get("eventhubs.startingposition"),
-        starting_positions=get("eventhubs.startingpositions") or {},
-        ending_position=get("eventhubs.endingposition"),
-        ending_positions=get("eventhubs.endingpositions") or {},
-        max_events_per_trigger=get("maxeventspertrigger"),
-        trigger_available_now=bool(get("eventhubs.triggeravailablenow")),
-        min_events_per_trigger=get("mineventspertrigger"),
-        max_trigger_delay=get("maxtriggerdelay", BY_KEY["maxtriggerdelay"].default),
-        fail_on_data_loss=values["failondataloss"],
-        max_events_per_partition=get("maxeventsperpartition"),
-        prefetch_count=values["eventhubs.prefetchcount"],
-        receiver_timeout=values["eventhubs.receivertimeout"],
-        operation_timeout=values["eventhubs.operationtimeout"],
-        use_exclusive_receiver=values["eventhubs.useexclusivereceiver"],
-        partition_discovery_interval=get(
-            "eventhubs.partitiondiscoveryinterval", BY_KEY["eventhubs.partitiondiscoveryinterval"].default
-        ),
-        receiver_service=service if service is not None else mode == STREAM,
-        min_events_per_task=values["eventhubs.mineventspertask"],
-        read_ahead_events=values["eventhubs.readahead.maxevents"],
-        read_ahead_bytes=values["eventhubs.readahead.maxbytes"],
-        checkpoint_store=store,
-        start_from_checkpoint_store=bool(get("eventhubs.startfromcheckpointstore")),
-        ownership=ownership,
-    )
-    return options
+        return WriteOptions(settings=settings, **typed)
+    store = StoreOptions(**fields["store"]) if fields["store"]["container"] else None
+    ownership = OwnershipOptions(**fields["ownership"]) if typed.pop("ownership") else None
+    if typed["receiver_service"] is None:  # unset: streams read through it, batch reads do not
+        typed["receiver_service"] = mode == STREAM
+    return ReadOptions(mode=mode, settings=settings, checkpoint_store=store, ownership=ownership, **typed)
 
 
-def _values(raw: Mapping[str, str], mode: str) -> tuple[dict[str, Any], str | None]:
-    """Every option of ``mode`` by lower-cased key (defaults filled in, secrets wrapped), and the
-    connection string, kept apart; unknown, retired and misplaced keys and bad values fail here."""
+def _values(raw: Mapping[str, str], mode: str) -> dict[str, Any]:
+    """Every option of ``mode`` by lower-cased key (defaults filled in, secrets wrapped, the connection
+    string among them); unknown, retired and misplaced keys and bad values fail here."""
     values: dict[str, Any] = {spec.key.lower(): spec.default for spec in SPECS if mode in spec.modes}
-    connection: str | None = None
     ignored: list[str] = []
     for key, value in raw.items():
         lower = key.lower()
@@ -924,14 +943,11 @@ def _values(raw: Mapping[str, str], mode: str) -> tuple[dict[str, Any], str | No
                 example,
             )
         value = _with_example(spec, value)
-        if spec.key == "eventhubs.connectionString":
-            connection = str(value)
-            continue
         values[lower] = Secret(value) if spec.secret else value
     if ignored:
         _LOG.warning("eventhubs: %s only appl%s to reads; ignored on this write", ", ".join(sorted(ignored)),
                      "ies" if len(ignored) == 1 else "y")  # fmt: skip
-    return values, connection
+    return values
 
 
 def _unknown(key: str, mode: str) -> OptionError:
@@ -1069,7 +1085,8 @@ def options_table() -> str:
     rows = ["| option | default | applies to | meaning | example |", "|---|---|---|---|---|"]
     for spec in SPECS:
         required = spec.key == "eventhubs.connectionString"
-        default = "this or `eventhubs.namespace`" if required else "" if spec.default is None else str(spec.default)
+        empty = spec.default is None or spec.default == {}
+        default = "this or `eventhubs.namespace`" if required else "" if empty else str(spec.default)
         if isinstance(spec.default, bool):
             default = str(spec.default).lower()
         elif spec.parse is parse_size:

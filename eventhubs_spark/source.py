@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from . import defaults
 from .amqp.management import ManagementClient
 from .arrow import SCHEMA_DDL
 from .checkpoints.mirror import CheckpointMirror
@@ -47,8 +48,6 @@ def _worker_logging() -> None:
         _LOG.addHandler(handler)
         _LOG.setLevel(level.upper())
 
-
-DEFAULT_EVENTS_PER_PARTITION = 1000
 
 # How long an idle owner-level receiver stays open on an executor, waiting for its partition's next
 # range. Open, it saves the next task a link attach and keeps its prefetched events; but it also locks
@@ -354,7 +353,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if configured:
             return configured
         count = len(self._infos) or len(self._refresh())
-        return DEFAULT_EVENTS_PER_PARTITION * max(1, count)
+        return defaults.EVENTS_PER_PARTITION * max(1, count)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Spark 4.2+: the run reads what is there now, in batches of the read limit (admission control);

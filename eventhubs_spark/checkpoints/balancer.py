@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from .. import defaults
 from . import CheckpointStore, Ownership
 
 GREEDY, BALANCED = "greedy", "balanced"
@@ -29,9 +30,9 @@ GREEDY, BALANCED = "greedy", "balanced"
 
 @dataclass(frozen=True)
 class BalancerConfig:
-    strategy: str = BALANCED
-    interval: float = 30.0
-    expiry: float = 120.0
+    strategy: str = defaults.LOAD_BALANCING_STRATEGY
+    interval: float = defaults.LOAD_BALANCING_INTERVAL
+    expiry: float = defaults.OWNERSHIP_EXPIRATION
     max_partitions: int | None = None
 
     def __post_init__(self) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import defaults
 from ..amqp import failures, sdk
 from ..amqp.engine import CONNECTIONS, Link, LinkSpec, SharedConnection
 from ..amqp.messages import RawEvents
@@ -49,14 +50,14 @@ _LOG = logging.getLogger(__name__)
 class ReceiverConfig:
     """What a receiver needs besides the connection: all plain data, carried by input partitions."""
 
-    consumer_group: str = "$Default"
-    prefetch: int = 500
-    receiver_timeout: float = 60.0
-    exclusive: bool = True
+    consumer_group: str = defaults.CONSUMER_GROUP
+    prefetch: int = defaults.PREFETCH
+    receiver_timeout: float = defaults.RECEIVER_TIMEOUT
+    exclusive: bool = defaults.EXCLUSIVE_RECEIVER
     owner_level: int = 0
     # How far an idle receiver reads ahead of what its tasks took (events, bytes).
-    read_ahead_events: int = 2000
-    read_ahead_bytes: int = 16 * 1024 * 1024
+    read_ahead_events: int = defaults.READ_AHEAD_EVENTS
+    read_ahead_bytes: int = defaults.READ_AHEAD_BYTES
 
 
 @dataclass

@@ -1,0 +1,21 @@
+"""Every default of an option, once: the option table (:mod:`eventhubs_spark.options`) shows and applies
+them, and the plain-data configs that carry an option's value (the receivers', the load balancer's)
+default to the same constant, so a config built without the options never disagrees with the table.
+Nothing here is read from the environment: what differs per query comes in through the options."""
+
+from __future__ import annotations
+
+CONSUMER_GROUP = "$Default"
+PREFETCH = 500  # events each receiver's link may have in flight (its credit)
+RECEIVER_TIMEOUT = 60.0  # seconds a receiver may wait for an event it knows exists
+OPERATION_TIMEOUT = 300.0  # seconds for management calls and sends, retries included
+EXCLUSIVE_RECEIVER = True  # owner-level (epoch) receivers
+READ_AHEAD_EVENTS = 2000  # per partition, held between micro-batches
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+EVENTS_PER_PARTITION = 1000  # Spark 4.2+: the default read limit is this many events per partition
+MAX_TRIGGER_DELAY = 900.0  # seconds a trigger may be skipped for minEventsPerTrigger
+PARTITION_DISCOVERY_INTERVAL = 60.0
+MIN_EVENTS_PER_TASK = 0  # 0: one Spark task per Event Hubs partition
+LOAD_BALANCING_STRATEGY = "greedy"
+LOAD_BALANCING_INTERVAL = 10.0
+OWNERSHIP_EXPIRATION = 60.0
