@@ -71,16 +71,17 @@ def _read_connector(options: dict[str, str]) -> tuple[float, float, str]:
     from eventhubs_spark.amqp import engine
     from eventhubs_spark.codec.layout import events_batch
     from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.runtime import current
     from eventhubs_spark.options import read_options
 
     settings = read_options(options, "batch").settings
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
-    receiver = PartitionReceiver(settings, config, "0")
+    receiver = PartitionReceiver(settings, config, "0", current().connections)
     started, cpu = time.perf_counter(), time.process_time()
     try:
         rows = sum(events_batch(c, "0")[0].num_rows for c in receiver.read_range(0, EVENTS, True, RangeResult()))
         wall, used = time.perf_counter() - started, time.process_time() - cpu
-        connection = engine.CONNECTIONS._by_key.get(engine.Connections.key(settings))
+        connection = current().connections._by_key.get(engine.Connections.key(settings))
         tap = connection._tap if connection is not None else None
         name = tap.transport_name + (" (frame by frame)" if tap._by_frame else "") if tap is not None else "?"
     finally:

@@ -35,10 +35,10 @@ def _sdk_call_seconds(conn: str) -> float:
 
 def _one_request_seconds(conn: str) -> float:
     """One partition's properties on the connector's own kept-open management link (the floor)."""
-    from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.executor.runtime import current
 
-    client = ManagementClient.get(parse_connection_string(conn), 60.0)
+    client = current().management(parse_connection_string(conn), 60.0)
     client.partition_properties(["0"])
     times = []
     for _ in range(ROUNDS):

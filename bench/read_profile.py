@@ -56,9 +56,10 @@ def _read_connector(conn: str) -> int:
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.codec.layout import events_batch
     from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.runtime import current
 
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
-    receiver = PartitionReceiver(parse_connection_string(conn), config, "0")
+    receiver = PartitionReceiver(parse_connection_string(conn), config, "0", current().connections)
     try:
         # the task's own way from a receiver's chunks to record batches (decoded a batch at a time)
         return sum(events_batch(c, "0")[0].num_rows for c in receiver.read_range(0, EVENTS, True, RangeResult()))

@@ -219,16 +219,16 @@ def _progress(done: int, total: int | None, out: TextIO) -> None:
 def _send(args: argparse.Namespace) -> int:
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from .amqp.management import ManagementClient
     from .auth.settings import parse_connection_string
     from .errors import EventHubsError
+    from .executor import runtime
 
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
     try:
         # One management call without the SDK's retries first: a wrong hub name or key is answered at
         # once, in one line, instead of after the producer's retries and a traceback.
         settings = parse_connection_string(conn, option="--connection-string")
-        ManagementClient.get(settings, 30.0).partition_ids()
+        runtime.current().management(settings, 30.0).partition_ids()
     except EventHubsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -266,13 +266,13 @@ def checkpoints_report(
     connection_string: str, store_connection_string: str, container: str, consumer_group: str
 ) -> list[dict[str, Any]]:
     """Per partition: the store's checkpoint, owner and ownership age, the partition's end, and the lag."""
-    from .amqp.management import ManagementClient
     from .auth.settings import parse_connection_string
     from .checkpoints.blob import BlobCheckpointStore
+    from .executor import runtime
 
     settings = parse_connection_string(connection_string)
     store = BlobCheckpointStore.from_connection_string(store_connection_string, container)
-    management = ManagementClient.get(settings, 60.0)
+    management = runtime.current().management(settings, 60.0)
     infos = management.partition_properties(management.partition_ids())
     ns, hub = settings.namespace, settings.hub
     checkpoints = {c.partition_id: c for c in store.list_checkpoints(ns, hub, consumer_group)}

@@ -25,10 +25,12 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .checkpoints import Checkpoint, CheckpointStore
 from .checkpoints.balancer import BalancerConfig, OwnershipManager, Tenure
+from .partitions import PartitionInfo
 from .positions import Offset, Position, SequenceNumber
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -141,3 +143,74 @@ def checkpoint_position(checkpoint: Checkpoint | None, configured: Position) -> 
     if checkpoint is not None and checkpoint.offset is not None:
         return Offset(str(checkpoint.offset), inclusive=False)  # the event after it
     return configured
+
+
+class OwnedPartitions:
+    """Which partitions one query reads, trigger by trigger, in ownership mode: the stream reader asks
+    :meth:`plan` and reads what it answers.
+
+    Partitions no longer owned are handed over at their completed positions (the mirror writes the
+    marked checkpoint); a partition gained starts after the store's checkpoint, once its previous owner
+    has handed it over or its ownership has expired.
+    """
+
+    def __init__(
+        self,
+        ownership: QueryOwnership,
+        mirror: Any,
+        configured_starts: Callable[[Mapping[str, PartitionInfo]], dict[str, Position]],
+        resolve: Callable[[dict[str, PartitionInfo], dict[str, Position]], dict[str, int]],
+        hub: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ownership = ownership
+        self.mirror = mirror  # checkpoints.mirror.CheckpointMirror: release() and checkpoints()
+        self.configured_starts = configured_starts  # eventhubs.startingPosition(s) per partition
+        self.resolve = resolve  # positions to sequence numbers
+        self.hub = hub
+        self.clock = clock
+        self.owner: str | None = None  # this query's owner id, once its cycle has been asked
+        self._tenures: dict[str, Tenure] = {}  # the tenure each planned partition was read under
+        self._handover: dict[str, int] = {}  # partitions lost whose hand-over is not written yet
+        self._waiting: dict[str, Tenure] = {}  # partitions gained, waiting for their hand-over
+
+    def owned(self) -> frozenset[str]:
+        """The partitions planned under the current ownership."""
+        return frozenset(self._tenures)
+
+    def plan(self, begin: dict[str, int], infos: dict[str, PartitionInfo]) -> tuple[dict[str, int], dict[str, int]]:
+        """(positions of owned partitions read on from ``begin``, starts of partitions gained)."""
+        tenures = self.ownership.tenures()
+        self.owner = self.ownership.owner_id
+        keep: dict[str, int] = {}
+        for pid, n in begin.items():
+            tenure = tenures.get(pid)
+            planned = self._tenures.get(pid)
+            if tenure is None:
+                self._handover[pid] = n
+            elif (planned is None and tenure.resumed) or (planned is not None and planned == tenure):
+                keep[pid] = n
+            # else: owned again after someone else held it, so its position is stale: start over below
+        if self._handover and self.mirror.release(self._handover, infos, self.owner):
+            self._handover = {}
+        gained = [pid for pid in tenures if pid not in keep and pid in infos]
+        fresh: dict[str, int] = {}
+        if gained:
+            checkpoints = self.mirror.checkpoints()
+            configured = self.configured_starts(infos)
+            expiry, now = self.ownership.config.expiry, self.clock()
+            starts = {}
+            for pid in gained:
+                pos = takeover_start(tenures[pid], checkpoints.get(pid), configured[pid], now, expiry)
+                if pos is None:
+                    if self._waiting.get(pid) != tenures[pid]:
+                        self._waiting[pid] = tenures[pid]
+                        _LOG.info("hub %s partition %s: waiting for %s to hand it over", self.hub, pid,
+                                  tenures[pid].taken_from)  # fmt: skip
+                else:
+                    starts[pid] = pos
+            fresh = self.resolve({p: infos[p] for p in starts}, starts) if starts else {}
+            if fresh:
+                _LOG.info("hub %s: took over partitions %s starting at %s", self.hub, sorted(fresh, key=int), fresh)
+        self._tenures = {pid: tenures[pid] for pid in (*keep, *fresh)}
+        return keep, fresh

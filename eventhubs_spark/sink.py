@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
 from .codec.encode import encode_event
 from .errors import EventHubsError, SinkError, call_with_retries
+from .executor import runtime
 from .options import write_options
 
 T = TypeVar("T")
@@ -110,37 +110,6 @@ class SendReport(WriterCommitMessage):
     batches: int = 0
 
 
-class _ProducerPool:
-    """One producer client per (namespace, hub, credentials) per process, reused across tasks."""
-
-    def __init__(self) -> None:
-        self._clients: dict[tuple[Any, ...], Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, settings: ConnectionSettings) -> Any:
-        key = settings.pool_key()
-        with self._lock:
-            client = self._clients.get(key)
-            if client is None:
-                # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
-                # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
-                client = settings.producer(retry_total=0)
-                self._clients[key] = client
-            return client
-
-    def invalidate(self, settings: ConnectionSettings) -> None:
-        with self._lock:
-            client = self._clients.pop(settings.pool_key(), None)
-        if client is not None:
-            try:
-                client.close()
-            except Exception:
-                _LOG.debug("closing a producer failed", exc_info=True)
-
-
-PRODUCERS = _ProducerPool()
-
-
 class EventSender:
     """Executor side: turn rows into events, pack batches per target, send them concurrently."""
 
@@ -149,7 +118,7 @@ class EventSender:
         self.layout = layout
         self.timeout = timeout
         self.report = SendReport()
-        self._client = PRODUCERS.get(settings)
+        self._client = runtime.current().producers.get(settings)
         self._partition_ids: list[str] | None = None
         self._next_partition = 0
         self._pending: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -331,7 +300,7 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
                 sender.add_rows(items)
             sender.flush()
     except Exception:
-        PRODUCERS.invalidate(settings)
+        runtime.current().producers.invalidate(settings)
         raise
     return sender.report
 

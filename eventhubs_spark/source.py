@@ -20,12 +20,11 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from . import defaults
-from .amqp.management import ManagementClient
 from .arrow import SCHEMA_DDL
 from .checkpoints.mirror import CheckpointMirror
 from .errors import OptionError, data_loss_error
+from .executor import runtime
 from .executor.receiver import RangeRequest, ReceiverConfig
-from .executor.service import read_batches
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
@@ -103,7 +102,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         stats: dict[str, Any] = {}
         started = time.monotonic()
         try:
-            yield from read_batches(request, split.service, stats)
+            yield from runtime.current().read(request, split.service, stats)
         finally:
             if _LOG.isEnabledFor(logging.INFO):
                 figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
@@ -150,7 +149,7 @@ class _Planner:
         )
         self.catalog = PartitionCatalog(
             self.settings.hub,
-            metadata or functools.partial(ManagementClient.get, self.settings, self.options.operation_timeout),
+            metadata or functools.partial(runtime.current().management, self.settings, self.options.operation_timeout),
         )
         # the checkpoint store: progress for others to see, and hand-overs in ownership mode
         self.mirror = CheckpointMirror(self.options.checkpoint_store, self.settings, self.config)
@@ -281,10 +280,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_batch_at = time.monotonic()
         self._last_trigger_at: float | None = None
         self._cadence: float | None = None  # seconds between this query's triggers, smoothed
-        self._owner: str | None = None  # ownership mode: this query's owner id, once its cycle runs
-        self._tenures: dict[str, Any] = {}  # ownership mode: the tenure each planned partition was read under
-        self._handover: dict[str, int] = {}  # ownership mode: lost partitions whose hand-over is not written yet
-        self._waiting: dict[str, Any] = {}  # ownership mode: partitions gained, waiting for their hand-over
+        self._mine: Any = None  # ownership mode: which partitions are this query's (ownership.OwnedPartitions)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
 
     def _refresh(self) -> dict[str, PartitionInfo]:
@@ -299,51 +295,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             else:
                 self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
         return SourceOffset(self.hub, self._initial).to_json()
-
-    def _owned(
-        self, begin: dict[str, int], infos: dict[str, PartitionInfo], ownership: Any
-    ) -> tuple[dict[str, int], dict[str, int]]:
-        """Ownership mode: (positions of owned partitions read on from ``begin``, starts of partitions gained).
-
-        Partitions no longer owned are handed over at their completed positions; a partition gained
-        starts after the store's checkpoint, once its previous owner has handed it over or expired.
-        """
-        from .ownership import takeover_start
-
-        tenures = ownership.tenures()
-        self._owner = ownership.owner_id
-        keep: dict[str, int] = {}
-        for pid, n in begin.items():
-            tenure = tenures.get(pid)
-            planned = self._tenures.get(pid)
-            if tenure is None:
-                self._handover[pid] = n
-            elif (planned is None and tenure.resumed) or (planned is not None and planned == tenure):
-                keep[pid] = n
-            # else: owned again after someone else held it, so its position is stale: start over below
-        if self._handover and self.planner.mirror.release(self._handover, infos, ownership.owner_id):
-            self._handover = {}
-        gained = [pid for pid in tenures if pid not in keep and pid in infos]
-        fresh: dict[str, int] = {}
-        if gained:
-            checkpoints = self.planner.mirror.checkpoints()
-            configured = self.planner.configured_starts(infos)
-            expiry, now = ownership.config.expiry, time.time()
-            starts = {}
-            for pid in gained:
-                pos = takeover_start(tenures[pid], checkpoints.get(pid), configured[pid], now, expiry)
-                if pos is None:
-                    if self._waiting.get(pid) != tenures[pid]:
-                        self._waiting[pid] = tenures[pid]
-                        _LOG.info("hub %s partition %s: waiting for %s to hand it over", self.hub, pid,
-                                  tenures[pid].taken_from)  # fmt: skip
-                else:
-                    starts[pid] = pos
-            fresh = self.planner.resolve({p: infos[p] for p in starts}, starts) if starts else {}
-            if fresh:
-                _LOG.info("hub %s: took over partitions %s starting at %s", self.hub, sorted(fresh, key=int), fresh)
-        self._tenures = {pid: tenures[pid] for pid in (*keep, *fresh)}
-        return keep, fresh
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self._max_events())
@@ -394,7 +345,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         fresh: dict[str, int] = {}
         ownership = self.planner.ownership()
         if ownership is not None:
-            begin, fresh = self._owned(begin, infos, ownership)
+            if self._mine is None:
+                from .ownership import OwnedPartitions
+
+                self._mine = OwnedPartitions(ownership, self.planner.mirror, self.planner.configured_starts,
+                                             self.planner.resolve, self.hub)  # fmt: skip
+            begin, fresh = self._mine.plan(begin, infos)
             latest = {pid: latest[pid] for pid in begin}
         else:
             for pid in latest:
@@ -479,8 +435,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ranges.append(Range(pid, first, e[pid]))
         # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
         # this query owns, so executors close idle receivers of partitions it gave up.
-        owned = frozenset(self._tenures) if self._owner is not None else None
-        return self.planner.input_partitions(ranges, self.idle_timeout(), self._owner, owned)
+        owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
+        return self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())

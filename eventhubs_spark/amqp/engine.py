@@ -311,6 +311,3 @@ class Connections:
             if self._by_key.get(key) is connection:
                 del self._by_key[key]
             return True
-
-
-CONNECTIONS = Connections()

@@ -77,9 +77,6 @@ class ManagementClient:
     """Hub and partition properties for one hub, over a connection kept open between calls (the
     readers' :class:`~eventhubs_spark.partitions.PartitionMetadata`)."""
 
-    _cache: dict[tuple[Any, ...], ManagementClient] = {}
-    _cache_lock = threading.Lock()
-
     def __init__(self, settings: ConnectionSettings, operation_timeout: float = 300.0) -> None:
         self.settings = settings
         self.operation_timeout = operation_timeout
@@ -88,17 +85,6 @@ class ManagementClient:
         self._auth: Any = None
         self._open_lock: asyncio.Lock | None = None
         self.calls = 0
-
-    @classmethod
-    def get(cls, settings: ConnectionSettings, operation_timeout: float = 300.0) -> ManagementClient:
-        """The process-wide client for these settings (created on first use)."""
-        key = settings.pool_key()
-        with cls._cache_lock:
-            client = cls._cache.get(key)
-            if client is None:
-                client = cls._cache[key] = ManagementClient(settings, operation_timeout)
-            client.operation_timeout = operation_timeout
-            return client
 
     # -- public, synchronous --
     def partition_ids(self) -> list[str]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import defaults
 from ..amqp import failures, sdk
-from ..amqp.engine import CONNECTIONS, Link, LinkSpec, SharedConnection
+from ..amqp.engine import Connections, Link, LinkSpec, SharedConnection
 from ..amqp.messages import RawEvents
 from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
@@ -85,8 +85,11 @@ class PartitionReceiver:
     wait in the link's sink (and in ``_carry``, the part of the last chunk a range did not need).
     """
 
-    def __init__(self, settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> None:
+    def __init__(
+        self, settings: ConnectionSettings, config: ReceiverConfig, partition: str, connections: Connections
+    ) -> None:
         self.settings = settings
+        self.connections = connections  # the process's shared connections its link opens on
         self.config = config
         self.partition = partition
         self._link: Link | None = None
@@ -112,7 +115,7 @@ class PartitionReceiver:
             read_ahead_events=self.config.read_ahead_events,
             read_ahead_bytes=self.config.read_ahead_bytes,
         )
-        self._connection, self._link = CONNECTIONS.open_link(self.settings, spec)
+        self._connection, self._link = self.connections.open_link(self.settings, spec)
         self._carry = keep if keep else None
         if keep is None:
             self.position = sequence_number
@@ -134,91 +137,75 @@ class PartitionReceiver:
             self.open_at(fallback)
 
     def read_range(self, start: int, end: int, fail_on_data_loss: bool, result: RangeResult) -> Iterator[RawEvents]:
-        """Yield the events with ``start <= sequence number < end``, in order, each once, undecoded."""
-        if self.position != start or self._link is None:
-            self.open_at(start)
-        else:
-            closed = self._closed_while_idle()
-            if closed is not None:
-                # Another owner-level receiver of the group (usually the driver's own lookup between
-                # micro-batches) took the link, or the service closed an idle link or connection, while
-                # this receiver sat in the pool: not an error, it reopens after what it holds.
-                if sdk.is_stolen(self._link_exception()):
-                    self.displaced_idle += 1
-                else:
-                    self.closed_idle += 1
-                _LOG.info("hub %s partition %s: the receiver's link was closed while idle; reopening at %d (%s)",
-                          self.settings.hub, self.partition, start, _first_line(closed))  # fmt: skip
-                self._reopen_after_held(start)
+        """Yield the events with ``start <= sequence number < end``, in order, each once, undecoded: resume
+        where the receiver stands, take what its link holds, recover when the link brings nothing, and cut
+        each chunk to the range."""
+        self._resume(start)
+        recovery = _Recovery(self, end)
         expected = start
-        last_progress = time.monotonic()
-        reopened = False
-        backoff = 0.05
-        last_error: str | None = None
         while expected < end:
             chunk = self._next_events(end - expected)
             if chunk is None:
-                error = self._link_error()
-                if error is not None:
-                    error = self._raise_if_lasting(error)
-                    if sdk.is_stolen(self._link_exception()):
-                        if reopened:
-                            raise _link_failure(self, error, expected, end)
-                        # Events handed out so far came before the detach; read on from the next one.
-                        reopened = True
-                        self.displaced_reading += 1
-                        _LOG.warning("hub %s partition %s: receiver displaced while reading [%d, %d); reopening "
-                                     "once at %d (%s)", self.settings.hub, self.partition, start, end, expected,
-                                     _first_line(error))  # fmt: skip
-                    else:
-                        # A dropped connection or a forced detach: reopen where the read stands, a little later
-                        # each time; only lasting silence fails the task (below).
-                        last_error = error
-                        self.reconnects += 1
-                        time.sleep(backoff)
-                        backoff = min(backoff * 2, 2.0)
-                    self._reopen_after_held(expected)
-                if time.monotonic() - last_progress > self.config.receiver_timeout:
-                    if self._unreachable is not None:  # it never got through: say so, and what to change
-                        raise NetworkError(
-                            f"could not read hub {self.settings.hub!r} partition {self.partition} for "
-                            f"{self.config.receiver_timeout:g} s (eventhubs.receiverTimeout): {self._unreachable}"
-                        )
-                    cause = f"; last error: {last_error}" if last_error else ""
-                    raise EventHubsTimeoutError(
-                        f"no event from hub {self.settings.hub!r} partition {self.partition} for "
-                        f"{self.config.receiver_timeout:g} s (eventhubs.receiverTimeout) while reading sequence "
-                        f"numbers [{expected}, {end}); the partition may be stalled or unavailable{cause}"
-                    )
+                recovery.after_nothing(expected)  # reopens, waits, or fails the read
                 continue
-            seqs = chunk.seqs
-            if seqs[0] < expected:  # a reopened link re-delivered what was already read
-                chunk.take(bisect.bisect_left(seqs, expected))
-                if not chunk.seqs:
-                    continue
-                seqs = chunk.seqs
-            if seqs[0] > expected:  # the events before this chunk are gone
-                expected = self._lost(expected, min(seqs[0], end), fail_on_data_loss, result)
-                if expected >= end:
-                    self._hold(chunk)
-                    break
-            if seqs[-1] >= end:  # the rest is the next range's: held back
-                head = chunk.take(bisect.bisect_left(seqs, end))
-                self._hold(chunk)
-                chunk = head
-            while chunk.seqs:
-                gap = _first_gap(chunk.seqs)
-                piece = chunk if gap is None else chunk.take(gap)
-                expected = piece.seqs[-1] + 1
-                result.read += len(piece)
-                self.position = expected
-                last_progress = time.monotonic()
-                backoff = 0.05  # it reads again: the next reopen need not wait long
-                yield piece
-                if gap is None:
-                    break
-                expected = self._lost(expected, chunk.seqs[0], fail_on_data_loss, result)
+            after = yield from self._slice(chunk, expected, end, fail_on_data_loss, result)
+            if after > expected:
+                recovery.progressed()
+            expected = after
         self.position = end
+
+    def _resume(self, start: int) -> None:
+        """Stand at ``start`` with a live link: reopen there when the receiver stands elsewhere, or after what
+        it holds when its link ended while it sat in the pool."""
+        if self.position != start or self._link is None:
+            self.open_at(start)
+            return
+        closed = self._closed_while_idle()
+        if closed is None:
+            return
+        # Another owner-level receiver of the group (usually the driver's own lookup between micro-batches)
+        # took the link, or the service closed an idle link or connection, while this receiver sat in the
+        # pool: not an error, it reopens after what it holds.
+        if sdk.is_stolen(self._link_exception()):
+            self.displaced_idle += 1
+        else:
+            self.closed_idle += 1
+        _LOG.info("hub %s partition %s: the receiver's link was closed while idle; reopening at %d (%s)",
+                  self.settings.hub, self.partition, start, _first_line(closed))  # fmt: skip
+        self._reopen_after_held(start)
+
+    def _slice(
+        self, chunk: RawEvents, expected: int, end: int, fail_on_data_loss: bool, result: RangeResult
+    ) -> Generator[RawEvents, None, int]:
+        """Yield the part of ``chunk`` that is the range's next events, in runs without gaps (a gap is data
+        lost to retention), keep what lies past ``end`` for the next range; returns the next expected
+        sequence number."""
+        seqs = chunk.seqs
+        if seqs[0] < expected:  # a reopened link re-delivered what was already read
+            chunk.take(bisect.bisect_left(seqs, expected))
+            if not chunk.seqs:
+                return expected
+            seqs = chunk.seqs
+        if seqs[0] > expected:  # the events before this chunk are gone
+            expected = self._lost(expected, min(seqs[0], end), fail_on_data_loss, result)
+            if expected >= end:
+                self._hold(chunk)
+                return expected
+        if seqs[-1] >= end:  # the rest is the next range's: held back
+            head = chunk.take(bisect.bisect_left(seqs, end))
+            self._hold(chunk)
+            chunk = head
+        while chunk.seqs:
+            gap = _first_gap(chunk.seqs)
+            piece = chunk if gap is None else chunk.take(gap)
+            expected = piece.seqs[-1] + 1
+            result.read += len(piece)
+            self.position = expected
+            yield piece
+            if gap is None:
+                break
+            expected = self._lost(expected, chunk.seqs[0], fail_on_data_loss, result)
+        return expected
 
     def _lost(self, expected: int, until: int, fail_on_data_loss: bool, result: RangeResult) -> int:
         """Events ``[expected, until)`` are gone: fail, or count them and go on from ``until``."""
@@ -294,6 +281,59 @@ class PartitionReceiver:
         self._carry = None
 
 
+class _Recovery:
+    """One read's answer to a link that brought nothing within a wait: after a displacement, one reopen at the
+    next unread event (a second one means someone else reads the partition: the read fails); after a dropped
+    link or connection, a reopen a little later each time; a refused sign-in or a failure to connect that
+    will not heal fails at once; and only ``eventhubs.receiverTimeout`` without progress fails the read."""
+
+    def __init__(self, receiver: PartitionReceiver, end: int) -> None:
+        self.receiver = receiver
+        self.end = end
+        self.reopened = False
+        self.backoff = 0.05
+        self.last_error: str | None = None
+        self.last_progress = time.monotonic()
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
+        self.backoff = 0.05  # it reads again: the next reopen need not wait long
+
+    def after_nothing(self, expected: int) -> None:
+        r = self.receiver
+        error = r._link_error()
+        if error is not None:
+            error = r._raise_if_lasting(error)
+            if sdk.is_stolen(r._link_exception()):
+                if self.reopened:
+                    raise _link_failure(r, error, expected, self.end)
+                # Events handed out so far came before the detach; read on from the next one.
+                self.reopened = True
+                r.displaced_reading += 1
+                _LOG.warning("hub %s partition %s: receiver displaced while reading; reopening once at %d before "
+                             "%d (%s)", r.settings.hub, r.partition, expected, self.end,
+                             _first_line(error))  # fmt: skip
+            else:
+                self.last_error = error
+                r.reconnects += 1
+                time.sleep(self.backoff)
+                self.backoff = min(self.backoff * 2, 2.0)
+            r._reopen_after_held(expected)
+        if time.monotonic() - self.last_progress <= r.config.receiver_timeout:
+            return
+        if r._unreachable is not None:  # it never got through: say so, and what to change
+            raise NetworkError(
+                f"could not read hub {r.settings.hub!r} partition {r.partition} for {r.config.receiver_timeout:g} s "
+                f"(eventhubs.receiverTimeout): {r._unreachable}"
+            )
+        cause = f"; last error: {self.last_error}" if self.last_error else ""
+        raise EventHubsTimeoutError(
+            f"no event from hub {r.settings.hub!r} partition {r.partition} for {r.config.receiver_timeout:g} s "
+            f"(eventhubs.receiverTimeout) while reading sequence numbers [{expected}, {self.end}); the partition "
+            f"may be stalled or unavailable{cause}"
+        )
+
+
 def _first_gap(seqs: list[int]) -> int | None:
     """The index of the first sequence number that does not follow the one before it, or None when they
     run on without a gap (the usual case, found without a loop)."""
@@ -337,10 +377,10 @@ class RangeRequest:
     retry: bool = False
 
 
-def read_here(request: RangeRequest, result: RangeResult) -> Generator[RawEvents, None, None]:
+def read_here(request: RangeRequest, result: RangeResult, pool: ReceiverPool) -> Generator[RawEvents, None, None]:
     """Read a range through this process's receiver pool; the receiver goes back to the pool after a
     read that ended well, and is closed after any failure (or a read stopped half-way)."""
-    receiver = POOL.acquire(
+    receiver = pool.acquire(
         request.settings,
         request.config,
         request.partition,
@@ -357,7 +397,7 @@ def read_here(request: RangeRequest, result: RangeResult) -> Generator[RawEvents
             yield from receiver.read_range(request.start, request.end, request.fail_on_data_loss, result)
         healthy = True
     finally:
-        POOL.release(receiver, healthy)
+        pool.release(receiver, healthy)
         _LOG.debug("hub %s partition %s: [%d, %d) read here in %.3f s (%d events, %d lost)", request.settings.hub,
                    request.partition, request.start, request.end, time.monotonic() - started, result.read,
                    result.lost)  # fmt: skip
@@ -404,12 +444,23 @@ class ReceiverPool:
 
     def __init__(
         self,
+        connections: Connections | None = None,
         capacity: int = 64,
         idle_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
-        factory: Callable[[ConnectionSettings, ReceiverConfig, str], PartitionReceiver] = PartitionReceiver,
+        factory: Callable[[ConnectionSettings, ReceiverConfig, str], PartitionReceiver] | None = None,
         reap_every: float = 0.0,
     ) -> None:
+        """``connections``: where receivers open their links (a factory of receivers instead, for tests)."""
+        if factory is None:
+            if connections is None:
+                raise ValueError("a receiver pool needs the process's connections (or a factory of receivers)")
+            opened_on = connections
+
+            def factory(settings: ConnectionSettings, config: ReceiverConfig, partition: str) -> PartitionReceiver:
+                return PartitionReceiver(settings, config, partition, opened_on)
+
+        self.connections = connections
         self.capacity = capacity
         self.idle_timeout = idle_timeout
         self.clock = clock
@@ -510,7 +561,7 @@ class ReceiverPool:
             "pool_repositions": stats.repositions,
             "pool_creates": stats.creates,
             "pool_reuse_rate": round(stats.reuse_rate(), 3),
-            "link_attaches": CONNECTIONS.attaches,
+            "link_attaches": self.connections.attaches if self.connections is not None else 0,
         }
 
     def reap(self) -> int:
@@ -573,6 +624,3 @@ class ReceiverPool:
 def _close_all(receivers: list[PartitionReceiver]) -> None:
     for receiver in receivers:
         receiver.close()
-
-
-POOL = ReceiverPool(reap_every=1.0)

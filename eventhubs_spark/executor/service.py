@@ -55,9 +55,9 @@ from typing import Any
 import pyarrow as pa
 
 from ..amqp.messages import RAW_SCHEMA
-from ..codec.layout import decode_raw, events_batch
+from ..codec.layout import decode_raw
 from . import protocol
-from .receiver import POOL, RangeRequest, RangeResult, read_here
+from .receiver import RangeRequest, RangeResult, ReceiverPool, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -156,8 +156,11 @@ def _recv(sock: socket.socket) -> tuple[bytes, bytearray]:
 class ReceiverService:
     """The executor's service: a Unix socket, a thread per worker connection, the process's pool."""
 
-    def __init__(self, socket_path: str, local_dir: str | None, watch_pid: int | None, idle_exit: float) -> None:
+    def __init__(
+        self, socket_path: str, local_dir: str | None, watch_pid: int | None, idle_exit: float, pool: ReceiverPool
+    ) -> None:
         self.socket_path = socket_path
+        self.pool = pool  # the service process's receivers (its runtime's)
         self.local_dir = local_dir
         self.watch_pid = watch_pid
         self.idle_exit = idle_exit
@@ -198,7 +201,7 @@ class ReceiverService:
             server.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
-            POOL.close_all()
+            self.pool.close_all()
 
     def _why_exit(self) -> str | None:
         if self.watch_pid is not None and not _alive(self.watch_pid):
@@ -206,7 +209,7 @@ class ReceiverService:
         if self.local_dir is not None and not os.path.isdir(self.local_dir):
             return f"the executor's directory {self.local_dir} is gone"
         with self._lock:
-            busy = self._active > 0 or len(POOL) > 0
+            busy = self._active > 0 or len(self.pool) > 0
             if busy:
                 self._last_activity = time.monotonic()
             elif time.monotonic() - self._last_activity > self.idle_exit:
@@ -246,12 +249,12 @@ class ReceiverService:
     def _read(self, conn: socket.socket, request: RangeRequest) -> bool:
         """Send one range; False when the worker went away (the receiver is then dropped, not reused)."""
         result = RangeResult()
-        chunks = read_here(request, result)
+        chunks = read_here(request, result, self.pool)
         try:
             for chunk in chunks:
                 next_seq = struct.pack(">q", chunk.seqs[-1] + 1)
                 _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())  # the worker decodes
-            done = {**dataclasses.asdict(result), "pid": os.getpid(), **POOL.stats_dict()}
+            done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict()}
             _send_to_worker(conn, _DONE, json.dumps(done).encode())
             return True
         except _WorkerGone:
@@ -314,7 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
-    service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit)
+    from .runtime import Runtime
+
+    service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit, Runtime().pool)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)
     return 0
@@ -427,48 +432,6 @@ def _try_connect(path: str) -> socket.socket | None:
         sock.close()
         return None
     return sock
-
-
-_CLIENT: ServiceClient | None = None
-_FALLBACK_LOGGED = False
-
-
-def read_batches(request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-    """One range as record batches: through the executor's service, else (or from wherever the service
-    stopped) in this process. ``stats`` gets the counts to log."""
-    global _CLIENT
-    start = request.start
-    if use_service:
-        try:
-            if _CLIENT is None:
-                where = place()
-                _CLIENT = ServiceClient(where) if where is not None else None
-            if _CLIENT is not None:
-                stats["via"] = "service"
-                yield from _CLIENT.read(request, stats)
-                return
-        except ServiceGone as exc:
-            start = exc.next_seq
-            _fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker")
-        except OSError as exc:
-            _fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker")
-    stats["via"] = "worker"
-    result = RangeResult()
-    here = dataclasses.replace(request, start=start) if start != request.start else request
-    for chunk in read_here(here, result):
-        batch, fallbacks = events_batch(chunk, request.partition)
-        result.fallbacks += fallbacks
-        yield batch
-    stats.update(dataclasses.asdict(result))
-    stats.update(POOL.stats_dict())
-    stats["pid"] = os.getpid()
-
-
-def _fallback(message: str) -> None:
-    global _FALLBACK_LOGGED
-    if not _FALLBACK_LOGGED:
-        _FALLBACK_LOGGED = True
-        _LOG.warning("eventhubs: %s", message)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.codec.columns import events_to_batch
 from eventhubs_spark.codec.layout import decode_batch, events_batch
-from eventhubs_spark.executor.receiver import POOL, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.receiver import RangeResult, ReceiverConfig
+from eventhubs_spark.executor.runtime import current
 
 from .sdk_helpers import receive
 
@@ -40,13 +41,13 @@ def test_raw_messages_and_event_data_make_the_same_batch(eventhub):
     (pid,) = [str(p) for p in range(4) if not emulator.partition_properties(eventhub.name, p)["is_partition_empty"]]
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig(consumer_group="$Default", prefetch=50, receiver_timeout=10.0, exclusive=False)
-    receiver = POOL.acquire(settings, config, pid, 0, retry=False)
+    receiver = current().pool.acquire(settings, config, pid, 0, retry=False)
     try:
         got = RawEvents()
         for chunk in receiver.read_range(0, 5, True, RangeResult()):
             got.extend(chunk)
     finally:
-        POOL.release(receiver, True)
+        current().pool.release(receiver, True)
     # a task's way (a chunk this small is decoded message by message), and column by column
     fast_batch, fallbacks = events_batch(got, pid)
     assert fallbacks == 2, "the value and sequence bodies were left to the SDK's decoder, the rest not"

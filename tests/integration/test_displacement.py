@@ -8,6 +8,7 @@ import pytest
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
 from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.resolve import offset_of
 
 from .sdk_helpers import Receiver, attach_error, send, wait_until
@@ -55,7 +56,7 @@ def test_a_receiver_displaced_while_idle_by_a_lookup_reopens_and_reads_on(eventh
     send(eventhub.connection_string, [f"e{i}" for i in range(300)], partition_id="0")
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig("$Default", 100, 10.0, True)
-    receiver = PartitionReceiver(settings, config, "0")
+    receiver = PartitionReceiver(settings, config, "0", current().connections)
     try:
         assert read(receiver, 0, 50) == list(range(50))  # it now holds prefetched events beyond 50
         # the driver mirrors a checkpoint between micro-batches: an owner-level lookup of an event's offset
@@ -70,7 +71,7 @@ def test_a_receiver_displaced_while_idle_by_a_lookup_reopens_and_reads_on(eventh
 def test_a_reader_that_keeps_taking_the_partition_fails_the_read_after_one_reopen(eventhub):
     send(eventhub.connection_string, [f"e{i}" for i in range(50)], partition_id="3")
     settings = parse_connection_string(eventhub.connection_string)
-    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, True), "3")
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, True), "3", current().connections)
     try:
         assert read(receiver, 0, 5) == list(range(5))
         # an SDK reader at a higher owner level holds the partition: reopening cannot get it back
@@ -92,7 +93,7 @@ def test_an_idle_receiver_closed_by_the_pool_lets_an_sdk_processor_in(eventhub):
     send(eventhub.connection_string, [f"e{i}" for i in range(10)], partition_id="1")
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig("$Default", 10, 10.0, True)
-    pool = ReceiverPool(reap_every=0.2)
+    pool = ReceiverPool(current().connections, reap_every=0.2)
     receiver = pool.acquire(settings, config, "1", 0, idle_timeout=1.0)
     assert read(receiver, 0, 10) == list(range(10))
     pool.release(receiver, True)

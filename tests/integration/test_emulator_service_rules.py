@@ -215,6 +215,7 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
     from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.errors import HubNotFoundError
     from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+    from eventhubs_spark.executor.runtime import current
     from eventhubs_spark.options import read_options, write_options
     from eventhubs_spark.positions import SequenceNumber
     from eventhubs_spark.resolve import first_event
@@ -236,7 +237,8 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
         config = ReceiverConfig(receiver_timeout=60)
         calls = {
             "planning": lambda: ManagementClient(settings, 60).partition_ids(),
-            "receiver": lambda: list(read_here(RangeRequest(settings, config, "0", 0, 1, True), RangeResult())),
+            "receiver": lambda: list(read_here(RangeRequest(settings, config, "0", 0, 1, True), RangeResult(),
+                                               current().pool)),
             "position lookup": lambda: first_event(settings, config, "0", SequenceNumber(0), 60),
             "sink": lambda: _write(write_options(options).settings, layout_for(StructType([StructField(
                 "body", StringType())])), 60.0, iter([("x",)]), False),

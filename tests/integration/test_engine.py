@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 import time
 
-from eventhubs_spark.amqp.engine import CONNECTIONS
+from eventhubs_spark.amqp.engine import Connections
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.runtime import current
 
 from .sdk_helpers import send, wait_until
 
@@ -22,7 +23,10 @@ def test_every_partition_reads_over_one_connection(eventhub):
     for p in range(4):
         send(eventhub.connection_string, [f"{p}-{i}" for i in range(50)], partition_id=str(p))
     settings = parse_connection_string(eventhub.connection_string)
-    receivers = [PartitionReceiver(settings, ReceiverConfig("$Default", 20, 10.0, True), str(p)) for p in range(4)]
+    receivers = [
+        PartitionReceiver(settings, ReceiverConfig("$Default", 20, 10.0, True), str(p), current().connections)
+        for p in range(4)
+    ]
     try:
         results: dict[int, list[int]] = {}
         threads = [
@@ -44,7 +48,7 @@ def test_an_idle_receiver_reads_ahead_within_its_bounds_and_hands_that_to_the_ne
     send(eventhub.connection_string, [f"e{i}" for i in range(2000)], partition_id="1")
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig("$Default", 50, 10.0, True, read_ahead_events=300)
-    receiver = PartitionReceiver(settings, config, "1")
+    receiver = PartitionReceiver(settings, config, "1", current().connections)
     try:
         assert read(receiver, 0, 100) == list(range(100))
         sink = receiver._link.sink  # type: ignore[union-attr]
@@ -65,7 +69,9 @@ def test_a_read_survives_dropped_connections_and_forced_detaches_reading_every_e
     emulator = eventhub.emulator
     send(eventhub.connection_string, [f"e{i}" for i in range(3000)], partition_id="2")
     settings = parse_connection_string(eventhub.connection_string)
-    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 100, 20.0, True, read_ahead_events=200), "2")
+    receiver = PartitionReceiver(
+        settings, ReceiverConfig("$Default", 100, 20.0, True, read_ahead_events=200), "2", current().connections
+    )
     emulator.slow(eventhub.name, 2, 0.002)
     stop = threading.Event()
 
@@ -97,9 +103,9 @@ def test_connections_the_process_no_longer_uses_close(eventhub, monkeypatch):
     monkeypatch.setattr(engine, "_IDLE_CLOSE", 0.5)
     send(eventhub.connection_string, ["a"], partition_id="3")
     settings = parse_connection_string(eventhub.connection_string)
-    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "3")
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "3", current().connections)
     assert read(receiver, 0, 1) == [0]
     connection = receiver._connection
     receiver.close()
     wait_until(lambda: connection.closed, timeout=10, message="the idle connection retired")  # type: ignore[union-attr]
-    assert CONNECTIONS.key(settings) not in CONNECTIONS._by_key
+    assert Connections.key(settings) not in current().connections._by_key

@@ -17,6 +17,7 @@ from eventhubs_spark.amqp.management import ManagementClient
 from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError
 from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.options import read_options
 
 from ..conftest import free_port
@@ -29,7 +30,7 @@ def read_rows(options: dict[str, str], partition: str, start: int, end: int, tim
     settings = read_options(options, "batch").settings
     request = RangeRequest(settings, ReceiverConfig(receiver_timeout=timeout), partition, start, end, True)
     rows: list[dict] = []
-    for chunk in read_here(request, RangeResult()):
+    for chunk in read_here(request, RangeResult(), current().pool):
         rows.extend(events_batch(chunk, partition)[0].to_pylist())
     return rows
 
@@ -37,7 +38,7 @@ def read_rows(options: dict[str, str], partition: str, start: int, end: int, tim
 def tap_of(options: dict[str, str]):
     """The frame tap of the shared connection these options read through (after a read)."""
     settings = read_options(options, "batch").settings
-    connection = engine.CONNECTIONS._by_key.get(engine.Connections.key(settings))
+    connection = current().connections._by_key.get(engine.Connections.key(settings))
     assert connection is not None and connection._tap is not None
     return connection._tap
 
@@ -129,7 +130,7 @@ def test_qpid_proton_receives_what_the_sdk_sent_with_the_service_annotations(eve
 def test_the_connector_reads_over_tls_and_websockets_with_its_own_frame_reader(eventhub, transport):
     send(eventhub.connection_string, [f"e{i}" * 20 for i in range(3000)], partition_id="0")
     options = network_options(eventhub, transport)
-    assert ManagementClient.get(read_options(options, "batch").settings).partition_ids() == ["0", "1", "2", "3"]
+    assert current().management(read_options(options, "batch").settings, 300).partition_ids() == ["0", "1", "2", "3"]
     rows = read_rows(options, "0", 0, 3000)
     assert [r["sequenceNumber"] for r in rows] == list(range(3000))
     assert rows[2999]["body"] == b"e2999" * 20
@@ -183,7 +184,7 @@ def test_websockets_through_a_proxy_with_and_without_credentials(eventhub, http_
         options = {**network_options(eventhub, "websockets", proxy)}
         assert read_options(options, "batch").settings.network.websockets
         assert [r["body"] for r in read_rows(options, "2", 0, 200)] == [f"p{i}".encode() for i in range(200)]
-        info = ManagementClient.get(read_options(options, "batch").settings).partition_properties(["2"])
+        info = current().management(read_options(options, "batch").settings, 300).partition_properties(["2"])
         assert info["2"].last_enqueued_sequence_number == 199
 
 
@@ -311,24 +312,25 @@ def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
     import os
     import shutil
 
-    from eventhubs_spark.executor import service
+    from eventhubs_spark.executor.runtime import Runtime
 
     local = tmp_path / "blockmgr-net"
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    monkeypatch.setattr(service, "_CLIENT", None)
+    rt = Runtime(reap_every=0)  # a worker's, with this executor's service
     send(eventhub.connection_string, [f"s{i}" for i in range(300)], partition_id="0")
     settings = read_options(network_options(eventhub, "websockets", http_proxy_with_credentials), "stream").settings
     request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 300, True)
     stats: dict = {}
     try:
-        batches = list(service.read_batches(request, True, stats))
+        batches = list(rt.read(request, True, stats))
         assert stats["via"] == "service" and stats["pid"] != os.getpid(), stats
         bodies = [b for batch in batches for b in batch.column("body").to_pylist()]
         assert bodies == [f"s{i}".encode() for i in range(300)]
     finally:
-        if service._CLIENT is not None:
-            service._CLIENT.close()
+        client = rt.service()
+        if client is not None:
+            client.close()
         shutil.rmtree(local)  # the service exits when its executor's directory is gone
 
 

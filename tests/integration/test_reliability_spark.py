@@ -98,20 +98,20 @@ def test_management_calls_failing_are_retried_then_fail_clearly(spark, eventhub)
     """Injects: the management node answers 503 (server busy), first for 3 calls, then for good.
     Checks: a few failures are retried away; endless ones end after eventhubs.operationTimeout with an
     error that names the option, both on the client and through a Spark read."""
-    from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
+    from eventhubs_spark.executor.runtime import current
 
     emulator = eventhub.emulator
     settings = parse_connection_string(eventhub.connection_string)
     try:
         emulator.fail_management_calls(3)
-        infos = ManagementClient.get(settings, 30.0).partition_properties(["0", "1", "2", "3"])
+        infos = current().management(settings, 30.0).partition_properties(["0", "1", "2", "3"])
         assert sorted(infos) == ["0", "1", "2", "3"]
         emulator.fail_management_calls(1_000_000)
         started = time.monotonic()
         with pytest.raises(EventHubsTimeoutError, match=r"eventhubs\.operationTimeout \(2 s") as info:
-            ManagementClient.get(settings, 2.0).partition_properties(["0"])
+            current().management(settings, 2.0).partition_properties(["0"])
         elapsed = time.monotonic() - started
         assert 1.0 <= elapsed < 15, elapsed
         attempts = int(str(info.value).split(" attempts")[0].rsplit(" ", 1)[-1])
@@ -293,7 +293,8 @@ def test_one_partition_stalled(spark, eventhub):
     eventhubs.receiverTimeout with an error naming the partition and the option, also through Spark."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
-    from eventhubs_spark.executor.receiver import POOL, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.receiver import RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.runtime import current
 
     fill(eventhub, {p: 20 for p in range(4)}, "stall")
     settings = parse_connection_string(eventhub.connection_string)
@@ -304,7 +305,7 @@ def test_one_partition_stalled(spark, eventhub):
     started = time.monotonic()
 
     def read(pid: str) -> None:
-        receiver = POOL.acquire(settings, config, pid, 0, retry=False)
+        receiver = current().pool.acquire(settings, config, pid, 0, retry=False)
         healthy = False
         try:
             events = [s for chunk in receiver.read_range(0, 20, True, RangeResult()) for s in chunk.seqs]
@@ -313,7 +314,7 @@ def test_one_partition_stalled(spark, eventhub):
         except Exception as exc:
             errors[pid] = exc
         finally:
-            POOL.release(receiver, healthy)
+            current().pool.release(receiver, healthy)
             finished[pid] = time.monotonic() - started
 
     try:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from eventhubs_spark.amqp import sdk
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.runtime import current
 
 from .sdk_helpers import send
 
@@ -19,7 +20,7 @@ from .sdk_helpers import send
 def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
     send(eventhub.connection_string, ["x"], partition_id="0")
     settings = parse_connection_string(eventhub.connection_string)
-    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "0")
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "0", current().connections)
     try:
         got = [seq for chunk in receiver.read_range(0, 1, True, RangeResult()) for seq in chunk.seqs]
         assert got == [0], "received through the internals"

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from eventhubs_spark.amqp.engine import Connections
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.tap import LinkSink
 from eventhubs_spark.auth.settings import parse_connection_string
@@ -39,7 +40,7 @@ class ScriptedReceiver(PartitionReceiver):
     """
 
     def __init__(self, steals: list[int | None]) -> None:
-        super().__init__(SETTINGS, ReceiverConfig("$Default", 4, 5.0, True), "0")
+        super().__init__(SETTINGS, ReceiverConfig("$Default", 4, 5.0, True), "0", Connections())
         self.steals = list(steals)
         self.links = 0
         self.taken_while_idle = False
@@ -189,6 +190,6 @@ def test_ownership_closes_idle_receivers_of_partitions_the_owner_gave_up():
 
 
 def test_the_process_pool_reaps_on_a_thread():
-    from eventhubs_spark.executor.receiver import POOL
+    from eventhubs_spark.executor.runtime import Runtime
 
-    assert POOL.reap_every > 0
+    assert Runtime().pool.reap_every > 0  # a process's runtime closes idle receivers even when no task comes

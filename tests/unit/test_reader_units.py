@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.executor.receiver import ReceiverConfig, ReceiverPool
+from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
 from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
 from eventhubs_spark.positions import (
@@ -309,7 +310,7 @@ def test_repositioning_a_receiver_hands_the_old_link_to_its_reader_thread_and_go
     settings = parse_connection_string(
         "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x;UseDevelopmentEmulator=true"
     )
-    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 5.0, True), "0")
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 5.0, True), "0", current().connections)
     handed: list[object] = []
     old_link = SimpleNamespace(sink=None)
     receiver._link, receiver._connection = old_link, SimpleNamespace(close_link=handed.append)  # type: ignore

@@ -17,8 +17,9 @@ import pytest
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import DataLossError, OptionError
-from eventhubs_spark.executor import service
+from eventhubs_spark.executor import runtime, service
 from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.runtime import Runtime
 
 SETTINGS = parse_connection_string(
     "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub;UseDevelopmentEmulator=true"
@@ -44,7 +45,7 @@ def scripted(fail_at: int | None = None, error: Exception | None = None, pause_a
     raising ``error`` at ``fail_at``."""
     starts: list[int] = []
 
-    def read_here(req: RangeRequest, result: RangeResult) -> Iterator[RawEvents]:
+    def read_here(req: RangeRequest, result: RangeResult, pool: object = None) -> Iterator[RawEvents]:
         starts.append(req.start)
         for first in range(req.start, req.end, 10):
             if fail_at is not None and first >= fail_at:
@@ -68,15 +69,15 @@ def running(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     where = service.place()
     assert where is not None
-    svc = service.ReceiverService(where.socket_path, str(local), None, idle_exit=600)
+    svc = service.ReceiverService(where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool)
     thread = threading.Thread(target=svc.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while service._try_connect(where.socket_path) is None:
         assert time.monotonic() < deadline, "the service did not listen"
         time.sleep(0.02)
-    monkeypatch.setattr(service, "_CLIENT", None)
-    yield where, svc, local
+    worker = Runtime(reap_every=0)  # a worker of that executor: it finds the service by SPARK_LOCAL_DIRS
+    yield where, svc, worker
     os.rmdir(local) if local.exists() and not any(local.iterdir()) else None
     thread.join(5)
 
@@ -98,11 +99,11 @@ def test_the_socket_path_is_short_private_and_one_per_executor_directory(tmp_pat
 
 
 def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypatch):
-    where, _svc, _ = running
+    where, _svc, worker = running
     read_here, starts = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
     stats: dict = {}
-    batches = list(service.read_batches(request(100, 135), True, stats))
+    batches = list(worker.read(request(100, 135), True, stats))
     seqs = [s for b in batches for s in b.column("sequenceNumber").to_pylist()]
     assert seqs == list(range(100, 135)) and starts == [100]
     assert stats["via"] == "service" and stats["read"] == 35 and stats["pid"] == os.getpid()
@@ -117,40 +118,42 @@ def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypat
     ],
 )
 def test_the_task_raises_the_services_error_as_itself(running, monkeypatch, error):
+    worker = running[2]
     read_here, _ = scripted(fail_at=110, error=error)
     monkeypatch.setattr(service, "read_here", read_here)
     got = []
     with pytest.raises(type(error)) as info:
-        for batch in service.read_batches(request(100, 135), True, {}):
+        for batch in worker.read(request(100, 135), True, {}):
             got += batch.column("sequenceNumber").to_pylist()
     assert str(info.value) == str(error) and getattr(info.value, "example", None) == getattr(error, "example", None)
     assert got == list(range(100, 110))
 
 
 def test_an_unexpected_error_names_its_type_and_never_the_secret(running, monkeypatch):
+    worker = running[2]
     read_here, _ = scripted(fail_at=100, error=KeyError("x-opt-sequence-number"))
     monkeypatch.setattr(service, "read_here", read_here)
     from eventhubs_spark.errors import EventHubsError
 
     with pytest.raises(EventHubsError, match="KeyError") as info:
-        list(service.read_batches(request(100, 135), True, {}))
+        list(worker.read(request(100, 135), True, {}))
     assert "TOPSECRET" not in str(info.value)
 
 
 def test_when_the_service_dies_mid_range_the_task_reads_on_here_from_the_next_event(running, monkeypatch):
-    _where, _svc, _ = running
+    _where, _svc, worker = running
     read_here, _starts = scripted(pause_at=120)
     monkeypatch.setattr(service, "read_here", read_here)
     got: list[int] = []
-    reader = service.read_batches(request(100, 150), True, {})
+    reader = worker.read(request(100, 150), True, {})
     for batch in reader:
         got += batch.column("sequenceNumber").to_pylist()
         if got[-1] == 119:
             break
     # the service's connection to this worker breaks (as when the service process is killed)
-    service._CLIENT._sock.shutdown(2)  # type: ignore[union-attr]
+    worker.service()._sock.shutdown(2)  # type: ignore[union-attr]
     read_here_again, starts_again = scripted()
-    monkeypatch.setattr(service, "read_here", read_here_again)
+    monkeypatch.setattr(runtime, "read_here", read_here_again)  # the worker's own reads from here
     for batch in reader:
         got += batch.column("sequenceNumber").to_pylist()
     assert got == list(range(100, 150)), "nothing lost, nothing twice"
@@ -159,34 +162,36 @@ def test_when_the_service_dies_mid_range_the_task_reads_on_here_from_the_next_ev
 
 def test_without_a_service_the_worker_reads_for_itself(monkeypatch):
     monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
-    monkeypatch.setattr(service, "_CLIENT", None)
+    worker = Runtime(reap_every=0)
     read_here, starts = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(runtime, "read_here", read_here)
     stats: dict = {}
-    assert sum(b.num_rows for b in service.read_batches(request(0, 25), True, stats)) == 25
+    assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
     assert stats["via"] == "worker" and starts == [0]
 
 
 def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    svc = service.ReceiverService(str(tmp_path / "a.sock"), str(tmp_path), gone.pid, idle_exit=600)
+    pool = Runtime(reap_every=0).pool
+    svc = service.ReceiverService(str(tmp_path / "a.sock"), str(tmp_path), gone.pid, idle_exit=600, pool=pool)
     assert "has ended" in svc.run()
     local = tmp_path / "blockmgr-y"
     local.mkdir()
-    svc = service.ReceiverService(str(tmp_path / "b.sock"), str(local), None, idle_exit=600)
+    svc = service.ReceiverService(str(tmp_path / "b.sock"), str(local), None, idle_exit=600, pool=pool)
     threading.Timer(0.5, local.rmdir).start()
     assert "is gone" in svc.run()
     assert not (tmp_path / "b.sock").exists(), "the socket is removed on exit"
-    assert "idle" in service.ReceiverService(str(tmp_path / "c.sock"), None, None, idle_exit=0.5).run()
+    assert "idle" in service.ReceiverService(str(tmp_path / "c.sock"), None, None, idle_exit=0.5, pool=pool).run()
 
 
 def test_raw_events_from_the_service_are_decoded_in_the_worker(running, monkeypatch):
+    worker = running[2]
     """The service holds messages undecoded (its receivers' RawEvents); the task decodes them."""
     read_here, _ = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
     stats: dict = {}
-    rows = [r for b in service.read_batches(request(10, 40), True, stats) for r in b.to_pylist()]
+    rows = [r for b in worker.read(request(10, 40), True, stats) for r in b.to_pylist()]
     assert [r["sequenceNumber"] for r in rows] == list(range(10, 40))
     assert [r["body"] for r in rows] == [b"b%d" % s for s in range(10, 40)] and rows[0]["partition"] == "3"
     assert stats["via"] == "service" and stats["fallbacks"] == 0
@@ -310,7 +315,7 @@ def _raw_exchange(path: str, kind: bytes, payload: bytes) -> bytes:
 def test_the_service_refuses_and_logs_a_request_it_does_not_allow_and_runs_nothing(
     running, monkeypatch, caplog, kind, payload
 ):
-    where, svc, _ = running
+    where, svc, worker = running
     read_here, starts = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
     with caplog.at_level("ERROR", logger="eventhubs_spark"):
@@ -318,7 +323,7 @@ def test_the_service_refuses_and_logs_a_request_it_does_not_allow_and_runs_nothi
     assert starts == [] and svc.refused == 1
     assert any("refused" in r.getMessage() for r in caplog.records)
     # a well-formed request on a new connection is served as ever
-    assert sum(b.num_rows for b in service.read_batches(request(0, 15), True, {})) == 15
+    assert sum(b.num_rows for b in worker.read(request(0, 15), True, {})) == 15
 
 
 def test_the_service_refuses_a_peer_of_another_user():
@@ -332,7 +337,7 @@ def test_the_service_refuses_a_peer_of_another_user():
     reachable = tempfile.mkdtemp(dir="/tmp")  # every directory above it may be entered by anyone
     os.chmod(reachable, 0o777)
     path = os.path.join(reachable, "svc.sock")
-    svc = service.ReceiverService(path, None, None, idle_exit=600)
+    svc = service.ReceiverService(path, None, None, idle_exit=600, pool=Runtime(reap_every=0).pool)
     thread = threading.Thread(target=svc.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -367,14 +372,13 @@ def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_f
     local = tmp_path / "blockmgr-z"
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    monkeypatch.setattr(service, "_CLIENT", None)
-    monkeypatch.setattr(service, "_FALLBACK_LOGGED", False)
+    worker = Runtime(reap_every=0)
     with pytest.raises(PermissionError, match="mode 0700"):
         service.place()
     read_here, starts = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(runtime, "read_here", read_here)
     stats: dict = {}
     with caplog.at_level("WARNING", logger="eventhubs_spark"):
-        assert sum(b.num_rows for b in service.read_batches(request(0, 25), True, stats)) == 25
+        assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
     assert stats["via"] == "worker" and starts == [0]
     assert any("mode 0700" in r.getMessage() for r in caplog.records)

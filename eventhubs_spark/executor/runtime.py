@@ -1,0 +1,155 @@
+"""What one Spark process keeps across tasks and micro-batches, in one place, built once and lazily.
+
+A Python worker (and the driver's stream runner, and the executor's receiver service) keeps: the AMQP
+connections its receivers share (one per namespace and credential), the pool of partition receivers,
+the sink's producers, the kept-open management clients, and its connection to the executor's receiver
+service. They were five module globals; here they are one :class:`Runtime`, with its clock and its
+pool settings passed in, which :func:`current` builds on first use. Tests build a runtime of their own
+(with their clock) and pass it, or install it with :func:`use`, instead of patching globals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from ..amqp.engine import Connections
+from ..amqp.management import ManagementClient
+from ..auth.settings import ConnectionSettings
+from ..codec.layout import events_batch
+from .receiver import RangeRequest, RangeResult, ReceiverPool, read_here
+from .service import ServiceClient, ServiceGone, place
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+
+class ProducerPool:
+    """One producer client per (namespace, hub, credentials, network) per process, reused across tasks."""
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, settings: ConnectionSettings) -> Any:
+        key = settings.pool_key()
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
+                # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
+                client = settings.producer(retry_total=0)
+                self._clients[key] = client
+            return client
+
+    def invalidate(self, settings: ConnectionSettings) -> None:
+        with self._lock:
+            client = self._clients.pop(settings.pool_key(), None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                _LOG.debug("closing a producer failed", exc_info=True)
+
+
+class Runtime:
+    """One process's connections, receivers, producers, management clients and receiver-service client."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        reap_every: float = 1.0,
+        pool_capacity: int = 64,
+        place_of_service: Callable[[], Any] = place,
+    ) -> None:
+        """``reap_every``: seconds between closes of idle receivers by a daemon thread (0: only when asked);
+        ``place_of_service``: where this executor's receiver service lives (None outside an executor)."""
+        self.clock = clock
+        self.connections = Connections()
+        self.pool = ReceiverPool(self.connections, capacity=pool_capacity, clock=clock, reap_every=reap_every)
+        self.producers = ProducerPool()
+        self._place = place_of_service
+        self._service: ServiceClient | None = None
+        self._service_looked_up = False
+        self._management: dict[tuple[Any, ...], ManagementClient] = {}
+        self._lock = threading.Lock()
+        self._fallback_logged = False
+
+    def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
+        """The process's kept-open management client for these settings (created on first use)."""
+        key = settings.pool_key()
+        with self._lock:
+            client = self._management.get(key)
+            if client is None:
+                client = self._management[key] = ManagementClient(settings, operation_timeout)
+            client.operation_timeout = operation_timeout
+            return client
+
+    def service(self) -> ServiceClient | None:
+        """This worker's connection to its executor's receiver service, or None outside an executor."""
+        with self._lock:
+            if not self._service_looked_up:
+                where = self._place()
+                self._service = ServiceClient(where) if where is not None else None
+                self._service_looked_up = True
+            return self._service
+
+    def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """One range as record batches: through the executor's receiver service, else (or from wherever the
+        service stopped) in this process. ``stats`` gets the counts to log."""
+        start = request.start
+        if use_service:
+            try:
+                client = self.service()
+                if client is not None:
+                    stats["via"] = "service"
+                    yield from client.read(request, stats)
+                    return
+            except ServiceGone as exc:
+                start = exc.next_seq
+                self._fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker")
+            except OSError as exc:
+                self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker")
+        stats["via"] = "worker"
+        result = RangeResult()
+        here = dataclasses.replace(request, start=start) if start != request.start else request
+        for chunk in read_here(here, result, self.pool):
+            batch, fallbacks = events_batch(chunk, request.partition)
+            result.fallbacks += fallbacks
+            yield batch
+        stats.update(dataclasses.asdict(result))
+        stats.update(self.pool.stats_dict())
+        stats["pid"] = os.getpid()
+
+    def _fallback(self, message: str) -> None:
+        """Said once per process: a worker that cannot use the service reads for itself."""
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            _LOG.warning("eventhubs: %s", message)
+
+
+_CURRENT: Runtime | None = None
+_CURRENT_LOCK = threading.Lock()
+
+
+def current() -> Runtime:
+    """This process's runtime, built on first use."""
+    global _CURRENT
+    with _CURRENT_LOCK:
+        if _CURRENT is None:
+            _CURRENT = Runtime()
+        return _CURRENT
+
+
+def use(runtime: Runtime | None) -> Runtime | None:
+    """Make ``runtime`` this process's (None: build a new one on next use); returns the one it replaces."""
+    global _CURRENT
+    with _CURRENT_LOCK:
+        previous, _CURRENT = _CURRENT, runtime
+        return previous
