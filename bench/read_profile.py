@@ -260,8 +260,8 @@ def _decode_proton(payloads: list[bytes]) -> int:
 
 CANDIDATES = {
     "SDK's pure-Python decoder (the connector's path before)": _decode_sdk,
-    "the connector's batch decoder, column by column (client/layout.py)": _decode_batches,
-    "the connector's message-by-message decoder (client/decode.py)": _decode_fast,
+    "the connector's batch decoder, column by column (codec/layout.py)": _decode_batches,
+    "the connector's message-by-message decoder (codec/message.py)": _decode_fast,
     "uamqp (the SDK's optional C transport)": _decode_uamqp,
     "Apache Qpid Proton's Python binding (C)": _decode_proton,
 }

@@ -246,7 +246,7 @@ def test_a_message_without_a_sequence_number_is_an_error_naming_what_is_missing(
         decode_message(Columns(), payload)
 
 
-# -- whole batches, decoded column by column (client/layout.py) ----------------------------------------
+# -- whole batches, decoded column by column (codec/layout.py) ----------------------------------------
 
 family_values = st.sampled_from(["text", "symbol", "binary", "long", "uint", "ulong", "int", "ubyte", "ushort",
                                  "bool", "none", "timestamp"])  # fmt: skip
