@@ -21,6 +21,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from . import defaults
 from .arrow import SCHEMA_DDL
+from .auth.settings import ConnectionSettings
 from .checkpoints.mirror import CheckpointMirror
 from .errors import OptionError, data_loss_error
 from .executor import runtime
@@ -130,6 +131,15 @@ _LOGGED = (
 )
 
 
+def _management(settings: ConnectionSettings, operation_timeout: float) -> PartitionMetadata:
+    """The management client of the process the reader runs in.
+
+    Looked up at each call, never bound at construction: readers are pickled to the executors and
+    (on Spark Connect) between driver processes, and the runtime holds locks and sockets.
+    """
+    return runtime.current().management(settings, operation_timeout)
+
+
 class _Planner:
     """What the stream and batch readers share: settings, receiver config, partition metadata."""
 
@@ -149,7 +159,7 @@ class _Planner:
         )
         self.catalog = PartitionCatalog(
             self.settings.hub,
-            metadata or functools.partial(runtime.current().management, self.settings, self.options.operation_timeout),
+            metadata or functools.partial(_management, self.settings, self.options.operation_timeout),
         )
         # the checkpoint store: progress for others to see, and hand-overs in ownership mode
         self.mirror = CheckpointMirror(self.options.checkpoint_store, self.settings, self.config)

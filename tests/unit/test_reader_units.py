@@ -394,3 +394,26 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
             except OptionError:  # the option is needed beside the others: compare with a plain read
                 before = by_namespace if spec.key == "eventhubs.connectionString" else by_connection
             assert parse_options(before, mode) != parse_options(after, mode), f"{spec.key} ({mode}) changes nothing"
+
+
+def test_every_reader_and_writer_pickles_after_the_process_runtime_is_in_use():
+    """Spark pickles readers and writers to executors (and Connect between processes); none may hold the runtime."""
+    from pyspark import cloudpickle
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.source import EventHubsDataSource
+
+    assert current().producers is not None  # the runtime exists, with its locks, before the readers are made
+    source = EventHubsDataSource({"eventhubs.connectionString": CONN})
+    body = StructType([StructField("body", StringType())])
+    made = {
+        "batch reader": source.reader(source.schema()),
+        "stream reader": source.streamReader(source.schema()),
+        "batch writer": source.writer(body, False),
+        "stream writer": source.streamWriter(body, False),
+    }
+    for name, obj in made.items():
+        copy = pickle.loads(cloudpickle.dumps(obj))
+        assert type(copy) is type(obj), name
+    reader = made["stream reader"]
+    assert pickle.loads(cloudpickle.dumps(reader)).planner.settings.pool_key() == reader.planner.settings.pool_key()
