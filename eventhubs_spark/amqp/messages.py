@@ -12,7 +12,7 @@ import struct
 import uuid
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 
 _I = struct.Struct(">I").unpack_from
 _i = struct.Struct(">i").unpack_from
@@ -146,43 +146,93 @@ def sequence_number(buf: bytes, p: int, end: int) -> int:
     raise Unsupported("no message annotations")
 
 
-RAW_SCHEMA = pa.schema([pa.field("sequenceNumber", pa.int64()), pa.field("message", pa.binary())])
-
-
 class RawEvents:
     """Events as their sequence numbers and undecoded message bytes: what receivers hold and the executor's
     receiver service sends; the task decodes them a range at a time, column by column
-    (:func:`eventhubs_spark.codec.layout.decode_raw`), so decoding runs in every task slot."""
+    (:func:`eventhubs_spark.codec.layout.decode_spans`), so decoding runs in every task slot.
 
-    __slots__ = ("nbytes", "payloads", "seqs")
+    The bytes stay where they arrived: each run of messages is a buffer (a socket read, as the frame tap
+    cut it) with the start and end of each message in it, so no message is copied or made an object of
+    its own on the way (:meth:`add_run`). A message that arrived some other way (over several frames,
+    or through the SDK) is a buffer of its own (:meth:`append`). :meth:`spans` gives one buffer with
+    every message's start and end: the one buffer as it is when there is one, else the runs' spans
+    joined (one copy per run, not per message)."""
+
+    __slots__ = ("nbytes", "parts", "seqs")
 
     def __init__(self) -> None:
         self.seqs: list[int] = []
-        self.payloads: list[bytes] = []
+        self.parts: list[tuple[bytes, np.ndarray, np.ndarray]] = []  # (buffer, starts, ends), in order
         self.nbytes = 0
 
     def __len__(self) -> int:
         return len(self.seqs)
 
     def append(self, seq: int, payload: bytes) -> None:
+        """One message, in a buffer of its own."""
         self.seqs.append(seq)
-        self.payloads.append(payload)
-        self.nbytes += len(payload) + 64
+        self.parts.append((payload, np.zeros(1, np.int64), np.array([len(payload)], np.int64)))
+        self.nbytes += len(payload) + _PER_EVENT
+
+    def add_run(self, buffer: bytes, starts: np.ndarray, ends: np.ndarray, seqs: list[int]) -> None:
+        """Messages ``buffer[starts[i]:ends[i]]`` with sequence numbers ``seqs``, kept in place."""
+        self.seqs += seqs
+        self.parts.append((buffer, starts, ends))
+        self.nbytes += int((ends - starts).sum()) + _PER_EVENT * len(seqs)
 
     def take(self, count: int) -> RawEvents:
+        """Remove the first ``count`` events and return them (the buffers are shared, not copied)."""
         head = RawEvents()
         head.seqs, self.seqs = self.seqs[:count], self.seqs[count:]
-        head.payloads, self.payloads = self.payloads[:count], self.payloads[count:]
-        head.nbytes = sum(len(p) for p in head.payloads) + 64 * len(head.seqs)
+        left = count
+        while left and self.parts:
+            buffer, starts, ends = self.parts[0]
+            n = len(starts)
+            if n <= left:
+                head.parts.append(self.parts.pop(0))
+                left -= n
+            else:
+                head.parts.append((buffer, starts[:left], ends[:left]))
+                self.parts[0] = (buffer, starts[left:], ends[left:])
+                left = 0
+        head.nbytes = sum(int((e - s).sum()) for _, s, e in head.parts) + _PER_EVENT * len(head.seqs)
         self.nbytes -= head.nbytes
         return head
 
     def extend(self, other: RawEvents) -> None:
         self.seqs += other.seqs
-        self.payloads += other.payloads
+        self.parts += other.parts
         self.nbytes += other.nbytes
 
-    def to_raw_batch(self) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays(
-            [pa.array(self.seqs, pa.int64()), pa.array(self.payloads, pa.binary())], schema=RAW_SCHEMA
-        )
+    def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """(one buffer, each message's start, each message's end), in order: a single run's buffer as it is
+        when its messages fill most of it, else only the runs' spans, joined."""
+        if len(self.parts) == 1:
+            buffer, s, e = self.parts[0]
+            if not len(s) or 2 * (int(e[-1]) - int(s[0])) >= len(buffer):
+                return self.parts[0]
+        pieces: list[bytes] = []
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        at = 0
+        for buffer, s, e in self.parts:
+            if not len(s):
+                continue
+            low, high = int(s[0]), int(e[-1])  # a run's messages are in order within its buffer
+            pieces.append(buffer[low:high])
+            starts.append(s - (low - at))
+            ends.append(e - (low - at))
+            at += high - low
+        if not pieces:
+            return b"", np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return b"".join(pieces), np.concatenate(starts), np.concatenate(ends)
+
+    def payloads(self) -> list[bytes]:
+        """Each message's bytes (a copy each: for tests and the rare message-by-message path)."""
+        buffer, starts, ends = self.spans()
+        return [buffer[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+# What an event held costs besides its bytes, for the read-ahead bounds (the figure matters less than
+# counting the same way every time).
+_PER_EVENT = 64

@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..codec.columns import DecodeError
 from . import sdk
 from .messages import RawEvents, Unsupported, sequence_number
@@ -48,6 +50,17 @@ _CHUNK = 256 * 1024
 _BATCH = 512  # transfers decoded per call before the SDK gets control back
 _EMPTY = (1, b"EMPTY")
 _FIVE_NULLS = b"\x40\x40\x40\x40\x40"  # what the SDK makes of an empty frame: it only notes that something arrived
+_TRANSFER_LIST8 = b"\x00\x53\x14\xc0"  # a transfer whose fields are a list8
+# settled (true) and more (false) as the performative's last fields, by its field count: all 11 with the
+# last five null, or the first 6
+_SETTLED_TAIL = {11: b"\x41\x42" + _FIVE_NULLS, 6: b"\x41\x42"}
+_RUN = 4096  # frames one run takes at most before the SDK gets control back
+_VECTOR_MIN = 16  # runs this long read their sequence numbers with numpy
+_ANN_AT = np.arange(4)
+_ANN_BYTES = np.frombuffer(_ANNOTATIONS8, np.uint8)
+_SEQ_AT = 6 + np.arange(len(_SEQ_FIRST))
+_SEQ_BYTES = np.frombuffer(_SEQ_FIRST, np.uint8)
+_VALUE_AT = 30 + np.arange(8)
 
 
 class LinkSink:
@@ -210,11 +223,15 @@ class FrameTap:
                     body = pos + doff * 4
                     if body >= frame_end:
                         return channel, _EMPTY  # a heartbeat
-                    if data[body + 2] == 0x14 and self._transfer(data, channel, body, frame_end):
-                        decoded += 1
-                        if decoded >= _BATCH:
-                            return channel, _EMPTY
-                        continue
+                    if data[body + 2] == 0x14:
+                        taken = self._run(data, pos, end, channel) if doff == 2 else 0
+                        if not taken and self._transfer(data, channel, body, frame_end):
+                            taken = 1
+                        if taken:
+                            decoded += taken
+                            if decoded >= _BATCH:
+                                return channel, _EMPTY
+                            continue
                     self._routes.clear()  # attach, detach, end...: links may have come or gone
                     return channel, sdk.decode_frame(memoryview(data)[body:frame_end])
             if decoded:
@@ -310,6 +327,81 @@ class FrameTap:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
                 raise WebSocketClosed(f"the service closed the WebSocket connection (code {code})")
 
+    def _run(self, data: bytes, pos: int, end: int, channel: int) -> int:
+        """Take the run of transfers that starts at ``pos`` in one pass, as long as the frames are alike: one
+        tapped link's single-frame deliveries, sent settled, in one encoding of the performative (the service
+        sends a partition's events that way). Per frame only its size and a few byte runs are compared; the
+        SDK's counters move once for the run, the sequence numbers are read together (:func:`_sequences`)
+        and the messages stay in place in the buffer. Returns how many frames it took (0: the first frame is
+        not of that kind; :meth:`_transfer` looks at it)."""
+        body = pos + 8
+        if not data.startswith(_TRANSFER_LIST8, body):
+            return 0
+        count, c = data[body + 5], data[body + 6]
+        if c == 0x43:
+            handle, key_end = 0, body + 7
+        elif c == 0x52:
+            handle, key_end = data[body + 7], body + 8
+        elif c == 0x70:
+            handle, key_end = _I(data, body + 7)[0], body + 11
+        else:
+            return 0
+        tail = _SETTLED_TAIL.get(count)
+        if tail is None:
+            return 0
+        route = self._route(channel, handle)
+        if route is None:
+            return 0
+        session, link, sink = route
+        if sink.partial is not None:
+            return 0  # a message over several frames is being put together: one frame at a time
+        # the run stops where the credit comes down to half, as one by one it would be topped up there
+        room = sdk.credit(link) - (sink.credit >> 1)
+        most = min(room, _RUN) if room > 0 else _RUN
+        header = data[pos + 4 : pos + 8]  # data offset, frame type and channel
+        key = data[body + 5 : key_end]  # the field count and the handle
+        tlen = len(tail)
+        starts: list[int] = []
+        ends: list[int] = []
+        startswith = data.startswith
+        p = pos
+        while end - p >= 8 and len(starts) < most:
+            size = _I(data, p)[0]
+            frame_end = p + size
+            if frame_end > end or not (
+                startswith(header, p + 4) and startswith(_TRANSFER_LIST8, p + 8) and startswith(key, p + 13)
+            ):
+                break
+            payload = p + 13 + data[p + 12]
+            if payload > frame_end or not startswith(tail, payload - tlen):
+                break
+            starts.append(payload)
+            ends.append(frame_end)
+            p = frame_end
+        n = len(starts)
+        if not n:
+            return 0
+        self._pos = p
+        credit = sdk.count_transfers(session, link, n)
+        first, last = starts[0], ends[-1]
+        at, to = np.array(starts, np.int64), np.array(ends, np.int64)
+        if 2 * (last - first) < len(data):  # keep only the run's span, not the whole read, past this call
+            data = data[first:last]
+            at -= first
+            to -= first
+        sink.incoming.add_run(data, at, to, _sequences(data, at, to))
+        sink.received += n
+        self.transfers += n
+        self._touched.add(sink)
+        if credit <= sink.credit >> 1 and sink.has_room():
+            sdk.grant(link, sink.credit)  # topped up before it runs out, so the service never waits on it
+        return n
+
+    def _route(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
+        key = (channel << 32) | handle
+        routes = self._routes
+        return routes[key] if key in routes else routes.setdefault(key, self._resolve(channel, handle))
+
     def _transfer(self, data: bytes, channel: int, body: int, end: int) -> bool:
         """Consume a transfer frame of a tapped link; False leaves it to the SDK."""
         # 00 53 14, then the performative's list: handle, delivery-id, delivery-tag, message-format,
@@ -339,9 +431,7 @@ class FrameTap:
             p += 5
         else:
             return False
-        key = (channel << 32) | handle
-        routes = self._routes
-        route = routes[key] if key in routes else routes.setdefault(key, self._resolve(channel, handle))
+        route = self._route(channel, handle)
         if route is None:
             return False
         # settled and more: the common layouts read from the end of the list (6 fields, or all 11 with the
@@ -422,19 +512,12 @@ class FrameTap:
     def _decode(self, sink: LinkSink, data: bytes, start: int, end: int) -> None:
         """Keep one message's bytes with its sequence number (the one thing read here): the task decodes
         its range's messages column by column (:mod:`.layout`)."""
-        events = sink.incoming
         sink.received += 1
         if data.startswith(_SEQ_FIRST, start + 6) and data.startswith(_ANNOTATIONS8, start) and data[start + 5] > 1:
-            seq = _Q(data, start + 30)[0]  # the service's usual form (see decode.sequence_number), inline
+            seq = _Q(data, start + 30)[0]  # the service's usual form (see messages.sequence_number), inline
         else:
-            try:
-                seq = sequence_number(data, start, end)
-            except (Unsupported, IndexError, struct.error):
-                seq = _event_sequence_number(sdk.decode_message(data[start:end]))  # any other form: the SDK's
-        message = data[start:end]
-        events.seqs.append(seq)
-        events.payloads.append(message)
-        events.nbytes += len(message) + 64
+            seq = _one_sequence_number(data, start, end)
+        sink.incoming.append(seq, data[start:end])
 
     def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
         found = sdk.link_at(self.connection, channel, handle)
@@ -443,6 +526,36 @@ class FrameTap:
         session, link = found
         sink = getattr(link, "eventhubs_sink", None)
         return (session, link, sink) if isinstance(sink, LinkSink) else None
+
+
+def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
+    """The sequence numbers of the messages ``data[starts[i]:ends[i]]``: read where the service puts them
+    (annotations first, the sequence number as their first entry), for a long run with numpy all at once as
+    the layout decoder checks its messages; any message in another form one by one."""
+    if len(starts) < _VECTOR_MIN or len(data) <= _VALUE_AT[-1]:
+        return [
+            _Q(data, s + 30)[0]
+            if data.startswith(_SEQ_FIRST, s + 6) and data.startswith(_ANNOTATIONS8, s) and data[s + 5] > 1
+            else _one_sequence_number(data, s, e)
+            for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+    buf = np.frombuffer(data, np.uint8)
+    long = (ends - starts) > _VALUE_AT[-1]
+    at = np.where(long, starts, 0)  # a message too short for the usual form is read one by one
+    usual = long & (buf[at[:, None] + _ANN_AT] == _ANN_BYTES).all(axis=1) & (buf[at + 5] > 1)
+    usual &= (buf[at[:, None] + _SEQ_AT] == _SEQ_BYTES).all(axis=1)
+    values: list[int] = buf[at[:, None] + _VALUE_AT].copy().view(">i8").ravel().tolist()
+    if not usual.all():
+        for i in np.flatnonzero(~usual).tolist():
+            values[i] = _one_sequence_number(data, int(starts[i]), int(ends[i]))
+    return values
+
+
+def _one_sequence_number(data: bytes, start: int, end: int) -> int:
+    try:
+        return sequence_number(data, start, end)
+    except (Unsupported, IndexError, struct.error):
+        return _event_sequence_number(sdk.decode_message(data[start:end]))  # any other form: the SDK's
 
 
 def _event_sequence_number(message: Any) -> int:

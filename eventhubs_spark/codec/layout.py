@@ -36,7 +36,7 @@ from ..arrow import ARROW_SCHEMA
 from .columns import Columns
 from .message import decode_message
 
-__all__ = ["Layout", "decode_batch", "decode_raw", "events_batch", "learn"]
+__all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn"]
 
 # Below this many messages a batch is decoded message by message: the column-wise pass has a fixed
 # cost of some hundred microseconds (numpy and Arrow calls per layout step): measured even at about 64.
@@ -473,25 +473,32 @@ def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
 
 def events_batch(events: RawEvents, partition: str) -> tuple[pa.RecordBatch, int]:
     """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made."""
-    return decode_raw(events.to_raw_batch(), partition)
-
-
-def decode_raw(batch: pa.RecordBatch, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The source schema's batch of a raw batch's messages (:data:`~eventhubs_spark.amqp.messages.RAW_SCHEMA`, what the
-    executor's receiver service sends), and how many of them the SDK's decoder made."""
-    return decode_batch(batch.column(1), partition)
+    buffer, starts, ends = events.spans()
+    return decode_spans(buffer, starts, ends, partition)
 
 
 def decode_batch(messages: pa.Array, partition: str, min_rows: int = MIN_ROWS) -> tuple[pa.RecordBatch, int]:
     """The source schema's record batch of a binary array of messages (one per row), and how many of
-    them the SDK's decoder made. See the module docstring."""
+    them the SDK's decoder made."""
     n = len(messages)
     buffers = messages.buffers()
     offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=messages.offset * 4).astype(np.int64)
     buffer = buffers[2] if buffers[2] is not None else pa.py_buffer(b"")
+    return decode_spans(buffer, offsets[:-1], offsets[1:], partition, min_rows)
+
+
+def decode_spans(
+    buffer: bytes | pa.Buffer, starts: np.ndarray, ends: np.ndarray, partition: str, min_rows: int = MIN_ROWS
+) -> tuple[pa.RecordBatch, int]:
+    """The source schema's record batch of the messages ``buffer[starts[i]:ends[i]]`` (in order; the bytes
+    between them are not looked at, so a buffer of frames as they arrived will do), and how many of them
+    the SDK's decoder made. See the module docstring."""
+    n = len(starts)
+    if not isinstance(buffer, pa.Buffer):
+        buffer = pa.py_buffer(buffer)
     raw = buffer.to_pybytes()  # for learning, and for the messages decoded one by one
     if n < max(min_rows, 1):
-        return _one_by_one(raw, offsets, np.arange(n), partition)
+        return _one_by_one(raw, starts, ends, np.arange(n), partition)
     data = np.frombuffer(buffer, dtype=np.uint8)
     left = np.arange(n, dtype=np.int64)
     found: list[tuple[Layout, np.ndarray, list[Any]]] = []  # (layout, rows of the batch, slots)
@@ -501,12 +508,12 @@ def decode_batch(messages: pa.Array, partition: str, min_rows: int = MIN_ROWS) -
             break
         first = int(left[0])
         try:
-            layout = learn(raw, int(offsets[first]), int(offsets[first + 1]))
+            layout = learn(raw, int(starts[first]), int(ends[first]))
         except (Unsupported, IndexError):
             single.append(first)
             left = left[1:]
             continue
-        ok, slots = _match(layout, data, offsets[left], offsets[left + 1])
+        ok, slots = _match(layout, data, starts[left], ends[left])
         if not ok[0]:  # cannot happen: a layout matches the message it was learnt from; if it did, no harm
             single.append(first)
             left = left[1:]
@@ -514,26 +521,27 @@ def decode_batch(messages: pa.Array, partition: str, min_rows: int = MIN_ROWS) -
         found.append((layout, left[ok], _cut(slots, ok)))
         left = left[~ok]
     if not found:
-        return _one_by_one(raw, offsets, np.arange(n), partition)
+        return _one_by_one(raw, starts, ends, np.arange(n), partition)
     rest = np.sort(np.concatenate([left, np.array(single, dtype=np.int64)]))
     columnwise = np.sort(np.concatenate([rows for _, rows, _ in found]))
     groups = [_Group(layout, np.searchsorted(columnwise, rows), slots) for layout, rows, slots in found]
     try:
-        batch = _assemble(groups, offsets[columnwise], offsets[columnwise + 1], data, buffer, partition)
+        batch = _assemble(groups, starts[columnwise], ends[columnwise], data, buffer, partition)
     except _NotText:
-        return _one_by_one(raw, offsets, np.arange(n), partition)
+        return _one_by_one(raw, starts, ends, np.arange(n), partition)
     if not len(rest):
         return batch, 0
-    others, fallbacks = _one_by_one(raw, offsets, rest, partition)
+    others, fallbacks = _one_by_one(raw, starts, ends, rest, partition)
     return _join([(columnwise, batch), (rest, others)], n), fallbacks
 
 
-def _one_by_one(raw: bytes, offsets: np.ndarray, rows: np.ndarray, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The messages ``rows`` decoded one at a time (:func:`.decode.decode_message`), and how many of them
+def _one_by_one(
+    raw: bytes, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, partition: str
+) -> tuple[pa.RecordBatch, int]:
+    """The messages ``rows`` decoded one at a time (:func:`.message.decode_message`), and how many of them
     the SDK's decoder made."""
     cols = Columns()
-    starts, ends = offsets[rows].tolist(), offsets[rows + 1].tolist()
-    for start, end in zip(starts, ends, strict=True):
+    for start, end in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True):
         decode_message(cols, raw[start:end])
     return cols.to_batch(partition), cols.fallbacks
 

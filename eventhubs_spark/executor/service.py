@@ -52,10 +52,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from ..amqp.messages import RAW_SCHEMA
-from ..codec.layout import decode_raw
+from ..codec.layout import decode_spans
 from . import protocol
 from .receiver import RangeRequest, RangeResult, ReceiverPool, read_here
 
@@ -63,8 +63,12 @@ _LOG = logging.getLogger("eventhubs_spark")
 
 IDLE_EXIT = 300.0  # seconds without receivers or requests before the service exits
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
+WIRE_VERSION = 2  # raised whenever a message below changes: old services and new workers never meet
 _MESSAGE = struct.Struct(">cQ")  # kind, payload length
-_RAW = b"W"  # next sequence number (8 bytes) + an Arrow IPC record batch of undecoded messages (RAW_SCHEMA)
+# next sequence number (8 bytes), message count n (8), each message's start and end (n + n int64, native order),
+# then the buffer they are in: the frames as they arrived, undecoded (amqp.messages.RawEvents.spans)
+_RAW = b"W"
+_SPANS = struct.Struct("=qq")  # 16 bytes: the offsets that follow stay 8-byte aligned
 _DONE = b"D"  # the range's counts (JSON)
 _ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
 _READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
@@ -100,7 +104,10 @@ def place() -> Place | None:
     info = os.stat(private)
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError(f"{private} must belong to this user alone (mode 0700)")
-    name = hashlib.sha256(os.path.realpath(local_dir).encode()).hexdigest()[:20]
+    # the wire format's version is part of the name: after an upgrade in a running executor (a notebook's
+    # %pip install), new workers start a service of their own instead of talking to the old one
+    key = f"{os.path.realpath(local_dir)}\0{WIRE_VERSION}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:20]
     return Place(local_dir, os.path.join(private, f"{name}.sock"))
 
 
@@ -252,8 +259,10 @@ class ReceiverService:
         chunks = read_here(request, result, self.pool)
         try:
             for chunk in chunks:
-                next_seq = struct.pack(">q", chunk.seqs[-1] + 1)
-                _send_to_worker(conn, _RAW, next_seq, chunk.to_raw_batch().serialize())  # the worker decodes
+                buffer, starts, ends = chunk.spans()  # the worker decodes
+                head = _SPANS.pack(chunk.seqs[-1] + 1, len(starts))
+                _send_to_worker(conn, _RAW, head, starts.astype(np.int64).tobytes(), ends.astype(np.int64).tobytes(),
+                                buffer)  # fmt: skip
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict()}
             _send_to_worker(conn, _DONE, json.dumps(done).encode())
             return True
@@ -397,9 +406,11 @@ class ServiceClient:
             while True:
                 kind, payload = _recv(sock)
                 if kind == _RAW:
-                    next_seq = struct.unpack_from(">q", payload)[0]
-                    raw = pa.ipc.read_record_batch(pa.py_buffer(memoryview(payload)[8:]), RAW_SCHEMA)
-                    batch, fallbacks = decode_raw(raw, request.partition)
+                    next_seq, n = _SPANS.unpack_from(payload)
+                    starts = np.frombuffer(payload, np.int64, n, _SPANS.size)
+                    ends = np.frombuffer(payload, np.int64, n, _SPANS.size + 8 * n)
+                    buffer = pa.py_buffer(memoryview(payload)[_SPANS.size + 16 * n :])
+                    batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
                     decoded_here += fallbacks
                     yield batch
                 elif kind == _DONE:

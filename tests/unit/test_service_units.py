@@ -94,6 +94,9 @@ def test_the_socket_path_is_short_private_and_one_per_executor_directory(tmp_pat
     other.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(other))
     assert service.place().socket_path != where.socket_path  # type: ignore[union-attr]
+    now = service.place().socket_path  # type: ignore[union-attr]
+    monkeypatch.setattr(service, "WIRE_VERSION", service.WIRE_VERSION + 1)  # an upgrade in a running executor
+    assert service.place().socket_path != now, "workers of another wire format never reach this service"  # type: ignore[union-attr]
     monkeypatch.delenv("SPARK_LOCAL_DIRS")
     assert service.place() is None, "outside an executor there is no service"
 
