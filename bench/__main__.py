@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak
+from . import emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak, task_cost
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
@@ -16,6 +16,7 @@ BENCHMARKS = {
     "latency": latency.run,
     "receivers": receivers.run,  # issue 15: attaches per partition, reuse, memory; with and without the service
     "networks": networks.run,  # issue 25: read throughput over TLS and WebSockets beside plain TCP
+    "task_cost": task_cost.run,  # issue 28: what a task of a quiet stream costs, beside Spark's own floor
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

@@ -241,15 +241,25 @@ def _texts(values: list[Any], one: Any) -> pa.Array:
     """A string column from raw values: ``bytes`` checked as UTF-8 in one pass, the rest (and any
     bytes that are not UTF-8) through ``one``, the per-value rule."""
     if all(v is None or type(v) is bytes or type(v) is str for v in values):
-        try:  # str values are text already; bytes are checked as UTF-8 by the cast
+        try:
+            if len(values) < _SMALL:  # a cast costs tens of microseconds however few the values
+                return pa.array([v.decode() if type(v) is bytes else v for v in values], pa.string())
+            # str values are text already; bytes are checked as UTF-8 by the cast
             return pa.array(values, pa.binary()).cast(pa.string())
-        except pa.ArrowInvalid:
+        except (pa.ArrowInvalid, UnicodeDecodeError):
             pass
     return pa.array([one(v) for v in values], pa.string())
 
 
+# Columns of fewer values than this are made in Python: Arrow's compute calls (casts) have a fixed cost of
+# their own that a small range (a quiet stream's task) would pay several times per batch.
+_SMALL = 64
+
+
 def _timestamps(values: list[Any]) -> pa.Array:
     """Enqueued times: milliseconds since the epoch as microsecond timestamps."""
+    if len(values) < _SMALL:
+        return pa.array([None if v is None else int(v) * 1000 for v in values], pa.timestamp("us", tz="UTC"))
     try:
         millis = pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError):

@@ -73,8 +73,7 @@ def _to_json(value: Any) -> Any:
 def _from_json(cls: type[T], data: Any, where: str) -> T:
     if not isinstance(data, dict):
         raise ProtocolError(f"{where}: expected an object of {cls.__name__}, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    hints, names = _shape(cls)
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ProtocolError(f"{where}: unknown field(s) {', '.join(map(repr, unknown[:5]))} for {cls.__name__}")
@@ -83,6 +82,18 @@ def _from_json(cls: type[T], data: Any, where: str) -> T:
         raise ProtocolError(f"{where}: missing field(s) {', '.join(missing)} of {cls.__name__}")
     values = {n: _value(hints[n], data[n], f"{where}.{n}") for n in names}
     return cls(**values)
+
+
+def _shape(cls: type) -> tuple[dict[str, Any], list[str]]:
+    """A dataclass's field types and names, worked out once: resolving the annotations (``from __future__
+    import annotations`` makes them text) costs more than the rest of a small read's request."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = (typing.get_type_hints(cls), [f.name for f in dataclasses.fields(cls)])
+    return shape
+
+
+_SHAPES: dict[type, tuple[dict[str, Any], list[str]]] = {}
 
 
 def _value(hint: Any, data: Any, where: str) -> Any:

@@ -200,6 +200,8 @@ class ReceiverService:
                         self.refused += 1
                         conn.close()
                         continue
+                    if os.environ.get("EHS_SNDBUF"):
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(os.environ["EHS_SNDBUF"]))
                     threading.Thread(target=self._serve, args=(conn,), name="eventhubs-service", daemon=True).start()
                 why = self._why_exit()
                 if why is not None:
@@ -328,6 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
     from .runtime import Runtime
 
+    if os.environ.get("EHS_SWITCH"):
+        sys.setswitchinterval(float(os.environ["EHS_SWITCH"]))
     service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit, Runtime().pool)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)

@@ -1,0 +1,180 @@
+"""What a small task costs (issue 28): a quiet stream's micro-batches read 10 events per partition.
+
+Beside it, in the same run and the same query shape, a trivial Python streaming source (4 partitions of 10
+constant rows, no I/O): Spark's own cost of a Python task on this machine, which no source goes below.
+Two figures per task: Spark's executor run time (the task's wall time on the executor: the JVM's side,
+the Python worker's, and the hand-off between them) and the CPU time of the executor's Python processes
+(the workers, their daemon, the receiver service) over the run, divided by the tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+from .emulator_sdk import start_emulator
+from .read import executor_python_cpu, fill
+from .results import record
+
+PARTITIONS = 4
+PER_TASK = 10
+TRIGGERS = 40
+WARMUP = 5  # triggers left out of the figures: workers start, the service attaches its links
+
+
+def _trivial_source() -> Any:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class Reader(DataSourceStreamReader):
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            self.at = getattr(self, "at", 0) + 1
+            return {"o": self.at}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(PARTITIONS)]
+
+        def read(self, partition: Any) -> Any:
+            for i in range(PER_TASK):
+                yield (b"x" * 200, str(partition.value), i)
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Trivial(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_trivial_tasks"
+
+        def schema(self) -> str:
+            return "body binary, partition string, sequenceNumber long"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return Reader()
+
+    return Trivial
+
+
+def _task_run_ms(ui: str, app: str, since_stage: int) -> tuple[float, int, int]:
+    """Executor run time (ms) summed over the tasks of the stages after ``since_stage``, their count, and
+    the highest stage id seen (Spark's REST API)."""
+    with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/stages?status=complete") as response:
+        stages = json.load(response)
+    run = tasks = top = 0
+    for stage in stages:
+        top = max(top, stage["stageId"])
+        if stage["stageId"] > since_stage:
+            run += stage["executorRunTime"]
+            tasks += stage["numCompleteTasks"]
+    return float(run), tasks, top
+
+
+def _measure(spark: Any, reader: Any, tmp: str) -> dict[str, float]:
+    """Run the stream TRIGGERS micro-batches into the noop sink; per-task figures after the warm-up."""
+    ui, app = spark.sparkContext.uiWebUrl, spark.sparkContext.applicationId
+    query = (
+        reader.load().writeStream.format("noop").option("checkpointLocation", tmp)
+        .trigger(processingTime="0 seconds").start()
+    )  # fmt: skip
+    try:
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < WARMUP:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the warm-up's stages complete
+        _, _, since = _task_run_ms(ui, app, -1)
+        cpu_before, started = executor_python_cpu(), time.perf_counter()
+        done_before = len([p for p in query.recentProgress if p["numInputRows"]])
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < done_before + TRIGGERS:
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            time.sleep(0.05)
+        cpu = executor_python_cpu() - cpu_before
+        elapsed = time.perf_counter() - started
+    finally:
+        query.stop()
+    time.sleep(0.5)
+    run_ms, tasks, _ = _task_run_ms(ui, app, since)
+    rows = [p for p in query.recentProgress if p["numInputRows"]][-TRIGGERS:]
+    return {
+        "tasks": tasks,
+        "run_ms": run_ms / max(tasks, 1),
+        "cpu_ms": cpu * 1000 / max(tasks, 1),
+        "trigger_ms": statistics.median(p["durationMs"].get("triggerExecution", 0) for p in rows),
+        "rows": statistics.median(p["numInputRows"] for p in rows),
+        "seconds": elapsed,
+    }
+
+
+def run() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    proc, conns = start_emulator({"quiet": PARTITIONS})
+    conn = conns["quiet"]
+    spark = (
+        SparkSession.builder.master("local[2]").config("spark.ui.enabled", "true").config("spark.ui.port", "0")
+        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(_trivial_source())
+    results: dict[str, list[dict[str, float]]] = {"connector": [], "trivial": []}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for attempt in range(3):
+                # a backlog the rate limit cuts into 10 events per partition a micro-batch
+                fill(conn, PARTITIONS * PER_TASK * (TRIGGERS + WARMUP + 10), 200)
+                start = attempt * (TRIGGERS + WARMUP + 10) * PER_TASK  # where the backlog just written starts
+                positions = json.dumps({str(p): {"seqNo": start} for p in range(PARTITIONS)})
+                ours = (
+                    spark.readStream.format("eventhubs").option("eventhubs.connectionString", conn)
+                    .option("eventhubs.startingPositions", positions)
+                    .option("maxEventsPerTrigger", PARTITIONS * PER_TASK)
+                )  # fmt: skip
+                results["connector"].append(_measure(spark, ours, os.path.join(tmp, f"ours-{attempt}")))
+                trivial = spark.readStream.format("bench_trivial_tasks")
+                results["trivial"].append(_measure(spark, trivial, os.path.join(tmp, f"trivial-{attempt}")))
+    finally:
+        spark.stop()
+        proc.terminate()
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[side])
+
+    rows = []
+    for side, label in (("connector", "this connector"), ("trivial", "a trivial Python source (the floor)")):
+        rows.append({
+            "source": label,
+            "executor run time per task (ms)": round(median(side, "run_ms"), 2),
+            "executor Python CPU per task (ms)": round(median(side, "cpu_ms"), 2),
+            "micro-batch (ms)": round(median(side, "trigger_ms"), 1),
+            "rows per micro-batch": median(side, "rows"),
+            "each run, run time per task (ms)": " ".join(f"{r['run_ms']:.1f}" for r in results[side]),
+        })  # fmt: skip
+    extra_run = median("connector", "run_ms") - median("trivial", "run_ms")
+    extra_cpu = median("connector", "cpu_ms") - median("trivial", "cpu_ms")
+    record(
+        "task_cost",
+        {
+            "target": "a task that reads 10 events costs at most 5 ms of executor time end to end (issue 28)",
+            "this connector's executor run time per task (ms)": round(median("connector", "run_ms"), 2),
+            "above the trivial source's, per task: run time / Python CPU (ms)": f"{extra_run:.2f} / {extra_cpu:.2f}",
+            "target met": median("connector", "run_ms") <= 5.0,
+        },
+        rows,
+        notes=(
+            f"A stream over {PARTITIONS} partitions with a backlog, maxEventsPerTrigger={PARTITIONS * PER_TASK}: each "
+            f"micro-batch runs {PARTITIONS} tasks of {PER_TASK} events (200 B), into the noop sink, local[2], "
+            f"trigger processingTime='0 seconds'; {TRIGGERS} micro-batches measured after {WARMUP} of warm-up, "
+            "3 runs alternating with the trivial source, medians. 'Executor run time' is Spark's executorRunTime of "
+            "the micro-batches' tasks (REST API), the task's wall time on the executor; 'executor Python CPU' is "
+            "the CPU time of the Python workers, their daemon and the receiver service over the same micro-batches "
+            "(in local mode the driver's Python planning runs in such workers too), divided by the tasks."
+        ),
+    )
