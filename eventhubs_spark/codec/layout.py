@@ -496,9 +496,8 @@ def decode_spans(
     n = len(starts)
     if not isinstance(buffer, pa.Buffer):
         buffer = pa.py_buffer(buffer)
-    raw = buffer.to_pybytes()  # for learning, and for the messages decoded one by one
     if n < max(min_rows, 1):
-        return _one_by_one(raw, starts, ends, np.arange(n), partition)
+        return _one_by_one(buffer, starts, ends, np.arange(n), partition)
     data = np.frombuffer(buffer, dtype=np.uint8)
     left = np.arange(n, dtype=np.int64)
     found: list[tuple[Layout, np.ndarray, list[Any]]] = []  # (layout, rows of the batch, slots)
@@ -508,7 +507,8 @@ def decode_spans(
             break
         first = int(left[0])
         try:
-            layout = learn(raw, int(starts[first]), int(ends[first]))
+            message = _bytes(buffer, int(starts[first]), int(ends[first]))  # a copy of one message, not the buffer
+            layout = learn(message, 0, len(message))
         except (Unsupported, IndexError):
             single.append(first)
             left = left[1:]
@@ -521,28 +521,32 @@ def decode_spans(
         found.append((layout, left[ok], _cut(slots, ok)))
         left = left[~ok]
     if not found:
-        return _one_by_one(raw, starts, ends, np.arange(n), partition)
+        return _one_by_one(buffer, starts, ends, np.arange(n), partition)
     rest = np.sort(np.concatenate([left, np.array(single, dtype=np.int64)]))
     columnwise = np.sort(np.concatenate([rows for _, rows, _ in found]))
     groups = [_Group(layout, np.searchsorted(columnwise, rows), slots) for layout, rows, slots in found]
     try:
         batch = _assemble(groups, starts[columnwise], ends[columnwise], data, buffer, partition)
     except _NotText:
-        return _one_by_one(raw, starts, ends, np.arange(n), partition)
+        return _one_by_one(buffer, starts, ends, np.arange(n), partition)
     if not len(rest):
         return batch, 0
-    others, fallbacks = _one_by_one(raw, starts, ends, rest, partition)
+    others, fallbacks = _one_by_one(buffer, starts, ends, rest, partition)
     return _join([(columnwise, batch), (rest, others)], n), fallbacks
 
 
+def _bytes(buffer: pa.Buffer, start: int, end: int) -> bytes:
+    return buffer.slice(start, end - start).to_pybytes()
+
+
 def _one_by_one(
-    raw: bytes, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, partition: str
+    buffer: pa.Buffer, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, partition: str
 ) -> tuple[pa.RecordBatch, int]:
     """The messages ``rows`` decoded one at a time (:func:`.message.decode_message`), and how many of them
     the SDK's decoder made."""
     cols = Columns()
     for start, end in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True):
-        decode_message(cols, raw[start:end])
+        decode_message(cols, _bytes(buffer, start, end))
     return cols.to_batch(partition), cols.fallbacks
 
 

@@ -69,6 +69,9 @@ _MESSAGE = struct.Struct(">cQ")  # kind, payload length
 # then the buffer they are in: the frames as they arrived, undecoded (amqp.messages.RawEvents.spans)
 _RAW = b"W"
 _SPANS = struct.Struct("=qq")  # 16 bytes: the offsets that follow stay 8-byte aligned
+# What the service may send ahead of a worker that is still decoding (or handing Spark) the last chunk:
+# several chunks, so the two processes work at once instead of taking turns (bench read: +15-20%)
+_PIPE_BYTES = 2 << 20
 _DONE = b"D"  # the range's counts (JSON)
 _ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
 _READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
@@ -200,8 +203,8 @@ class ReceiverService:
                         self.refused += 1
                         conn.close()
                         continue
-                    if os.environ.get("EHS_SNDBUF"):
-                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(os.environ["EHS_SNDBUF"]))
+                    with contextlib.suppress(OSError):  # the kernel caps it (net.core.wmem_max); any size works
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _PIPE_BYTES)
                     threading.Thread(target=self._serve, args=(conn,), name="eventhubs-service", daemon=True).start()
                 why = self._why_exit()
                 if why is not None:
@@ -330,8 +333,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
     from .runtime import Runtime
 
-    if os.environ.get("EHS_SWITCH"):
-        sys.setswitchinterval(float(os.environ["EHS_SWITCH"]))
     service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit, Runtime().pool)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)
