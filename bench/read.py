@@ -139,7 +139,12 @@ def run() -> None:
     # The SDK reads with its own consumer group: the connector's pooled owner-level receivers stay attached
     # to $Default between runs, and a plain receiver may not join a group where an owner-level one reads.
     proc, conns = start_emulator(hubs, consumer_groups=("sdk",))
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     rows: list[dict[str, Any]] = []
     try:

@@ -165,7 +165,8 @@ def run() -> None:
             "target": "a task that reads 10 events costs at most 5 ms of executor time end to end (issue 28)",
             "this connector's executor run time per task (ms)": round(median("connector", "run_ms"), 2),
             "above the trivial source's, per task: run time / Python CPU (ms)": f"{extra_run:.2f} / {extra_cpu:.2f}",
-            "target met": median("connector", "run_ms") <= 5.0,
+            "target met (the whole task)": median("connector", "run_ms") <= 5.0,
+            "the connector's part (above the floor) within 5 ms": extra_run <= 5.0 and extra_cpu <= 5.0,
         },
         rows,
         notes=(

@@ -206,12 +206,20 @@ class RawEvents:
 
     def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
         """(one buffer, each message's start, each message's end), in order: a single run's buffer as it is
-        when its messages fill most of it, else only the runs' spans, joined."""
+        when its messages fill most of it, else only the runs' spans, joined (see :meth:`pieces`)."""
+        pieces, starts, ends = self.pieces()
+        if len(pieces) == 1 and isinstance(pieces[0], bytes):
+            return pieces[0], starts, ends
+        return b"".join(pieces), starts, ends
+
+    def pieces(self) -> tuple[list[bytes | memoryview], np.ndarray, np.ndarray]:
+        """:meth:`spans` before the join: the pieces whose concatenation the starts and ends refer to (views,
+        not copies: the receiver service sends them one after the other as they are)."""
         if len(self.parts) == 1:
             buffer, s, e = self.parts[0]
             if not len(s) or 2 * (int(e[-1]) - int(s[0])) >= len(buffer):
-                return self.parts[0]
-        pieces: list[bytes] = []
+                return [buffer], s, e
+        pieces: list[bytes | memoryview] = []
         starts: list[np.ndarray] = []
         ends: list[np.ndarray] = []
         at = 0
@@ -219,13 +227,13 @@ class RawEvents:
             if not len(s):
                 continue
             low, high = int(s[0]), int(e[-1])  # a run's messages are in order within its buffer
-            pieces.append(buffer[low:high])
+            pieces.append(memoryview(buffer)[low:high])
             starts.append(s - (low - at))
             ends.append(e - (low - at))
             at += high - low
         if not pieces:
-            return b"", np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return b"".join(pieces), np.concatenate(starts), np.concatenate(ends)
+            return [b""], np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return pieces, np.concatenate(starts), np.concatenate(ends)
 
     def payloads(self) -> list[bytes]:
         """Each message's bytes (a copy each: for tests and the rare message-by-message path)."""
