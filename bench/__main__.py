@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak, task_cost
+from . import ceiling, emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak, task_cost
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
@@ -17,6 +17,7 @@ BENCHMARKS = {
     "receivers": receivers.run,  # issue 15: attaches per partition, reuse, memory; with and without the service
     "networks": networks.run,  # issue 25: read throughput over TLS and WebSockets beside plain TCP
     "task_cost": task_cost.run,  # issue 28: what a task of a quiet stream costs, beside Spark's own floor
+    "ceiling": ceiling.run,  # issue 28: Spark's own ceiling for a Python source, beside the connector
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

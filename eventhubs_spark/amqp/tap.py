@@ -12,6 +12,11 @@ most of the client's CPU. A :class:`FrameTap` takes the connection's reads over 
   sink: its message's bytes and sequence number, nothing else, for the task to decode a range at a
   time column by column (:mod:`.layout`). The session's and link's counters move as the SDK moves
   them, so flow control, credit and windows stay the SDK's;
+* the usual case, a run of one link's single-frame transfers sent settled back to back (a partition's
+  backlog), is taken in one pass (:meth:`FrameTap._run`): per frame only its size and a few byte runs
+  are compared, the sequence numbers are read together with numpy, the counters move once for the run,
+  and the messages stay where they arrived, as spans of the socket read
+  (:class:`~eventhubs_spark.amqp.messages.RawEvents`), until the task decodes them;
 * every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
   goes to the SDK as it would have, decoded by the SDK.
 

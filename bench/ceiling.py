@@ -1,0 +1,156 @@
+"""Spark's own ceiling for a Python streaming source (issue 28), beside the connector in the same run.
+
+The ceiling source hands Spark ready Arrow record batches of the connector's schema (the same event
+sizes, built once per task, no I/O and no decoding): what Spark itself costs per row from a Python
+source into the ``noop`` sink, in the query shape of bench ``read`` (``local[2]``, one
+``Trigger.AvailableNow`` micro-batch, 4 partitions). The gap between the two 'in the batch' figures
+is everything the connector does: receiving, the hop through the receiver service, decoding.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+from typing import Any
+
+from .emulator_sdk import start_emulator
+from .read import REPEATS, connector_drain, fill
+from .results import record
+
+PARTITIONS = 4
+EVENTS = 200_000
+SIZES = (200, 2048)
+
+
+def _replay_source() -> Any:
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from eventhubs_spark.arrow import ARROW_SCHEMA, SCHEMA_DDL
+
+    class Reader(DataSourceStreamReader):
+        def __init__(self, options: dict[str, str]) -> None:
+            self.size = int(options["size"])
+            self.events = int(options["events"])
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"o": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            if start["o"] >= end["o"]:
+                return []
+            return [InputPartition(i) for i in range(PARTITIONS)]
+
+        def read(self, partition: Any) -> Any:
+            rows = 500  # about what a chunk of the connector holds
+            n = self.events // PARTITIONS
+            now = pa.scalar(1_700_000_000_000_000, pa.timestamp("us", tz="UTC"))
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array([b"x" * self.size] * rows, pa.binary()),
+                    pa.repeat(pa.scalar(str(partition.value), pa.string()), rows),
+                    pa.array([str(i * 300) for i in range(rows)], pa.string()),
+                    pa.array(range(rows), pa.int64()),
+                    pa.repeat(now, rows),
+                    pa.nulls(rows, pa.string()),
+                    pa.nulls(rows, pa.string()),
+                    pa.array([[]] * rows, ARROW_SCHEMA.field("properties").type),
+                    pa.array([[]] * rows, ARROW_SCHEMA.field("systemProperties").type),
+                ],
+                schema=ARROW_SCHEMA,
+            )
+            for _ in range(n // rows):
+                yield batch
+            if n % rows:
+                yield batch.slice(0, n % rows)
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Replay(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_replay"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return Reader(self.options)
+
+    return Replay
+
+
+def _replay_in_batch(spark: Any, size: int, tmp: str) -> float:
+    query = (
+        spark.readStream.format("bench_replay").option("size", str(size)).option("events", str(EVENTS)).load()
+        .writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    read = sum(p["numInputRows"] for p in query.recentProgress)
+    if read != EVENTS:
+        raise RuntimeError(f"the replay source gave {read} of {EVENTS} rows")
+    return sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
+
+
+def run() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    proc, conns = start_emulator({f"s{s}": PARTITIONS for s in SIZES} | {"warmup": PARTITIONS})
+    spark = (
+        SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(_replay_source())
+    rows: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            fill(conns["warmup"], 20_000, 200)
+            connector_drain(spark, conns["warmup"], 20_000, os.path.join(tmp, "warmup"))
+            _replay_in_batch(spark, 200, os.path.join(tmp, "warmup-replay"))
+            for size in SIZES:
+                conn = conns[f"s{size}"]
+                fill(conn, EVENTS, size)
+                ours, replay = [], []
+                for attempt in range(REPEATS):
+                    _, in_batch = connector_drain(spark, conn, EVENTS, os.path.join(tmp, f"ours-{size}-{attempt}"))
+                    ours.append(in_batch)
+                    replay.append(_replay_in_batch(spark, size, os.path.join(tmp, f"replay-{size}-{attempt}")))
+                o, r = statistics.median(ours), statistics.median(replay)
+                rows.append({
+                    "event bytes": size,
+                    "connector events/s in the batch": EVENTS / o,
+                    "ceiling: ready Arrow batches, rows/s in the batch": EVENTS / r,
+                    "connector / ceiling": round(r / o, 2),
+                    "connector, each run (s)": " ".join(f"{x:.2f}" for x in ours),
+                    "ceiling, each run (s)": " ".join(f"{x:.2f}" for x in replay),
+                })  # fmt: skip
+    finally:
+        spark.stop()
+        proc.terminate()
+    record(
+        "ceiling",
+        {
+            "target": "half of Spark's own ceiling in the batch (issue 28: 200k events/s, 4 partitions, 200 B)",
+            "connector / ceiling, 200 B": rows[0]["connector / ceiling"],
+            "connector / ceiling, 2 KB": rows[1]["connector / ceiling"],
+            "half of the ceiling reached, 200 B": rows[0]["connector / ceiling"] >= 0.5,
+        },
+        rows,
+        notes=(
+            f"{EVENTS} events over {PARTITIONS} partitions, local[2], Trigger.AvailableNow, one micro-batch into the "
+            "noop sink; 'in the batch' is the batch's own run time (Spark's addBatch). The ceiling source yields "
+            "the same record batch (500 rows of the connector's schema, bodies of the same size) over and over: "
+            f"Spark's cost of taking Arrow batches from a Python source and nothing else. {REPEATS} runs each, "
+            "alternating, medians; the connector reads through the executor's receiver service (the default)."
+        ),
+    )
