@@ -21,7 +21,9 @@ from .results import record
 
 PARTITIONS = 4
 EVENTS = 200_000
-SIZES = (200, 2048)
+# (event bytes, events): the read bench's batch, and one five times longer, where what a batch costs
+# whatever its size (tasks starting, links attaching, the last tasks' tail on 2 cores) weighs a fifth as much
+CASES = ((200, EVENTS), (2048, EVENTS), (200, 5 * EVENTS))
 
 
 def _replay_source() -> Any:
@@ -86,17 +88,17 @@ def _replay_source() -> Any:
     return Replay
 
 
-def _replay_in_batch(spark: Any, size: int, tmp: str) -> float:
+def _replay_in_batch(spark: Any, size: int, tmp: str, events: int = EVENTS) -> float:
     query = (
-        spark.readStream.format("bench_replay").option("size", str(size)).option("events", str(EVENTS)).load()
+        spark.readStream.format("bench_replay").option("size", str(size)).option("events", str(events)).load()
         .writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
     )  # fmt: skip
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     read = sum(p["numInputRows"] for p in query.recentProgress)
-    if read != EVENTS:
-        raise RuntimeError(f"the replay source gave {read} of {EVENTS} rows")
+    if read != events:
+        raise RuntimeError(f"the replay source gave {read} of {events} rows")
     return sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
 
 
@@ -104,7 +106,7 @@ def run() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    proc, conns = start_emulator({f"s{s}": PARTITIONS for s in SIZES} | {"warmup": PARTITIONS})
+    proc, conns = start_emulator({f"s{s}n{n}": PARTITIONS for s, n in CASES} | {"warmup": PARTITIONS})
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false").getOrCreate()
@@ -117,19 +119,21 @@ def run() -> None:
             fill(conns["warmup"], 20_000, 200)
             connector_drain(spark, conns["warmup"], 20_000, os.path.join(tmp, "warmup"))
             _replay_in_batch(spark, 200, os.path.join(tmp, "warmup-replay"))
-            for size in SIZES:
-                conn = conns[f"s{size}"]
-                fill(conn, EVENTS, size)
+            for size, events in CASES:
+                conn = conns[f"s{size}n{events}"]
+                fill(conn, events, size)
                 ours, replay = [], []
                 for attempt in range(REPEATS):
-                    _, in_batch = connector_drain(spark, conn, EVENTS, os.path.join(tmp, f"ours-{size}-{attempt}"))
-                    ours.append(in_batch)
-                    replay.append(_replay_in_batch(spark, size, os.path.join(tmp, f"replay-{size}-{attempt}")))
+                    where = os.path.join(tmp, f"ours-{size}-{events}-{attempt}")
+                    ours.append(connector_drain(spark, conn, events, where)[1])
+                    where = os.path.join(tmp, f"replay-{size}-{events}-{attempt}")
+                    replay.append(_replay_in_batch(spark, size, where, events))
                 o, r = statistics.median(ours), statistics.median(replay)
                 rows.append({
                     "event bytes": size,
-                    "connector events/s in the batch": EVENTS / o,
-                    "ceiling: ready Arrow batches, rows/s in the batch": EVENTS / r,
+                    "events in the batch": events,
+                    "connector events/s in the batch": events / o,
+                    "ceiling: ready Arrow batches, rows/s in the batch": events / r,
                     "connector / ceiling": round(r / o, 2),
                     "connector, each run (s)": " ".join(f"{x:.2f}" for x in ours),
                     "ceiling, each run (s)": " ".join(f"{x:.2f}" for x in replay),
@@ -144,12 +148,16 @@ def run() -> None:
             "connector / ceiling, 200 B": rows[0]["connector / ceiling"],
             "connector / ceiling, 2 KB": rows[1]["connector / ceiling"],
             "half of the ceiling reached, 200 B": rows[0]["connector / ceiling"] >= 0.5,
+            f"connector events/s in a batch of {CASES[2][1]} events, 200 B": round(
+                rows[2]["connector events/s in the batch"]
+            ),
         },
         rows,
         notes=(
-            f"{EVENTS} events over {PARTITIONS} partitions, local[2], Trigger.AvailableNow, one micro-batch into the "
-            "noop sink; 'in the batch' is the batch's own run time (Spark's addBatch). The ceiling source yields "
-            "the same record batch (500 rows of the connector's schema, bodies of the same size) over and over: "
+            f"{EVENTS} events (and, in the last row, five times as many) over {PARTITIONS} partitions, local[2], "
+            "Trigger.AvailableNow, one micro-batch into the noop sink; 'in the batch' is the batch's own run time "
+            "(Spark's addBatch). The ceiling source yields the same record batch (500 rows of the connector's "
+            "schema, bodies of the same size) over and over: "
             f"Spark's cost of taking Arrow batches from a Python source and nothing else. {REPEATS} runs each, "
             "alternating, medians; the connector reads through the executor's receiver service (the default)."
         ),

@@ -6,7 +6,7 @@ Nothing here is read from the environment: what differs per query comes in throu
 from __future__ import annotations
 
 CONSUMER_GROUP = "$Default"
-PREFETCH = 500  # events each receiver's link may have in flight (its credit)
+PREFETCH = 2000  # events each receiver's link may have in flight (its credit; fewer when they are large)
 RECEIVER_TIMEOUT = 60.0  # seconds a receiver may wait for an event it knows exists
 OPERATION_TIMEOUT = 300.0  # seconds for management calls and sends, retries included
 EXCLUSIVE_RECEIVER = True  # owner-level (epoch) receivers

@@ -509,8 +509,9 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.prefetchCount",
         defaults.PREFETCH,
         _int(1),
-        "Events each receiver prefetches.",
-        "500",
+        "Most events each receiver's link has in flight (its credit); fewer when events are large, so they never "
+        "stand for more than eventhubs.readAhead.maxBytes.",
+        "2000",
         READ,
         field="prefetch_count",
     ),

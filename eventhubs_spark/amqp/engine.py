@@ -192,8 +192,9 @@ class SharedConnection:
     def _keep(self, link: Link, now: float) -> None:
         """Credit while what the link holds stays under its bounds; its token renewed when due."""
         sdk_link = sdk.consumer_link(link.consumer)
-        if sdk_link is not None and sdk.credit(sdk_link) <= link.spec.prefetch >> 1 and link.sink.has_room():
-            sdk.grant(sdk_link, link.spec.prefetch)  # its reader took what it held: read on
+        window = link.sink.window()
+        if sdk_link is not None and sdk.credit(sdk_link) <= window >> 1 and link.sink.has_room():
+            sdk.grant(sdk_link, window)  # its reader took what it held: read on
         if now - link.signed_in_at > _SIGN_IN_EVERY:
             link.signed_in_at = now
             try:

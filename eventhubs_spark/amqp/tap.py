@@ -59,6 +59,7 @@ _TRANSFER_LIST8 = b"\x00\x53\x14\xc0"  # a transfer whose fields are a list8
 # settled (true) and more (false) as the performative's last fields, by its field count: all 11 with the
 # last five null, or the first 6
 _SETTLED_TAIL = {11: b"\x41\x42" + _FIVE_NULLS, 6: b"\x41\x42"}
+MAX_EVENT_BYTES = 1 << 20  # the largest event Event Hubs takes (premium and dedicated tiers; 256 KB in basic)
 _RUN = 4096  # frames one run takes at most before the SDK gets control back
 _VECTOR_MIN = 16  # runs this long read their sequence numbers with numpy
 _ANN_AT = np.arange(4)
@@ -86,6 +87,7 @@ class LinkSink:
         "ready_bytes",
         "ready_events",
         "received",
+        "received_bytes",
     )
 
     def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
@@ -100,6 +102,7 @@ class LinkSink:
         self.ready_events = 0
         self.ready_bytes = 0
         self.received = 0  # events decoded in all
+        self.received_bytes = 0  # their frames' bytes (what sizes the credit window, see window())
         self.error: str | None = None  # why the link or its connection ended, once it has
         self.exception: BaseException | None = None
 
@@ -133,6 +136,15 @@ class LinkSink:
     def buffered(self) -> tuple[int, int]:
         """(events, bytes) decoded and not yet taken."""
         return self.ready_events + len(self.incoming), self.ready_bytes + self.incoming.nbytes
+
+    def window(self) -> int:
+        """The credit the link is topped up to: ``credit`` (the prefetch), but never more events than the
+        bytes bound holds at the size its events have had so far, so what is in flight stays within that
+        bound as what is held does (1 MB events at a prefetch of 500 would be 500 MB per partition). Before
+        any event arrived, each is taken to be as large as the service allows (a few events, then the real
+        size: one round trip)."""
+        each = self.received_bytes // self.received if self.received else MAX_EVENT_BYTES
+        return max(1, min(self.credit, self.max_bytes // max(each, 1)))
 
     def has_room(self) -> bool:
         """True while what it holds is under its bounds: its link may be given more credit."""
@@ -361,7 +373,8 @@ class FrameTap:
         if sink.partial is not None:
             return 0  # a message over several frames is being put together: one frame at a time
         # the run stops where the credit comes down to half, as one by one it would be topped up there
-        room = sdk.credit(link) - (sink.credit >> 1)
+        window = sink.window()
+        room = sdk.credit(link) - (window >> 1)
         most = min(room, _RUN) if room > 0 else _RUN
         header = data[pos + 4 : pos + 8]  # data offset, frame type and channel
         key = data[body + 5 : key_end]  # the field count and the handle
@@ -396,10 +409,11 @@ class FrameTap:
             to -= first
         sink.incoming.add_run(data, at, to, _sequences(data, at, to))
         sink.received += n
+        sink.received_bytes += p - pos
         self.transfers += n
         self._touched.add(sink)
-        if credit <= sink.credit >> 1 and sink.has_room():
-            sdk.grant(link, sink.credit)  # topped up before it runs out, so the service never waits on it
+        if credit <= window >> 1 and sink.has_room():
+            sdk.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
         return n
 
     def _route(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
@@ -455,8 +469,10 @@ class FrameTap:
         if not settled and partial is None:
             # the SDK settles it (Event Hubs sends every event settled); and its continuations
             return self._leave(sink, data, payload, end)
-        if sdk.count_transfer(session, link, more) <= sink.credit >> 1 and sink.has_room():
-            sdk.grant(link, sink.credit)  # topped up before it runs out, so the service never waits on it
+        sink.received_bytes += end - payload
+        window = sink.window()
+        if sdk.count_transfer(session, link, more) <= window >> 1 and sink.has_room():
+            sdk.grant(link, window)  # topped up before it runs out, so the service never waits on it
         if more:
             if partial is None:
                 partial = sink.partial = bytearray()

@@ -376,3 +376,56 @@ def test_a_value_that_is_not_utf8_text_sends_the_batch_message_by_message_with_t
     rows = batch.to_pylist()
     assert rows == reference_rows(payloads)
     assert dict(rows[60]["properties"]) == {"raw": "fffe"}
+
+
+def test_the_next_batch_of_a_stream_reuses_the_layout_learnt_last_and_learns_when_it_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eventhubs_spark.codec import layout
+
+    learnt: list[int] = []
+    real_learn = layout.learn
+
+    def counting_learn(buf: bytes, p: int, end: int) -> Any:
+        learnt.append(1)
+        return real_learn(buf, p, end)
+
+    monkeypatch.setattr(layout, "learn", counting_learn)
+    monkeypatch.setattr(layout, "_RECENT", [])
+
+    def one_producer(first: int, props: dict[str, Any] | None) -> list[bytes]:
+        out = []
+        for i in range(first, first + 100):
+            payload = section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-sequence-number"): 10**6 + i,
+                                                        Symbol("x-opt-offset"): str(i * 300)})  # fmt: skip
+            if props is not None:
+                payload += section(amqp.APPLICATION_PROPERTIES, props)
+            out.append(payload + section(amqp.DATA, b"e" * (i % 50)))
+        return out
+
+    plain, with_props = one_producer(10**6, None), one_producer(10**6 + 100, {"device": "d1", "n": 7})
+    for payloads, learns in ((plain, 1), (plain, 0), (with_props, 1), (with_props, 0), (plain, 1)):
+        learnt.clear()
+        batch, fallbacks = decode_batch(pa.array(payloads, pa.binary()), "3")
+        assert fallbacks == 0 and len(learnt) == learns
+        assert batch.to_pylist() == reference_rows(payloads)
+    mixed = plain[:50] + with_props[50:]  # the recent layout takes the first half, a learnt one the rest
+    learnt.clear()
+    batch, _ = decode_batch(pa.array(mixed, pa.binary()), "3")
+    assert len(learnt) == 1 and batch.to_pylist() == reference_rows(mixed)
+
+
+def test_an_enqueued_time_beyond_what_microseconds_hold_fails_as_the_message_by_message_path_fails() -> None:
+    payloads = [
+        section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-sequence-number"): 10**6 + i,
+                                           Symbol("x-opt-enqueued-time"): Timestamp(2**62 if i == 70 else i)})
+        + section(amqp.DATA, b"x")
+        for i in range(100)
+    ]  # fmt: skip
+    with pytest.raises(pa.ArrowInvalid) as columnwise:
+        decode_batch(pa.array(payloads, pa.binary()), "3")
+    with pytest.raises(pa.ArrowInvalid) as reference:
+        reference_rows(payloads)
+    assert str(columnwise.value) == str(reference.value)
+    ok = payloads[:70]
+    assert decode_batch(pa.array(ok, pa.binary()), "3")[0].to_pylist() == reference_rows(ok)

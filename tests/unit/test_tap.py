@@ -175,6 +175,39 @@ def test_a_low_credit_is_topped_up_while_the_sink_has_room_and_not_when_it_is_fu
     assert link.grants == [6] and sink.received == 6
 
 
+def test_the_credit_window_never_stands_for_more_bytes_than_the_read_ahead_bound() -> None:
+    """Before any event arrived a link gets the few events its bytes bound holds at the largest size an
+    event can have; then its window follows the size its events have: the prefetch for small ones, fewer
+    for large ones, so what is in flight stays within the bound."""
+    fresh = LinkSink(credit=500, max_events=2000, max_bytes=8 << 20)
+    assert fresh.window() == 8  # 8 MB at 1 MB each
+    assert LinkSink(credit=500).window() == 500  # no bytes bound: the prefetch
+    large = LinkSink(credit=500, max_events=2000, max_bytes=1 << 20)
+    assert large.window() == 1  # never none
+
+    link = FakeLink()
+    link.current_link_credit = 4
+    session = FakeSession({0: link})
+    sink = LinkSink(credit=500, max_events=2000, max_bytes=200_000)
+    link.eventhubs_sink = sink  # type: ignore[attr-defined]
+    frames = [transfer_frames(0, i, message(i, b"x" * 10_000), 20_000)[0] for i in range(12)]
+    ours, theirs = socket.socketpair()
+    try:
+        ours.settimeout(0.05)
+        tap = FrameTap(FakeConnection(ours, session))
+        tap.timeout = 0.005
+        theirs.sendall(b"".join(frames))
+        while tap.receive_frame() != (None, None):
+            pass
+    finally:
+        ours.close()
+        theirs.close()
+    each = sink.received_bytes // sink.received
+    assert sink.received == 12 and 10_000 < each < 10_200  # the frames' bytes, headers and annotations included
+    assert link.grants and all(g == 200_000 // each for g in link.grants)  # 19 events of ~10 KB, not 500
+    assert max(link.grants) * each <= 200_000
+
+
 def test_the_bytes_of_transfers_left_to_the_sdk_are_kept_in_their_place() -> None:
     """A transfer sent unsettled goes to the SDK (which must settle it); the SDK hands the decoded message
     back (``add_sdk_message``) and the sink keeps the bytes it saw go by, in order with the others."""
