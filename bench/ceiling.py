@@ -16,7 +16,7 @@ import tempfile
 from typing import Any
 
 from .emulator_sdk import start_emulator
-from .read import REPEATS, connector_drain, fill
+from .read import REPEATS, connector_drain, fill, warm_up
 from .results import record
 
 PARTITIONS = 4
@@ -116,8 +116,7 @@ def run() -> None:
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            fill(conns["warmup"], 20_000, 200)
-            connector_drain(spark, conns["warmup"], 20_000, os.path.join(tmp, "warmup"))
+            warm_up(spark, conns["warmup"], tmp)
             _replay_in_batch(spark, 200, os.path.join(tmp, "warmup-replay"))
             for size, events in CASES:
                 conn = conns[f"s{size}n{events}"]
