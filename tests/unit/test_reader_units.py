@@ -417,3 +417,85 @@ def test_every_reader_and_writer_pickles_after_the_process_runtime_is_in_use():
         assert type(copy) is type(obj), name
     reader = made["stream reader"]
     assert pickle.loads(cloudpickle.dumps(reader)).planner.settings.pool_key() == reader.planner.settings.pool_key()
+
+
+# --- a worker's garbage collections -----------------------------------------------------------------
+
+
+@pytest.fixture
+def in_spark_task():
+    """What a Spark Python worker has while it runs a task: a TaskContext."""
+    from pyspark import TaskContext
+
+    TaskContext._setTaskContext(None)
+    context = TaskContext(attemptNumber=0, partitionId=0, stageId=0, taskAttemptId=0)
+    yield context
+    TaskContext._setTaskContext(None)
+
+
+def test_a_workers_second_task_freezes_what_the_worker_holds_out_of_the_collections(monkeypatch, in_spark_task):
+    import gc
+
+    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.source import EventHubsPartition, read_partition
+
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    monkeypatch.delenv(runtime.GC_FREEZE_ENV, raising=False)
+    gc.unfreeze()
+    try:
+        list(read_partition(EventHubsPartition(())))
+        assert gc.get_freeze_count() == 0  # the first task may still import: nothing yet
+        list(read_partition(EventHubsPartition(())))
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000  # pytest, pyspark, pyarrow and the connector's modules: all the process holds
+        gc.collect()
+        assert gc.get_count()[0] < 1_000  # what the collector still walks is what was made since
+        list(read_partition(EventHubsPartition(())))
+        assert gc.get_freeze_count() <= frozen  # once per worker: later tasks freeze nothing more
+    finally:
+        gc.unfreeze()
+
+
+def test_nothing_is_frozen_outside_a_spark_task_or_when_the_environment_says_so(monkeypatch):
+    import gc
+
+    from eventhubs_spark.executor import runtime
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    for _ in range(3):
+        runtime.task_started(False)  # a direct call, as in these tests, not a Spark task
+    assert frozen == [] and runtime._tasks_started == 0
+    for value in ("false", "0", " Off "):
+        monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+        monkeypatch.setattr(runtime, "_tasks_started", 0)
+        for _ in range(3):
+            runtime.task_started(True)
+        assert frozen == [], value
+    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "true")
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    for _ in range(3):
+        runtime.task_started(True)
+    assert frozen == [True]
+
+
+def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
+    from eventhubs_spark import sink
+    from eventhubs_spark.executor import runtime
+
+    started: list[bool] = []
+    monkeypatch.setattr(runtime, "task_started", started.append)
+
+    class Sender:
+        report = sink.SendReport()
+
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sink, "EventSender", Sender)
+    assert sink._write(None, None, 1.0, iter(()), arrow=True) is Sender.report  # type: ignore[arg-type]
+    assert started == [True]
