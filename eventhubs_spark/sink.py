@@ -290,9 +290,7 @@ class EventSender:
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
            arrow: bool) -> SendReport:  # fmt: skip
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
-    from pyspark import TaskContext
-
-    runtime.task_started(TaskContext.get() is not None)
+    runtime.task_started()
     sender = EventSender(settings, layout, timeout)
     try:
         with failures.sign_in_errors(settings):

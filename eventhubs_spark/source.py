@@ -94,7 +94,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
 
     _worker_logging()
     ctx = TaskContext.get()
-    runtime.task_started(ctx is not None)
+    runtime.task_started()
     retry = ctx is not None and ctx.attemptNumber() > 0
     for request in split.requests:
         if request.end <= request.start:

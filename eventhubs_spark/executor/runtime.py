@@ -170,11 +170,13 @@ GC_FREEZE_ENV = "EVENTHUBS_SPARK_GC_FREEZE"
 _tasks_started = 0
 
 
-def task_started(in_spark_task: bool) -> None:
-    """Called as a read or write task starts in a Spark Python worker (``in_spark_task``: a TaskContext
-    exists; a direct call outside Spark, as in tests, changes nothing)."""
+def task_started() -> None:
+    """Called as a read or write task starts; counts only in a Spark Python worker running a task (a
+    TaskContext exists): a direct call outside Spark, as in tests, changes nothing."""
+    from pyspark import TaskContext
+
     global _tasks_started
-    if not in_spark_task:
+    if TaskContext.get() is None:
         return
     _tasks_started += 1
     if _tasks_started != 2 or os.environ.get(GC_FREEZE_ENV, "true").strip().lower() in ("false", "0", "no", "off"):

@@ -459,25 +459,32 @@ def test_a_workers_second_task_freezes_what_the_worker_holds_out_of_the_collecti
 def test_nothing_is_frozen_outside_a_spark_task_or_when_the_environment_says_so(monkeypatch):
     import gc
 
+    from pyspark import TaskContext
+
     from eventhubs_spark.executor import runtime
 
     frozen: list[bool] = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
     monkeypatch.setattr(runtime, "_tasks_started", 0)
+    TaskContext._setTaskContext(None)
     for _ in range(3):
-        runtime.task_started(False)  # a direct call, as in these tests, not a Spark task
+        runtime.task_started()  # a direct call, as in these tests, not a Spark task
     assert frozen == [] and runtime._tasks_started == 0
-    for value in ("false", "0", " Off "):
-        monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+    TaskContext(attemptNumber=0, partitionId=0, stageId=0, taskAttemptId=0)
+    try:
+        for value in ("false", "0", " Off "):
+            monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+            monkeypatch.setattr(runtime, "_tasks_started", 0)
+            for _ in range(3):
+                runtime.task_started()
+            assert frozen == [], value
+        monkeypatch.setenv(runtime.GC_FREEZE_ENV, "true")
         monkeypatch.setattr(runtime, "_tasks_started", 0)
         for _ in range(3):
-            runtime.task_started(True)
-        assert frozen == [], value
-    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "true")
-    monkeypatch.setattr(runtime, "_tasks_started", 0)
-    for _ in range(3):
-        runtime.task_started(True)
-    assert frozen == [True]
+            runtime.task_started()
+        assert frozen == [True]
+    finally:
+        TaskContext._setTaskContext(None)
 
 
 def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
@@ -485,7 +492,7 @@ def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     from eventhubs_spark.executor import runtime
 
     started: list[bool] = []
-    monkeypatch.setattr(runtime, "task_started", started.append)
+    monkeypatch.setattr(runtime, "task_started", lambda: started.append(True))
 
     class Sender:
         report = sink.SendReport()
