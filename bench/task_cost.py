@@ -27,6 +27,8 @@ PARTITIONS = 4
 PER_TASK = 10
 TRIGGERS = 40
 WARMUP = 5  # triggers left out of the figures: workers start, the service attaches its links
+ATTEMPTS = 3  # runs of each source per mode, alternating
+PER_PARTITION = PER_TASK * (TRIGGERS + WARMUP + 10)  # events a run's backlog puts in each partition
 
 
 def _trivial_source() -> Any:
@@ -122,7 +124,7 @@ MODES = (("false", "collector as Spark leaves it"), ("true", "worker's objects f
 
 
 def _measure_mode(conn: str, filled: int) -> dict[str, list[dict[str, float]]]:
-    """In this process's Spark (its environment set by the caller): 3 runs of each source, alternating.
+    """In this process's Spark (its environment set by the caller): ATTEMPTS runs of each source, alternating.
     ``filled``: the events per partition already in the hub."""
     from pyspark.sql import SparkSession
 
@@ -135,12 +137,11 @@ def _measure_mode(conn: str, filled: int) -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {"connector": [], "trivial": []}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for attempt in range(3):
+            for attempt in range(ATTEMPTS):
                 # a backlog the rate limit cuts into 10 events per partition a micro-batch
-                per_partition = PER_TASK * (TRIGGERS + WARMUP + 10)
-                fill(conn, PARTITIONS * per_partition, 200)
+                fill(conn, PARTITIONS * PER_PARTITION, 200)
                 positions = json.dumps({str(p): {"seqNo": filled} for p in range(PARTITIONS)})
-                filled += per_partition
+                filled += PER_PARTITION
                 ours = (
                     spark.readStream.format("eventhubs").option("eventhubs.connectionString", conn)
                     .option("eventhubs.startingPositions", positions)
@@ -167,7 +168,7 @@ def run() -> None:
                 [sys.executable, "-m", "bench.task_cost", conn, str(filled)],
                 env=env, check=True, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
-            filled += 3 * PER_TASK * (TRIGGERS + WARMUP + 10)
+            filled += ATTEMPTS * PER_PARTITION
             measured = json.loads(child.stdout.strip().splitlines()[-1])
             for side, runs in measured.items():
                 results[(side, freeze)] = runs
@@ -209,10 +210,11 @@ def run() -> None:
             f"A stream over {PARTITIONS} partitions with a backlog, maxEventsPerTrigger={PARTITIONS * PER_TASK}: each "
             f"micro-batch runs {PARTITIONS} tasks of {PER_TASK} events (200 B), into the noop sink, local[2], "
             f"trigger processingTime='0 seconds'; {TRIGGERS} micro-batches measured after {WARMUP} of warm-up, "
-            "3 runs alternating with the trivial source, medians. 'Executor run time' is Spark's executorRunTime of "
-            "the micro-batches' tasks (REST API), the task's wall time on the executor; 'executor Python CPU' is "
-            "the CPU time of the Python workers, their daemon and the receiver service over the same micro-batches "
-            "(in local mode the driver's Python planning runs in such workers too), divided by the tasks.\n\n"
+            f"{ATTEMPTS} runs alternating with the trivial source, medians. 'Executor run time' is Spark's "
+            "executorRunTime of the micro-batches' tasks (REST API), the task's wall time on the executor; "
+            "'executor Python CPU' is the CPU time of the Python workers, their daemon and the receiver service "
+            "over the same micro-batches (in local mode the driver's Python planning runs in such workers too), "
+            "divided by the tasks.\n\n"
             "Two Spark processes, one per way the workers' garbage collector runs. Spark's Python worker runs a "
             "full collection after every task, which walks every object the worker holds (pyspark, pyarrow, "
             "pandas, numpy, the Azure SDK: about 90,000, 20-28 ms of CPU): the largest part of a Python task's "
