@@ -221,6 +221,38 @@ def full_request() -> RangeRequest:
     return RangeRequest(settings, config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True)
 
 
+def test_a_message_crosses_whole_in_one_write_when_small_and_in_pieces_when_the_socket_is_full():
+    import socket
+
+    import pyarrow as pa
+
+    a, b = socket.socketpair()
+    writes: list[int] = []
+
+    class Counting:
+        def sendmsg(self, buffers: list[memoryview]) -> int:
+            writes.append(len(buffers))
+            return a.sendmsg(buffers)
+
+    try:
+        service._send(Counting(), b"R", b"head", memoryview(b"-mid-"), b"", pa.py_buffer(b"tail"))  # type: ignore[arg-type]
+        assert writes == [4]  # header and three parts (the empty one left out): one write, one wake-up
+        assert service._recv(b) == (b"R", bytearray(b"head-mid-tail"))
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a chunk larger than the socket holds
+        a.settimeout(10)  # as the service's and the tasks' sockets: a write takes what fits and returns
+        big = [os.urandom(300_000), pa.py_buffer(os.urandom(700_001)), os.urandom(3)]
+        got: list[tuple[bytes, bytearray]] = []
+        reader = threading.Thread(target=lambda: got.append(service._recv(b)))
+        reader.start()
+        service._send(Counting(), b"W", *big)  # type: ignore[arg-type]
+        reader.join(10)
+        assert got == [(b"W", bytearray(big[0] + big[1].to_pybytes() + big[2]))]
+        assert len(writes) > 2  # partial writes resumed where each stopped
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_request_crosses_as_json_and_comes_back_equal():
     from eventhubs_spark.executor import protocol
 
