@@ -25,6 +25,7 @@ from ..amqp.engine import Connections
 from ..amqp.management import ManagementClient
 from ..auth.settings import ConnectionSettings
 from ..codec.layout import events_batch
+from ..errors import OptionError
 from .receiver import RangeRequest, RangeResult, ReceiverPool, read_here
 from .service import ServiceClient, ServiceGone, place
 
@@ -170,16 +171,34 @@ GC_FREEZE_ENV = "EVENTHUBS_SPARK_GC_FREEZE"
 _tasks_started = 0
 
 
+def gc_freeze_wanted() -> bool:
+    """EVENTHUBS_SPARK_GC_FREEZE as a switch (unset: on). Any other value than a yes or a no is an error
+    that names the variable: a typo must not leave the freeze on (or off) without a word."""
+    raw = os.environ.get(GC_FREEZE_ENV)
+    text = "true" if raw is None else raw.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise OptionError(
+        f"{GC_FREEZE_ENV}: expected true or false, got {raw!r}. "
+        f"Example: spark.executorEnv.{GC_FREEZE_ENV}=false (or unset it: the default is true)",
+        f"spark.executorEnv.{GC_FREEZE_ENV}=false",
+    )
+
+
 def task_started() -> None:
     """Called as a read or write task starts; counts only in a Spark Python worker running a task (a
-    TaskContext exists): a direct call outside Spark, as in tests, changes nothing."""
+    TaskContext exists): a direct call outside Spark, as in tests, changes nothing. A bad
+    EVENTHUBS_SPARK_GC_FREEZE fails every task, with the error ``gc_freeze_wanted`` raises."""
     from pyspark import TaskContext
 
     global _tasks_started
     if TaskContext.get() is None:
         return
+    wanted = gc_freeze_wanted()
     _tasks_started += 1
-    if _tasks_started != 2 or os.environ.get(GC_FREEZE_ENV, "true").strip().lower() in ("false", "0", "no", "off"):
+    if _tasks_started != 2 or not wanted:
         return
     gc.freeze()
     _LOG.debug("eventhubs: %d objects of this worker left out of its garbage collections", gc.get_freeze_count())

@@ -487,6 +487,31 @@ def test_nothing_is_frozen_outside_a_spark_task_or_when_the_environment_says_so(
         TaskContext._setTaskContext(None)
 
 
+def test_a_misspelt_gc_freeze_setting_fails_each_task_naming_the_variable(monkeypatch):
+    from pyspark import TaskContext
+
+    from eventhubs_spark.errors import OptionError
+    from eventhubs_spark.executor import runtime
+
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "flase")
+    TaskContext(attemptNumber=0, partitionId=0, stageId=0, taskAttemptId=0)
+    try:
+        for _ in range(2):  # not only the task that would freeze: every one
+            with pytest.raises(OptionError) as caught:
+                runtime.task_started()
+            message = str(caught.value)
+            assert "EVENTHUBS_SPARK_GC_FREEZE" in message and "'flase'" in message
+            assert "spark.executorEnv.EVENTHUBS_SPARK_GC_FREEZE=false" in message
+        for value, wanted in (("yes", True), (" ON ", True), ("1", True), ("no", False), ("0", False)):
+            monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+            assert runtime.gc_freeze_wanted() is wanted, value
+        monkeypatch.delenv(runtime.GC_FREEZE_ENV)
+        assert runtime.gc_freeze_wanted() is True
+    finally:
+        TaskContext._setTaskContext(None)
+
+
 def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     from eventhubs_spark import sink
     from eventhubs_spark.executor import runtime
