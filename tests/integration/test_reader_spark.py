@@ -83,6 +83,26 @@ def test_batch_read_everything_with_the_full_schema(spark, eventhub):
     assert (first.partition, first.sequenceNumber, first.offset) == ("0", 0, "0")
 
 
+def test_the_suite_reads_over_the_workers_unix_domain_socket_where_spark_has_one(spark, eventhub):
+    """The package's spark-defaults.conf turns on spark.python.unix.domain.socket.enabled (README
+    "Performance"), so on Spark 4.1+ every Spark test here reads and writes through it; Spark 4.0 has no such
+    socket and ignores the setting, and the compat run on 4.0 and the local-cluster and Connect apps (Spark's
+    defaults) keep the TCP socket covered."""
+    import os
+
+    import pyspark
+
+    fill(eventhub, {0: 4, 1: 4}, "uds")
+    assert (
+        spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).load().count()
+        == 8
+    )
+    # Spark tells its Python daemon which socket to open through this variable
+    seen = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED")).collect()
+    unix = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
+    assert [value and value.lower() for value in seen] == (["true"] if unix else [None])  # the JVM says "True"
+
+
 def test_stream_restarts_lose_nothing_and_duplicate_nothing(spark, eventhub, tmp_path):
     expected = fill(eventhub, {0: 50, 1: 30, 2: 0, 3: 7}, "a")
     run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}')
