@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -141,12 +141,24 @@ def executor_pid() -> int | None:
 _IOV_MAX = 512  # pieces per sendmsg call, well under Linux's 1024
 
 
-def _send(sock: socket.socket, kind: bytes, *parts: bytes | memoryview | pa.Buffer) -> None:
-    """One message: its header and parts gathered into as few writes as the socket takes (one, for a
-    request or a small chunk). A write per part would wake the reader once for each: on a busy executor
-    each wake-up can hand the CPU to the other side before this side is done."""
-    pending = [memoryview(p).cast("B") for p in parts]
-    pending = [memoryview(_MESSAGE.pack(kind, sum(v.nbytes for v in pending))), *(v for v in pending if v.nbytes)]
+_Part: TypeAlias = "bytes | memoryview | pa.Buffer"
+_Message: TypeAlias = "tuple[bytes, tuple[_Part, ...]]"  # kind, parts
+
+
+def _send(sock: socket.socket, kind: bytes, *parts: _Part) -> None:
+    _send_messages(sock, (kind, parts))
+
+
+def _send_messages(sock: socket.socket, *messages: _Message) -> None:
+    """Messages, each its header and parts, gathered into as few writes as the socket takes (one, for a
+    request, a small chunk, or a range's last chunk with its end). A write per part would wake the reader
+    once for each: on a busy executor each wake-up can hand the CPU to the other side before this side
+    is done."""
+    pending: list[memoryview] = []
+    for kind, parts in messages:
+        views = [memoryview(p).cast("B") for p in parts]
+        pending.append(memoryview(_MESSAGE.pack(kind, sum(v.nbytes for v in views))))
+        pending.extend(v for v in views if v.nbytes)
     while pending:
         sent = sock.sendmsg(pending[:_IOV_MAX])
         while sent:
@@ -272,21 +284,33 @@ class ReceiverService:
                         self._last_activity = time.monotonic()
 
     def _read(self, conn: socket.socket, request: RangeRequest) -> bool:
-        """Send one range; False when the worker went away (the receiver is then dropped, not reused)."""
+        """Send one range; False when the worker went away (the receiver is then dropped, not reused).
+
+        Each chunk goes out as it is read, but the one that ends the range goes with the range's end in the
+        same write: the worker then wakes once for a quiet stream's whole range."""
         result = RangeResult()
         chunks = read_here(request, result, self.pool)
+        held: list[_Message] = []  # the range's last chunk, until the range's end goes with it
         try:
             for chunk in chunks:
                 pieces, starts, ends = chunk.pieces()  # the worker decodes; the pieces are sent as they are
                 head = _SPANS.pack(chunk.seqs[-1] + 1, len(starts))
-                _send_to_worker(conn, _RAW, head, starts.astype(np.int64).tobytes(), ends.astype(np.int64).tobytes(),
-                                *pieces)  # fmt: skip
+                message = (_RAW, (head, starts.astype(np.int64).tobytes(), ends.astype(np.int64).tobytes(), *pieces))
+                if chunk.seqs[-1] + 1 >= request.end:
+                    held.append(message)
+                else:
+                    _send_to_worker(conn, *held, message)
+                    held.clear()
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict()}
-            _send_to_worker(conn, _DONE, json.dumps(done).encode())
+            _send_to_worker(conn, *held, (_DONE, (json.dumps(done).encode(),)))
             return True
         except _WorkerGone:
             return False
-        except Exception as exc:  # the range's own failure: raised again in the task
+        except Exception as exc:  # the range's own failure: raised again in the task, after what was read
+            try:
+                _send_to_worker(conn, *held)
+            except _WorkerGone:
+                return False
             return _send_error(conn, exc)
         finally:
             chunks.close()
@@ -296,9 +320,9 @@ class _WorkerGone(Exception):
     """The worker's end of the connection is gone (the task ended, or its worker did)."""
 
 
-def _send_to_worker(conn: socket.socket, kind: bytes, *parts: bytes | memoryview | pa.Buffer) -> None:
+def _send_to_worker(conn: socket.socket, *messages: _Message) -> None:
     try:
-        _send(conn, kind, *parts)
+        _send_messages(conn, *messages)
     except OSError as exc:
         raise _WorkerGone(str(exc)) from exc
 

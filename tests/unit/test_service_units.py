@@ -113,6 +113,24 @@ def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypat
     assert stat.S_IMODE(os.stat(where.socket_path).st_mode) == 0o600
 
 
+def test_each_chunk_goes_as_it_is_read_and_the_last_with_the_ranges_end_in_one_write(running, monkeypatch):
+    worker = running[2]
+    read_here, _ = scripted()
+    monkeypatch.setattr(service, "read_here", read_here)
+    writes: list[list[bytes]] = []
+    send = service._send_messages
+
+    def recording(sock: object, *messages: tuple[bytes, tuple[bytes, ...]]) -> None:
+        writes.append([kind for kind, _ in messages])
+        send(sock, *messages)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(service, "_send_messages", recording)
+    batches = list(worker.read(request(100, 135), True, {}))
+    assert sum(b.num_rows for b in batches) == 35
+    service_writes = [w for w in writes if w != [service._READ]]  # the worker's request goes the same way
+    assert service_writes == [[service._RAW]] * 3 + [[service._RAW, service._DONE]]
+
+
 @pytest.mark.parametrize(
     "error",
     [
