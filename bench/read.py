@@ -92,10 +92,21 @@ def sdk_drain(conn: str, events: int, prefetch: int = 1000, consumer_group: str 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def executor_python_cpu() -> float:
-    """CPU seconds used so far by the executor's Python processes alive now: Spark's Python workers (and
-    their daemon) and the receiver service. Linux /proc; 0 elsewhere."""
-    total = 0.0
+class CpuTimes(dict[int, float]):
+    """CPU seconds per process; ``later - earlier`` is the CPU the processes of ``later`` used since
+    ``earlier`` (all of it for one started since). A process that ended in between drops out, with what it
+    used in between: never the whole of its life subtracted, as one total would."""
+
+    def __sub__(self, earlier: dict[int, float]) -> float:
+        return sum(max(0.0, used - earlier.get(pid, 0.0)) for pid, used in self.items())
+
+
+def executor_python_cpu() -> CpuTimes:
+    """CPU seconds used so far by each of the executor's Python processes: Spark's Python workers (and
+    their daemon) and the receiver service; a daemon's include its workers that have exited (Spark ends
+    idle ones): it reaped them, and the kernel added their CPU to its children's. Linux /proc; none
+    elsewhere. Subtract two of them for the CPU in between."""
+    times = CpuTimes()
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not pid.isdigit():
             continue
@@ -108,8 +119,9 @@ def executor_python_cpu() -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
-    return total
+        # utime + stime + cutime + cstime (the last two: reaped children's)
+        times[int(pid)] = sum(int(x) for x in fields[11:15]) / _TICK
+    return times
 
 
 def connector_drain(spark: Any, conn: str, events: int, tmp: str, **options: str) -> tuple[float, float]:

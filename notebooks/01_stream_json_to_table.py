@@ -11,6 +11,10 @@
 # MAGIC `eventhubs.name`, plus either `eventhubs.auth=managedIdentity` (the cluster's identity) or a service
 # MAGIC principal: `eventhubs.entra.tenantId`, `eventhubs.entra.clientId` and `eventhubs.entra.clientSecret`
 # MAGIC from the secret scope. The identity needs the *Azure Event Hubs Data Receiver* role.
+# MAGIC
+# MAGIC On Spark 4.1 and later (DBR 18+), where you can set the cluster's Spark config, add
+# MAGIC `spark.python.unix.domain.socket.enabled true`: each Python task of a small micro-batch then takes
+# MAGIC about 10 ms of executor time instead of about 50 (README, Performance).
 
 # COMMAND ----------
 

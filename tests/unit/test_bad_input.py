@@ -224,6 +224,16 @@ def test_the_example_configurations_in_conf_are_valid(name):
     assert options.settings.hub and options.consumer_group == "spark-orders"
 
 
+def test_the_recommended_spark_settings_in_conf_are_the_ones_the_tests_and_demo_run_with():
+    from pathlib import Path
+
+    from eventhubs_spark.localspark import spark_defaults
+
+    recommended = spark_defaults(Path(__file__).resolve().parents[2] / "conf" / "spark-defaults.example.conf")
+    assert recommended == {"spark.python.unix.domain.socket.enabled": "true"}
+    assert recommended.items() <= spark_defaults().items()
+
+
 @pytest.mark.parametrize(
     ("option", "raw"),
     [
