@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from .emulator_sdk import start_emulator
+from .own_process import UNIX_SOCKET_CONF, measure
 from .results import record
 
 RATE = 200
@@ -126,7 +127,7 @@ def _measure(unix_socket: str) -> dict[str, Any]:
     conn = conns["latency"]
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-        .config("spark.python.unix.domain.socket.enabled", unix_socket).getOrCreate()
+        .config(UNIX_SOCKET_CONF, unix_socket).getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
     arrivals: list[tuple[float, float]] = []  # (sent, arrived)
@@ -183,15 +184,7 @@ def _measure(unix_socket: str) -> dict[str, Any]:
 
 
 def run() -> None:
-    import json
-    import subprocess
-
-    runs = {}
-    for unix_socket in SOCKETS:
-        child = subprocess.run(
-            [sys.executable, "-m", "bench.latency", unix_socket], check=True, stdout=subprocess.PIPE, text=True
-        )
-        runs[unix_socket] = json.loads(child.stdout.strip().splitlines()[-1])
+    runs = {unix_socket: measure("bench.latency", unix_socket) for unix_socket in SOCKETS}
     tcp, uds = runs["false"], runs["true"]
     rows = [
         {"figure": figure, **{SOCKETS[k]: round(r[key], 2) for k, r in runs.items()}}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ import urllib.request
 from typing import Any
 
 from .emulator_sdk import start_emulator
+from .own_process import UNIX_SOCKET_CONF, measure
 from .read import executor_python_cpu, fill
 from .results import record
 
@@ -156,7 +156,7 @@ def _measure_mode(conn: str, filled: int, unix_socket: str) -> dict[str, list[di
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "true")
         .config("spark.ui.port", "0").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.unix.domain.socket.enabled", unix_socket).getOrCreate()
+        .config(UNIX_SOCKET_CONF, unix_socket).getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(_trivial_source())
@@ -190,12 +190,8 @@ def run() -> None:
     try:
         for mode, (freeze, unix_socket, _) in MODES.items():
             env = dict(os.environ, EVENTHUBS_SPARK_GC_FREEZE=freeze)
-            child = subprocess.run(
-                [sys.executable, "-m", "bench.task_cost", conn, str(filled), unix_socket],
-                env=env, check=True, stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            measured = measure("bench.task_cost", conn, str(filled), unix_socket, env=env)
             filled += ATTEMPTS * PER_PARTITION
-            measured = json.loads(child.stdout.strip().splitlines()[-1])
             for side, runs in measured.items():
                 results[(side, mode)] = runs
     finally:

@@ -294,9 +294,10 @@ class ReceiverService:
         try:
             for chunk in chunks:
                 pieces, starts, ends = chunk.pieces()  # the worker decodes; the pieces are sent as they are
-                head = _SPANS.pack(chunk.seqs[-1] + 1, len(starts))
+                after = chunk.seqs[-1] + 1  # the range goes on from here
+                head = _SPANS.pack(after, len(starts))
                 message = (_RAW, (head, starts.astype(np.int64).tobytes(), ends.astype(np.int64).tobytes(), *pieces))
-                if chunk.seqs[-1] + 1 >= request.end:
+                if after >= request.end:
                     held.append(message)
                 else:
                     _send_to_worker(conn, *held, message)
