@@ -32,6 +32,10 @@ _LOG = logging.getLogger(__name__)
 _LISTEN_BATCH = 64  # frames (or runs of decoded transfers) per listen call
 _SIGN_IN_EVERY = 5.0  # seconds between checks of each link's token (renewed when due)
 _IDLE_CLOSE = 60.0  # a connection without links closes after this long
+# How long the reader waits on the socket when nothing arrives. Whatever another thread needs of the
+# connection (a link to open or close, credit for a sink that was full) wakes it sooner: a full sink given
+# room must not wait this out, or its link (and the task reading it) stalls meanwhile.
+_READ_WAIT = 0.2
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,10 @@ class SharedConnection:
     def _submit(self, what: str, link: Link) -> None:
         self._commands.append((what, link))
         self._wakeup.set()
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        """End the reader's wait on the socket now (a command waits, or a full sink was given room)."""
         tap = self._tap
         if tap is not None:
             tap.wake()
@@ -97,6 +105,7 @@ class SharedConnection:
         while self._commands:
             what, link = self._commands.popleft()
             if what == "open":
+                link.sink.on_room = self._wake_reader
                 self._links.append(link)
             else:
                 self._close(link)
@@ -129,7 +138,7 @@ class SharedConnection:
         for link in opening:
             self._advance(link)
         if self._tap is not None:
-            self._tap.timeout = 0.002 if opening else 0.2
+            self._tap.timeout = 0.002 if opening else _READ_WAIT
         connection = self._connection
         if connection is None:
             if any(x.state == "opening" for x in self._links):
@@ -142,7 +151,7 @@ class SharedConnection:
             if link.state == "open":
                 self._keep(link, now)
         try:
-            sdk.listen(connection, wait=0.2, batch=_LISTEN_BATCH)
+            sdk.listen(connection, wait=_READ_WAIT, batch=_LISTEN_BATCH)
         except Exception as exc:
             self._connection_failed(f"{type(exc).__name__}: {exc}", exc)
             return
@@ -193,7 +202,7 @@ class SharedConnection:
         """Credit while what the link holds stays under its bounds; its token renewed when due."""
         sdk_link = sdk.consumer_link(link.consumer)
         window = link.sink.window()
-        if sdk_link is not None and sdk.credit(sdk_link) <= window >> 1 and link.sink.has_room():
+        if sdk_link is not None and sdk.credit(sdk_link) <= window >> 1 and link.sink.room_for_credit():
             sdk.grant(sdk_link, window)  # its reader took what it held: read on
         if now - link.signed_in_at > _SIGN_IN_EVERY:
             link.signed_in_at = now

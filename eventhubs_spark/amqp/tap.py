@@ -82,12 +82,14 @@ class LinkSink:
         "incoming",
         "max_bytes",
         "max_events",
+        "on_room",
         "partial",
         "ready",
         "ready_bytes",
         "ready_events",
         "received",
         "received_bytes",
+        "starved",
     )
 
     def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
@@ -105,6 +107,11 @@ class LinkSink:
         self.received_bytes = 0  # their frames' bytes (what sizes the credit window, see window())
         self.error: str | None = None  # why the link or its connection ended, once it has
         self.exception: BaseException | None = None
+        # The reading thread held the link's credit back because the sink was full: the reader that makes
+        # room wakes it (``on_room``, the connection's wake-up), else it would sleep out its socket wait
+        # (up to 0.2 s) with the link dry, and so would the task waiting on this sink.
+        self.starved = False
+        self.on_room: Callable[[], None] | None = None
 
     def publish(self) -> None:
         """Hand the decoded events to readers (called on the reading thread)."""
@@ -151,8 +158,26 @@ class LinkSink:
         events, nbytes = self.buffered()
         return events < self.max_events and nbytes < self.max_bytes
 
+    def room_for_credit(self) -> bool:
+        """On the reading thread, before it tops the link's credit up: :meth:`has_room`, and when there is
+        none, the sink is marked starved so that the :meth:`take` that makes room wakes the reading thread.
+        (Marked before looking: either this thread sees the room, or the taker sees the mark.)"""
+        self.starved = True
+        if self.has_room():
+            self.starved = False
+            return True
+        return False
+
     def take(self, wanted: int) -> RawEvents | None:
         """Up to ``wanted`` ready events in one piece (the caller holds ``cond``), or None."""
+        out = self._take(wanted)
+        if out is not None and self.starved and self.has_room():
+            self.starved = False
+            if self.on_room is not None:
+                self.on_room()  # the link may read on: its credit is topped up without waiting out a read
+        return out
+
+    def _take(self, wanted: int) -> RawEvents | None:
         if not self.ready:
             return None
         out = self.ready.pop(0)
@@ -412,7 +437,7 @@ class FrameTap:
         sink.received_bytes += p - pos
         self.transfers += n
         self._touched.add(sink)
-        if credit <= window >> 1 and sink.has_room():
+        if credit <= window >> 1 and sink.room_for_credit():
             sdk.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
         return n
 
@@ -471,7 +496,7 @@ class FrameTap:
             return self._leave(sink, data, payload, end)
         sink.received_bytes += end - payload
         window = sink.window()
-        if sdk.count_transfer(session, link, more) <= window >> 1 and sink.has_room():
+        if sdk.count_transfer(session, link, more) <= window >> 1 and sink.room_for_credit():
             sdk.grant(link, window)  # topped up before it runs out, so the service never waits on it
         if more:
             if partial is None:

@@ -65,6 +65,30 @@ def test_an_idle_receiver_reads_ahead_within_its_bounds_and_hands_that_to_the_ne
         receiver.close()
 
 
+def test_a_reader_that_makes_room_in_a_full_sink_gets_its_link_read_on_without_waiting(eventhub, monkeypatch):
+    """With read-ahead full the connection's reader holds the link's credit back and waits on the socket;
+    the task that takes the events must wake it, or the link sits dry for the whole wait (0.2 s each time
+    read-ahead fills: stalls that halved a backlog's throughput). The wait is made 60 s here: a range
+    several read-aheads long can only finish in time if every refill wakes the reader."""
+    from eventhubs_spark.amqp import engine
+
+    monkeypatch.setattr(engine, "_READ_WAIT", 60.0)
+    send(eventhub.connection_string, [f"e{i}" for i in range(1000)], partition_id="0")
+    settings = parse_connection_string(eventhub.connection_string)
+    config = ReceiverConfig("$Default", 50, 20.0, True, read_ahead_events=100)
+    connections = Connections()  # a connection of its own, started with the long wait
+    receiver = PartitionReceiver(settings, config, "0", connections)
+    try:
+        started, seqs = time.monotonic(), []
+        for chunk in receiver.read_range(0, 1000, True, RangeResult()):
+            seqs.extend(chunk.seqs)
+            time.sleep(0.05)  # a task slower than the link: read-ahead fills while it works
+        assert seqs == list(range(1000))
+        assert time.monotonic() - started < 15.0, "every refill of the read-ahead woke the reader"
+    finally:
+        receiver.close()  # its connection, left without links, closes itself
+
+
 def test_a_read_survives_dropped_connections_and_forced_detaches_reading_every_event_once(eventhub):
     emulator = eventhub.emulator
     send(eventhub.connection_string, [f"e{i}" for i in range(3000)], partition_id="2")

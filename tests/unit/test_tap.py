@@ -175,6 +175,28 @@ def test_a_low_credit_is_topped_up_while_the_sink_has_room_and_not_when_it_is_fu
     assert link.grants == [6] and sink.received == 6
 
 
+def test_a_full_sink_that_held_credit_back_wakes_its_reader_once_when_room_is_made() -> None:
+    """The reading thread marks a full sink before it waits; the take that makes room wakes it (once), so
+    the link's credit is topped up at once rather than after the reader's socket wait."""
+    sink = LinkSink(credit=4, max_events=4)
+    woken: list[int] = []
+    sink.on_room = lambda: woken.append(1)
+    sink.incoming.append(0, b"a")
+    assert sink.room_for_credit() and not sink.starved  # room: credit may be granted, nobody to wake
+    for seq in range(1, 4):
+        sink.incoming.append(seq, b"a")
+    sink.publish()
+    assert not sink.room_for_credit() and sink.starved  # full: credit held back
+    with sink.cond:
+        first = sink.take(1)  # made room: the reader learns it now
+    assert first is not None and woken == [1] and not sink.starved
+    with sink.cond:
+        assert sink.take(10) is not None
+    assert woken == [1], "no wake-up when the reader was not waiting for room"
+    with sink.cond:
+        assert sink.take(10) is None
+
+
 def test_the_credit_window_never_stands_for_more_bytes_than_the_read_ahead_bound() -> None:
     """Before any event arrived a link gets the few events its bytes bound holds at the largest size an
     event can have; then its window follows the size its events have: the prefetch for small ones, fewer
