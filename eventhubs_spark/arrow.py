@@ -8,7 +8,13 @@ become such batches is :mod:`eventhubs_spark.codec`'s.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+from typing import Any
+
 import pyarrow as pa
+
+from .errors import OptionError
 
 SCHEMA_DDL = (
     "body binary, partition string, offset string, sequenceNumber long, enqueuedTime timestamp, "
@@ -31,3 +37,67 @@ ARROW_SCHEMA = pa.schema(
 
 # System properties that have columns of their own, or describe the message body itself.
 COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
+
+_EXAMPLE_SCHEMA = '.schema("body binary, enqueuedTime timestamp")'
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The columns a query asked for with a schema of its own (``spark.readStream.format("eventhubs")
+    .schema("body binary, enqueuedTime timestamp")``): some of the source's columns, in the query's order and
+    spelling. Python data sources get no column pruning from Spark, so this is how a query that needs only the
+    body spares Spark the other columns (the JVM takes every column of every batch, maps included)."""
+
+    indexes: tuple[int, ...]  # each column's place in ARROW_SCHEMA
+    names: tuple[str, ...]  # as the query spelt them (Spark matches names regardless of case)
+
+    @functools.cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([ARROW_SCHEMA.field(i).with_name(n) for i, n in zip(self.indexes, self.names, strict=True)])
+
+    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch's columns the query asked for (no copy)."""
+        return pa.RecordBatch.from_arrays([batch.column(i) for i in self.indexes], schema=self.arrow_schema)
+
+
+def projection(schema: Any) -> Projection | None:
+    """The columns of ``schema`` (the query's, or the source's own when it gave none: then None), checked
+    against the source's: each one of them by name (any case), of the same type, nullable, once. A mistake
+    raises an :class:`OptionError` that names the column and shows a schema that works."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    if schema is None or schema == SCHEMA_DDL:  # Spark passes a StructType; the source's own DDL is its schema
+        return None
+    ours = from_arrow_schema(ARROW_SCHEMA)
+    fields = list(schema.fields)
+    if [(f.name, f.dataType, f.nullable) for f in fields] == [(f.name, f.dataType, True) for f in ours.fields]:
+        return None
+    by_name = {f.name.lower(): (i, f) for i, f in enumerate(ours.fields)}
+    known = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in ours.fields)
+    if not fields:
+        raise OptionError(f"the query's schema has no columns; the eventhubs source's are: {known}. "
+                          f"Example: {_EXAMPLE_SCHEMA}", _EXAMPLE_SCHEMA)  # fmt: skip
+    indexes: list[int] = []
+    for field in fields:
+        found = by_name.get(field.name.lower())
+        if found is None:
+            raise OptionError(f"column {field.name!r} of the query's schema is not a column of the eventhubs source, "
+                              f"whose columns are: {known}. Example: {_EXAMPLE_SCHEMA}", _EXAMPLE_SCHEMA)  # fmt: skip
+        index, own = found
+        if index in indexes:
+            raise OptionError(f"column {own.name!r} appears twice in the query's schema. Example: {_EXAMPLE_SCHEMA}",
+                              _EXAMPLE_SCHEMA)  # fmt: skip
+        wanted = own.dataType.simpleString()
+        example = f'.schema("{own.name} {wanted}")'
+        if field.dataType != own.dataType:
+            raise OptionError(
+                f"column {field.name!r} of the query's schema is {field.dataType.simpleString()}, but the eventhubs "
+                f"source gives {wanted}: declare it {wanted} and convert it after load() (e.g. "
+                f'col({own.name!r}).cast("string")). Example: {example}',
+                example,
+            )
+        if not field.nullable:
+            raise OptionError(f"column {field.name!r} of the query's schema is NOT NULL, but the eventhubs source's "
+                              f"columns are nullable: leave NOT NULL out. Example: {example}", example)  # fmt: skip
+        indexes.append(index)
+    return Projection(tuple(indexes), tuple(f.name for f in fields))

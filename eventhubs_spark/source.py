@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from . import defaults
-from .arrow import SCHEMA_DDL
+from .arrow import SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
 from .checkpoints.mirror import CheckpointMirror
 from .errors import OptionError, data_loss_error
@@ -113,6 +113,14 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
                           time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
 
 
+def _read(partition: InputPartition, columns: Projection | None) -> Iterator[Any]:
+    """A reader's ``read``: the task's batches, with only the columns the query asked for."""
+    if not isinstance(partition, EventHubsPartition):
+        return iter(())
+    batches = read_partition(partition)
+    return batches if columns is None else map(columns.apply, batches)
+
+
 # What a task logs of its read: the range's counts, then (pid: the process that read, the executor's
 # receiver service or the worker) that process's pool and links, so reuse can be followed across tasks.
 _LOGGED = (
@@ -141,12 +149,15 @@ def _management(settings: ConnectionSettings, operation_timeout: float) -> Parti
     return runtime.current().management(settings, operation_timeout)
 
 
+# Where the readers ask a hub's partitions' properties (tests give a stand-in; None: the process's client)
+_Metadata = Callable[[], PartitionMetadata] | None
+_Columns = Projection | None  # the query's own schema, when it gave one (arrow.projection)
+
+
 class _Planner:
     """What the stream and batch readers share: settings, receiver config, partition metadata."""
 
-    def __init__(
-        self, raw: Mapping[str, str], mode: str, metadata: Callable[[], PartitionMetadata] | None = None
-    ) -> None:
+    def __init__(self, raw: Mapping[str, str], mode: str, metadata: _Metadata = None) -> None:
         """``metadata``: where partition properties come from (default: the hub's management link)."""
         self.options = read_options(dict(raw), mode)
         self.settings = self.options.settings
@@ -279,9 +290,10 @@ class _Planner:
 class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("eventhubs")``."""
 
-    def __init__(self, options: Mapping[str, str], metadata: Callable[[], PartitionMetadata] | None = None) -> None:
+    def __init__(self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None) -> None:
         _worker_logging()  # the stream runner is a Python worker process too
         self.planner = _Planner(options, STREAM, metadata)
+        self.columns = columns  # the query's own schema, when it gave one (arrow.projection)
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
@@ -450,7 +462,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
+        return _read(partition, self.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         positions = SourceOffset.from_json(end, self.hub).positions
@@ -464,8 +476,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 class EventHubsBatchReader(DataSourceReader):
     """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
 
-    def __init__(self, options: Mapping[str, str], metadata: Callable[[], PartitionMetadata] | None = None) -> None:
+    def __init__(self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None) -> None:
         self.planner = _Planner(options, BATCH, metadata)
+        self.columns = columns  # the query's own schema, when it gave one (arrow.projection)
 
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner
@@ -495,7 +508,7 @@ class EventHubsBatchReader(DataSourceReader):
         return planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_partition(partition) if isinstance(partition, EventHubsPartition) else iter(())
+        return _read(partition, self.columns)
 
 
 class EventHubsDataSource(DataSource):
@@ -518,15 +531,16 @@ class EventHubsDataSource(DataSource):
             return SCHEMA_DDL
         raise error
 
+    # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.
     def reader(self, schema: Any) -> DataSourceReader:
         try:
-            return EventHubsBatchReader(self.options)
+            return EventHubsBatchReader(self.options, columns=projection(schema))
         except OptionError as exc:
             return _FailingReader(exc)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         try:
-            return EventHubsStreamReader(self.options)
+            return EventHubsStreamReader(self.options, columns=projection(schema))
         except OptionError as exc:
             return _FailingStreamReader(exc)
 

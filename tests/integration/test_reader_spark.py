@@ -83,6 +83,40 @@ def test_batch_read_everything_with_the_full_schema(spark, eventhub):
     assert (first.partition, first.sequenceNumber, first.offset) == ("0", 0, "0")
 
 
+def test_a_query_schema_of_some_columns_reads_them_in_its_order_in_batch_and_stream(spark, eventhub, tmp_path):
+    """Spark gives Python sources no column pruning: a query that needs a few columns names them in a schema
+    of its own, in any order and case, and gets exactly those; one that does not fit fails naming the column."""
+    from pyspark.errors import PySparkException
+
+    bodies = fill(eventhub, {0: 3, 1: 2}, "cols")
+    conn = eventhub.connection_string
+    df = spark.read.format("eventhubs").schema("SequenceNumber long, body binary, partition string")
+    df = df.option("eventhubs.connectionString", conn).load()
+    assert df.columns == ["SequenceNumber", "body", "partition"]
+    rows = df.collect()
+    assert sorted(bytes(r.body).decode() for r in rows) == sorted(bodies)
+    assert sorted((r.partition, r.SequenceNumber) for r in rows) == [("0", 0), ("0", 1), ("0", 2), ("1", 0), ("1", 1)]
+
+    reader = spark.readStream.format("eventhubs").schema("body binary, enqueuedTime timestamp")
+    query = (
+        reader.option("eventhubs.connectionString", conn).option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .load().writeStream.format("parquet").option("path", str(tmp_path / "data"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    written = spark.read.parquet(str(tmp_path / "data"))
+    assert written.columns == ["body", "enqueuedTime"]
+    assert sorted(bytes(r.body).decode() for r in written.collect()) == sorted(bodies)
+    assert written.where("enqueuedTime is null").count() == 0
+
+    bad = spark.read.format("eventhubs").schema("body string").option("eventhubs.connectionString", conn).load()
+    with pytest.raises((PySparkException, Exception)) as info:
+        bad.collect()
+    message = str(info.value)
+    assert "column 'body' of the query's schema is string" in message and '.schema("body binary")' in message
+
+
 def test_the_suite_reads_over_the_workers_unix_domain_socket_where_spark_has_one(spark, eventhub):
     """The package's spark-defaults.conf turns on spark.python.unix.domain.socket.enabled (README
     "Performance"), so on Spark 4.1+ every Spark test here reads and writes through it; Spark 4.0 has no such

@@ -252,3 +252,71 @@ def test_digits_that_are_not_ascii_and_malformed_addresses_are_refused(option, r
         parse_options(raw, "stream")
     assert option.lower() in str(info.value).lower()
     assert "TOPSECRET" not in str(info.value)
+
+
+# -- a query's own schema (``.schema(...)``): some of the source's columns, else an error naming the column --
+
+
+def _struct(*fields: tuple[str, object, bool]) -> object:
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(name, kind, nullable) for name, kind, nullable in fields])  # type: ignore[arg-type]
+
+
+def test_a_query_schema_picks_columns_in_its_own_order_and_spelling() -> None:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import BinaryType, LongType, MapType, StringType
+
+    from eventhubs_spark.arrow import ARROW_SCHEMA, projection
+
+    assert projection(None) is None
+    assert projection(from_arrow_schema(ARROW_SCHEMA)) is None  # the source's own: nothing to pick
+    picked = projection(
+        _struct(("SequenceNumber", LongType(), True), ("body", BinaryType(), True),
+                ("properties", MapType(StringType(), StringType(), True), True))
+    )  # fmt: skip
+    assert picked is not None and picked.indexes == (3, 0, 7)
+    full = pa.RecordBatch.from_pylist(
+        [{"body": b"b", "partition": "0", "offset": "1", "sequenceNumber": 5, "enqueuedTime": None,
+          "publisher": None, "partitionKey": None, "properties": [("k", "v")], "systemProperties": []}],
+        schema=ARROW_SCHEMA,
+    )  # fmt: skip
+    out = picked.apply(full)
+    assert out.schema.names == ["SequenceNumber", "body", "properties"]
+    assert out.to_pylist() == [{"SequenceNumber": 5, "body": b"b", "properties": [("k", "v")]}]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named", "says"),
+    [
+        ((("bodie", "binary", True),), "'bodie'", "is not a column"),
+        ((("body", "string", True),), "'body'", "declare it binary"),
+        ((("enqueuedTime", "timestamp_ntz", True),), "'enqueuedTime'", "declare it timestamp"),
+        ((("sequenceNumber", "bigint", False),), "'sequenceNumber'", "NOT NULL"),
+        ((("body", "binary", True), ("BODY", "binary", True)), "'body'", "appears twice"),
+        ((("properties", "map<string,int>", True),), "'properties'", "map<string,string>"),
+        ((), "schema has no columns", "body binary"),
+    ],
+)
+def test_a_query_schema_that_does_not_fit_names_the_column_and_shows_one_that_works(fields, named, says) -> None:
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    from eventhubs_spark.arrow import projection
+
+    types = {"binary": BinaryType(), "string": StringType(), "timestamp": TimestampType(),
+             "timestamp_ntz": TimestampNTZType(), "bigint": LongType(),
+             "map<string,int>": MapType(StringType(), IntegerType())}  # fmt: skip
+    with pytest.raises(OptionError) as caught:
+        projection(_struct(*((name, types[kind], nullable) for name, kind, nullable in fields)))
+    message = str(caught.value)
+    assert named in message and says in message
+    assert caught.value.example and caught.value.example.startswith(".schema(") and caught.value.example in message
