@@ -219,6 +219,8 @@ class FrameTap:
         self._touched: set[LinkSink] = set()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        # A wake-up never blocks its caller (a task holding a sink's lock): a full pair has one pending anyway.
+        self._wake_w.setblocking(False)
         self.on_published: Callable[[], None] | None = None
         # How long a read waits for bytes (the connection's driver shortens it while links open, when
         # every answer is awaited by a step that comes after the read).

@@ -197,6 +197,27 @@ def test_a_full_sink_that_held_credit_back_wakes_its_reader_once_when_room_is_ma
         assert sink.take(10) is None
 
 
+def test_waking_the_reader_never_blocks_even_when_nobody_drains_the_wake_ups() -> None:
+    """Tasks wake the connection's reader while holding a sink's lock: a wake-up that waited for room in the
+    wake-up pipe could wait on the reader, which may be waiting for that lock."""
+    ours, theirs = socket.socketpair()
+    try:
+        tap = FrameTap(FakeConnection(ours, FakeSession({})))
+        done = threading.Event()
+
+        def wake_often() -> None:
+            for _ in range(200_000):  # far more than the pipe holds
+                tap.wake()
+            done.set()
+
+        threading.Thread(target=wake_often, daemon=True).start()
+        assert done.wait(30), "a wake-up blocked on a full pipe"
+        tap.close()
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_the_credit_window_never_stands_for_more_bytes_than_the_read_ahead_bound() -> None:
     """Before any event arrived a link gets the few events its bytes bound holds at the largest size an
     event can have; then its window follows the size its events have: the prefetch for small ones, fewer
