@@ -5,7 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import ceiling, emulator_sdk, latency, networks, planning, read, read_profile, receivers, sink, soak, task_cost
+from . import (
+    ceiling,
+    emulator_sdk,
+    latency,
+    memory,
+    networks,
+    planning,
+    read,
+    read_profile,
+    receivers,
+    sink,
+    soak,
+    task_cost,
+)
 
 BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
@@ -18,6 +31,7 @@ BENCHMARKS = {
     "networks": networks.run,  # issue 25: read throughput over TLS and WebSockets beside plain TCP
     "task_cost": task_cost.run,  # issue 28: what a task of a quiet stream costs, beside Spark's own floor
     "ceiling": ceiling.run,  # issue 28: Spark's own ceiling for a Python source, beside the connector
+    "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 
