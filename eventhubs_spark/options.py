@@ -368,7 +368,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         _host,
         "HTTP proxy (CONNECT) to reach the namespace through, with eventhubs.httpProxy.port; carries AMQP over "
-        "WebSockets only. The checkpoint store goes through it too.",
+        "WebSockets only. The checkpoint store and Entra sign-in (service principal, workload identity) go "
+        "through it too.",
         "proxy.example.com",
     ),
     Spec("eventhubs.httpProxy.port", None, _port, "Port of the HTTP proxy.", "3128"),
@@ -400,7 +401,8 @@ SPECS: tuple[Spec, ...] = (
         None,
         _ca_file,
         "A CA bundle (PEM file on every node) to trust instead of the default ones, e.g. a TLS-inspecting "
-        "proxy's company CA, or the local emulator's certificate; the checkpoint store trusts it too.",
+        "proxy's company CA, or the local emulator's certificate; the checkpoint store and Entra sign-in "
+        "(service principal, workload identity) trust it too.",
         "/Volumes/main/certs/company-ca.pem",
     ),
     Spec(

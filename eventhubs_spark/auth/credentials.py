@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError
+
+if TYPE_CHECKING:
+    from .network import NetworkSettings
 
 
 class Secret:
@@ -56,16 +59,24 @@ class EntraSettings:
     authority_host: str | None = None
     disable_instance_discovery: bool = False
 
-    def credential(self) -> Any:
+    def credential(self, network: NetworkSettings | None = None) -> Any:
         """The azure-identity credential for this identity, shared by every client of this process
-        (one token cache, one sign-in per token lifetime, however many receivers)."""
+        (one token cache, one sign-in per token lifetime, however many receivers).
+
+        ``network``: the hub's proxy and CA bundle (``eventhubs.httpProxy.*``, ``eventhubs.connectionVerify``),
+        which the sign-in of a service principal or workload identity goes through too: where traffic must
+        take a proxy, so must the token request to Entra (and a TLS-inspecting proxy re-signs Entra's
+        certificate as well). A managed identity's endpoint is local to the machine (IMDS, 169.254.169.254,
+        or App Service's), never behind a proxy, and DefaultAzureCredential may end up there: both keep to the
+        process's environment (HTTPS_PROXY, REQUESTS_CA_BUNDLE) as azure-identity does."""
+        key = (self, network if self.method in _OVER_THE_NETWORK else None)
         with _CREDENTIALS_LOCK:
-            credential = _CREDENTIALS.get(self)
+            credential = _CREDENTIALS.get(key)
             if credential is None:
-                credential = _CREDENTIALS[self] = self._build()
+                credential = _CREDENTIALS[key] = self._build(key[1])
             return credential
 
-    def _build(self) -> Any:
+    def _build(self, network: NetworkSettings | None) -> Any:
         try:
             import azure.identity as identity
         except ImportError:
@@ -79,6 +90,8 @@ class EntraSettings:
             common["authority"] = self.authority_host
         if self.disable_instance_discovery:
             common["disable_instance_discovery"] = True
+        if network is not None:
+            common.update(network.storage_kwargs())  # azure-core's proxies and connection_verify, as the store's
         if self.method == "servicePrincipal":
             tenant, client = str(self.tenant_id), str(self.client_id)  # both checked by the options
             if self.client_secret is not None:
@@ -105,10 +118,10 @@ class EntraSettings:
             extra["workload_identity_tenant_id"] = self.tenant_id
         return identity.DefaultAzureCredential(**common, **extra)
 
-    def async_credential(self) -> Any:
+    def async_credential(self, network: NetworkSettings | None = None) -> Any:
         """The same credential for the SDK's asyncio clients: their ``await credential.get_token()``
         runs the synchronous credential on a thread (no aiohttp needed, one token cache)."""
-        return _AsyncCredential(self.credential())
+        return _AsyncCredential(self.credential(network))
 
 
 class _AsyncCredential:
@@ -134,5 +147,7 @@ class _AsyncCredential:
         return None
 
 
-_CREDENTIALS: dict[EntraSettings, Any] = {}
+# The methods whose sign-in is an HTTPS call to Entra from this process (its proxy and CA bundle apply)
+_OVER_THE_NETWORK = frozenset({"servicePrincipal", "workloadIdentity"})
+_CREDENTIALS: dict[tuple[EntraSettings, NetworkSettings | None], Any] = {}
 _CREDENTIALS_LOCK = threading.Lock()

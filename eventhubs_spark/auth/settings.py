@@ -86,7 +86,7 @@ class ConnectionSettings:
             credential: Any = AzureSasCredential(self.sas_token.reveal())
         else:
             entra = self.entra or EntraSettings()
-            credential = entra.async_credential() if is_async else entra.credential()
+            credential = entra.async_credential(self.network) if is_async else entra.credential(self.network)
         if self.emulator:
             kwargs.setdefault("use_tls", False)
         return cls(fully_qualified_namespace=self.namespace, eventhub_name=self.hub, credential=credential, **kwargs)

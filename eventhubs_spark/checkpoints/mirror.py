@@ -60,7 +60,8 @@ class CheckpointMirror:
                 # Without a SAS token the store signs in with the same Entra identity as the hub
                 # (or DefaultAzureCredential), built here, in this process.
                 sas = options.sas_token
-                credential = sas.reveal() if sas else (self.settings.entra or EntraSettings()).credential()
+                entra = self.settings.entra or EntraSettings()
+                credential = sas.reveal() if sas else entra.credential(self.settings.network)
                 store = BlobCheckpointStore.from_account_url(
                     options.account_url, options.container, credential, **network
                 )

@@ -348,3 +348,43 @@ def test_bytes_tls_decrypted_but_not_yet_read_never_stall_a_read(eventhub, monke
     took = time.monotonic() - started
     assert [r["sequenceNumber"] for r in rows] == list(range(2000))
     assert took < 8, f"{took:.1f} s: reads waited on the socket while TLS held the bytes"
+
+
+def test_entra_sign_in_goes_through_the_same_proxy_and_trusts_the_same_ca(http_proxy_with_credentials, monkeypatch):
+    """Where traffic must take a proxy, so must the token request: a service principal signs in through
+    eventhubs.httpProxy.* and trusts eventhubs.connectionVerify, as the hub's connection does (before, only
+    the process's HTTPS_PROXY and REQUESTS_CA_BUNDLE, which a user behind a proxy may not be able to set)."""
+    from eventhubs_emulator.entra import EVENTHUBS_AUDIENCE, LocalEntra
+    from eventhubs_spark.auth.credentials import EntraSettings, Secret
+    from eventhubs_spark.auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
+
+    for variable in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "REQUESTS_CA_BUNDLE", "NO_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    scope = f"{EVENTHUBS_AUDIENCE}/.default"
+    with LocalEntra() as entra:
+        entra.add_secret_client("app-behind-proxy", "secret-TOPSECRET-9")
+
+        identity = EntraSettings(
+            method="servicePrincipal", tenant_id=entra.tenant_id, client_id="app-behind-proxy",
+            client_secret=Secret("secret-TOPSECRET-9"), authority_host=entra.authority,
+            disable_instance_discovery=True,
+        )  # fmt: skip
+
+        user, _, password = (http_proxy_with_credentials.credentials or "").partition(":")
+        proxy = HttpProxy("127.0.0.1", http_proxy_with_credentials.port, user, Secret(password))
+        through = NetworkSettings(transport=WEBSOCKETS, proxy=proxy, ca_file=entra.ca_file)
+        token = identity.credential(through).get_token(scope)  # a credential (and token cache) per network
+        assert entra.verify(token.token) is None
+        # the token request went to the proxy: one that is not there fails the sign-in, naming the refusal
+        gone = HttpProxy("127.0.0.1", free_port())
+        nowhere = NetworkSettings(transport=WEBSOCKETS, proxy=gone, ca_file=entra.ca_file)
+        with pytest.raises(Exception) as failed:
+            identity.credential(nowhere).get_token(scope)
+        assert "proxy" in str(failed.value).lower() or "refused" in str(failed.value).lower()
+        # and it trusted eventhubs.connectionVerify: without it the token service's certificate is a stranger
+        untrusted = NetworkSettings(transport=WEBSOCKETS, proxy=proxy)
+        with pytest.raises(Exception) as refused:
+            identity.credential(untrusted).get_token(scope)
+        assert "certificate" in str(refused.value).lower()
+        assert "secret-TOPSECRET-9" not in str(failed.value) + str(refused.value)
+        assert password not in str(failed.value) + str(refused.value)
