@@ -66,6 +66,84 @@ def _demo(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 130 if interrupted else code
 
 
+class _QuietStop:
+    """The demo's standard error, passed on as it comes, except Spark's shutdown noise once it stops.
+
+    With Python workers on a Unix domain socket (the package's Spark conf), Spark closes its workers'
+    sockets at stop while some still read or write, and they print ``EOFError`` / ``BrokenPipeError``
+    tracebacks (pyspark's daemon and stream runner: Spark's own, README "Troubleshooting"). Once the demo
+    stops, those tracebacks (and only those) are left out, so Ctrl-C ends with its one line. Everything
+    goes through a pipe read by a thread: the JVM and its Python workers inherit the descriptor.
+    """
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        sys.stderr.flush()
+        self._original = os.dup(2)
+        self._sink = os.dup(self._original)  # the pump's own, closed with it
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._thread = threading.Thread(target=self._pump, args=(read_end,), name="demo-stderr", daemon=True)
+        self._thread.start()
+
+    def _pump(self, read_end: int) -> None:
+        noise = _ShutdownNoise(self.stopping)
+        with os.fdopen(read_end, "rb") as source, os.fdopen(self._sink, "wb", buffering=0) as sink:
+            for line in source:
+                sink.write(noise.feed(line))
+            sink.write(noise.flush())
+
+    def __enter__(self) -> _QuietStop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Standard error as it was; what is still in the pipe is passed on (briefly waited for)."""
+        sys.stderr.flush()
+        os.dup2(self._original, 2)  # the pipe ends when the last process holding it (Spark's) has ended
+        os.close(self._original)
+        self._thread.join(2.0)
+
+
+class _ShutdownNoise:
+    """Line by line, what of a stream to pass on: everything, except (once ``stopping`` is set) Python
+    tracebacks that end in a closed socket's error, with the lines that chain them together."""
+
+    ERRORS = ("EOFError", "BrokenPipeError", "ConnectionResetError")
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self.stopping = stopping
+        self.held: list[bytes] = []  # a traceback being read, until its exception says what it is
+        self.dropping = False  # just dropped one: the blank and "During handling..." lines that follow go too
+
+    def feed(self, line: bytes) -> bytes:
+        """What to pass on now for ``line`` (maybe nothing, maybe lines held before it)."""
+        text = line.decode(errors="replace")
+        joining = not text.strip() or text.startswith(("During handling", "The above exception"))
+        if text.startswith("Traceback (most recent call last)") and self.stopping.is_set():
+            self.held.append(line)
+            return b""
+        if self.held:
+            self.held.append(line)
+            if joining or text.startswith((" ", "\t")):
+                return b""
+            block, self.held = b"".join(self.held), []  # its exception line: the traceback is whole
+            self.dropping = text.startswith(self.ERRORS)
+            return b"" if self.dropping else block
+        if self.dropping and joining:
+            return b""
+        self.dropping = False
+        return line
+
+    def flush(self) -> bytes:
+        """What is still held when the stream ends (a traceback cut short is passed on)."""
+        block, self.held = b"".join(self.held), []
+        return block
+
+
 def _demo_run(args: argparse.Namespace) -> int:
     import signal
 
@@ -73,7 +151,8 @@ def _demo_run(args: argparse.Namespace) -> int:
 
     hub = "demo"
     stop_requested = threading.Event()
-    with Emulator({hub: args.partitions}) as emu, tempfile.TemporaryDirectory() as tmp:
+    # standard error restored (and what Spark left in the pipe passed on) however the demo ends
+    with Emulator({hub: args.partitions}) as emu, tempfile.TemporaryDirectory() as tmp, _QuietStop() as quiet:
         conn = emu.connection_string(hub)
         print(
             f"emulator on {emu.host}:{emu.port}; hub '{hub}' with {args.partitions} partitions. The demo ends by "
@@ -161,6 +240,7 @@ def _demo_run(args: argparse.Namespace) -> int:
                     break
         finally:
             stop.set()
+            quiet.stopping.set()
             _stop_between_triggers(query)
             spark.stop()
         total = sum(read.values())

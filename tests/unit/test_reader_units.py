@@ -531,3 +531,35 @@ def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     monkeypatch.setattr(sink, "EventSender", Sender)
     assert sink._write(None, None, 1.0, iter(()), arrow=True) is Sender.report  # type: ignore[arg-type]
     assert started == [True]
+
+
+def test_the_demo_leaves_out_only_sparks_closed_socket_tracebacks_and_only_once_it_stops() -> None:
+    import threading
+
+    from eventhubs_spark.cli import _ShutdownNoise
+
+    spark_noise = (
+        "Traceback (most recent call last):\n"
+        '  File "pyspark/daemon.py", line 264, in manager\n'
+        "EOFError\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "pyspark/daemon.py", line 95, in worker\n'
+        "BrokenPipeError: [Errno 32] Broken pipe\n"
+    )
+    real = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError: a real failure\n'
+    stopping = threading.Event()
+
+    def through(text: str) -> str:
+        noise = _ShutdownNoise(stopping)
+        out = b"".join(noise.feed(line.encode()) for line in text.splitlines(keepends=True))
+        return (out + noise.flush()).decode()
+
+    running = "a line\n" + spark_noise + real + "the end\n"
+    assert through(running) == running, "nothing is left out while the demo runs"
+    stopping.set()
+    assert through(running) == "a line\n" + real + "the end\n"
+    cut_short = 'Traceback (most recent call last):\n  File "pyspark/daemon.py", line 1\n'
+    assert through(cut_short) == cut_short, "a traceback the stream ends in is passed on"
