@@ -26,7 +26,7 @@ from typing import Any
 
 from .emulator_sdk import start_emulator
 from .read import fill
-from .receivers import _processes
+from .receivers import _processes, resident_bytes
 from .results import record
 
 PARTITIONS = 32
@@ -84,11 +84,8 @@ def _service_rss(root: int) -> int:
     """The resident bytes of the query's receiver service (0 before it starts)."""
     for pid in _processes(root):
         try:
-            if b"eventhubs_spark.executor.service" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
+            if b"eventhubs_spark.executor.service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return resident_bytes(pid)
         except OSError:
             continue
     return 0

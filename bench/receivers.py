@@ -95,12 +95,20 @@ def _python_rss(root: int) -> dict[int, int]:
                 continue
             if b"eventhubs_spark.executor.service" in cmd:
                 _SERVICES.add(pid)
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss[pid] = int(line.split()[1]) * 1024
+            used = resident_bytes(pid)
+            if used:
+                rss[pid] = used
         except OSError:
             continue
     return rss
+
+
+def resident_bytes(pid: int) -> int:
+    """The process's resident memory (VmRSS) in bytes; OSError once it has gone."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0  # a zombie: no memory of its own left
 
 
 def _run(emulator: Any, hub: str, service: str) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class EntraSettings:
         if self.disable_instance_discovery:
             common["disable_instance_discovery"] = True
         if network is not None:
-            common.update(network.storage_kwargs())  # azure-core's proxies and connection_verify, as the store's
+            common.update(network.http_kwargs())  # the proxy and CA bundle, as the checkpoint store gets them
         if self.method == "servicePrincipal":
             tenant, client = str(self.tenant_id), str(self.client_id)  # both checked by the options
             if self.client_secret is not None:

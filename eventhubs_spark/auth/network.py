@@ -7,8 +7,8 @@ an application gateway is a custom endpoint address; a TLS-inspecting proxy re-s
 with a company CA, which clients must be told to trust. These settings are plain, picklable data
 (the proxy password wrapped as a :class:`Secret`), carried by the connection settings to every
 process, and passed to the SDK under the names it uses (``transport_type``, ``http_proxy``,
-``custom_endpoint_address``, ``connection_verify``) and to azure-storage-blob under its own
-(``proxies``, ``connection_verify``).
+``custom_endpoint_address``, ``connection_verify``) and to azure-core's HTTPS clients (azure-storage-blob
+for the checkpoint store, azure-identity for Entra sign-in) under theirs (``proxies``, ``connection_verify``).
 
 :func:`network_failure` says what an exception raised while connecting means, by walking its causes:
 a refused or unreachable port (may heal: retried until the deadline), an untrusted certificate or a
@@ -94,9 +94,10 @@ class NetworkSettings:
             kwargs["connection_verify"] = self.ca_file
         return kwargs
 
-    def storage_kwargs(self) -> dict[str, Any]:
-        """azure-storage-blob's keyword arguments: the same proxy and CA bundle for the checkpoint store
-        (a TLS-inspecting proxy re-signs the blob service's certificate too)."""
+    def http_kwargs(self) -> dict[str, Any]:
+        """azure-core's keyword arguments for the HTTPS clients beside the hub's: the same proxy and CA bundle
+        for the checkpoint store (azure-storage-blob) and Entra sign-in (azure-identity); a TLS-inspecting
+        proxy re-signs their certificates too."""
         kwargs: dict[str, Any] = {}
         if self.proxy is not None:
             url = self.proxy.url()

@@ -55,7 +55,7 @@ class CheckpointMirror:
         if self._store is None and options is not None:
             from .blob import BlobCheckpointStore
 
-            network = self.settings.network.storage_kwargs()  # the hub's proxy and CA bundle
+            network = self.settings.network.http_kwargs()  # the hub's proxy and CA bundle
             if options.account_url:
                 # Without a SAS token the store signs in with the same Entra identity as the hub
                 # (or DefaultAzureCredential), built here, in this process.

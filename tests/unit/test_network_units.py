@@ -32,7 +32,7 @@ def net(**options: str) -> NetworkSettings:
 
 def test_the_defaults_are_the_sdks_amqp_over_tls():
     assert net() == NetworkSettings()
-    assert net().sdk_kwargs(False) == {} and net().storage_kwargs() == {}
+    assert net().sdk_kwargs(False) == {} and net().http_kwargs() == {}
 
 
 def test_transport_type_takes_either_spelling_and_refuses_others():
@@ -121,7 +121,7 @@ def test_the_sdk_gets_its_own_names():
         "connection_verify": "/certs/ca.pem",
     }
     assert settings.sdk_kwargs(True)["http_proxy"]["proxy_hostname"] == "http://proxy.corp"  # aiohttp takes a URL
-    storage = settings.storage_kwargs()
+    storage = settings.http_kwargs()
     assert storage["proxies"]["https"] == "http://svc:p%40ss%3Aw%2Frd@proxy.corp:3128"
     assert storage["connection_verify"] == "/certs/ca.pem"
 
