@@ -70,9 +70,10 @@ def _read_connector(options: dict[str, str]) -> tuple[float, float, str]:
     """(client CPU seconds, wall seconds, the tap's transport) of one read of every event."""
     from eventhubs_spark.amqp import engine
     from eventhubs_spark.codec.layout import events_batch
-    from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.receiver import PartitionReceiver
     from eventhubs_spark.executor.runtime import current
     from eventhubs_spark.options import read_options
+    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
     settings = read_options(options, "batch").settings
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)

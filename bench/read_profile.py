@@ -55,8 +55,9 @@ def _fill(conn: str) -> None:
 def _read_connector(conn: str) -> int:
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.codec.layout import events_batch
-    from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.receiver import PartitionReceiver
     from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
     receiver = PartitionReceiver(parse_connection_string(conn), config, "0", current().connections)

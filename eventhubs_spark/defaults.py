@@ -19,3 +19,9 @@ MIN_EVENTS_PER_TASK = 0  # 0: one Spark task per Event Hubs partition
 LOAD_BALANCING_STRATEGY = "greedy"
 LOAD_BALANCING_INTERVAL = 10.0
 OWNERSHIP_EXPIRATION = 60.0
+# The one retry policy (eventhubs.retry.*): waits doubling from the first to the longest, each shortened by
+# up to the jitter fraction at random; 0 attempts: as many as the operation's deadline allows.
+RETRY_MAX_ATTEMPTS = 0
+RETRY_INITIAL_DELAY = 0.1
+RETRY_MAX_DELAY = 2.0
+RETRY_JITTER = 0.2

@@ -1,20 +1,16 @@
-"""The connector's exception types, what an SDK error means, and the one retry loop.
+"""The connector's exception types, and what counts as worth another attempt.
 
-Each type says whether trying again can help (``retriable``). :func:`call_with_retries` retries only
-what may heal, under a deadline, and ends in :class:`EventHubsTimeoutError` raised ``from`` the last
-cause; management requests and sends both use it. What an SDK error means is decided by its AMQP
-condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk.error_type`).
+Each type says whether trying again can help (``retriable``). The one retry policy
+(:mod:`eventhubs_spark.retry`) retries only what may heal, under a deadline, and ends in
+:class:`EventHubsTimeoutError` raised ``from`` the last cause. What an SDK error means is decided by its
+AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk.error_type`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 
 class EventHubsError(Exception):
@@ -84,6 +80,11 @@ class NetworkError(EventHubsError, ConnectionError):
         return (_network_error, (str(self), self.example, self.retriable))
 
 
+class DecodeError(ValueError):
+    """A received message the connector cannot turn into a row (it lacks what every event has). Here, on the
+    floor below both, because the frame reader (``amqp/``) and the decoders (``codec/``) both raise it."""
+
+
 def _network_error(message: str, example: str | None, retriable: bool) -> NetworkError:
     return NetworkError(message, example, retriable=retriable)
 
@@ -128,7 +129,8 @@ _TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError
 
 
 def retriable(error: BaseException) -> bool:
-    """What :func:`call_with_retries` tries again by default: connector errors that say so, and time-outs."""
+    """What :meth:`eventhubs_spark.retry.RetryPolicy.call` tries again by default: connector errors that say so,
+    and time-outs."""
     if isinstance(error, EventHubsError):
         return error.retriable
     return isinstance(error, _TIMEOUTS)
@@ -140,59 +142,3 @@ def describe_error(exc: BaseException) -> str:
     if not text:
         return "the attempt timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
     return text
-
-
-def call_with_retries(
-    attempt: Callable[[float], T],
-    *,
-    timeout: float,
-    what: str,
-    is_retriable: Callable[[BaseException], bool] = retriable,
-    on_retry: Callable[[int, BaseException], None] | None = None,
-    attempt_share: float = 1.0,
-    max_attempt: float | None = None,
-    first_delay: float = 0.1,
-    max_delay: float = 5.0,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> T:
-    """Call ``attempt(seconds_it_may_take)`` until it succeeds, a failure is not retriable, or
-    ``timeout`` (eventhubs.operationTimeout) has passed.
-
-    Each attempt may take ``attempt_share`` of the timeout (at most ``max_attempt`` seconds, at least
-    one second), so an attempt that never returns is tried again in time. Between attempts the
-    delay doubles from ``first_delay`` up to ``max_delay``; ``on_retry(attempt number, error)`` runs
-    before each wait (e.g. to drop a connection). The end is an :class:`EventHubsTimeoutError` naming
-    ``what``, the option and the last error, raised from it.
-    """
-    deadline = clock() + timeout
-    delay = first_delay
-    tries = 0
-    said: BaseException | None = None  # the last error that was more than "the attempt took too long"
-    per_attempt = max(1.0, timeout * attempt_share)
-    if max_attempt is not None:
-        per_attempt = min(per_attempt, max_attempt)
-    while True:
-        tries += 1
-        try:
-            return attempt(max(0.1, min(deadline - clock(), per_attempt)))
-        except Exception as exc:
-            if not is_retriable(exc):
-                raise
-            last: BaseException = exc
-            if not isinstance(exc, TimeoutError):
-                said = exc
-        if on_retry is not None:
-            on_retry(tries, last)
-        if clock() + delay >= deadline:
-            # An attempt cut short by the deadline says only that it timed out; what the service
-            # answered before (throttled, busy, refused) is what the reader needs, so both are shown.
-            cause = describe_error(last)
-            if said is not None and said is not last:
-                cause += f" (before it: {describe_error(said)})"
-            raise EventHubsTimeoutError(
-                f"{what} did not succeed within eventhubs.operationTimeout ({timeout:g} s, {tries} attempts); "
-                f"last error: {cause}"
-            ) from last
-        sleep(delay)
-        delay = min(delay * 2, max_delay)

@@ -17,8 +17,8 @@ from types import MappingProxyType
 from typing import Any
 
 from . import defaults
-from .auth.credentials import Secret
 from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
+from .auth.secret import Secret
 from .auth.settings import ConnectionSettings, host_and_port
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions

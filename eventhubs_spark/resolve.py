@@ -23,9 +23,9 @@ from typing import Any
 from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError
-from .executor.receiver import ReceiverConfig
 from .partitions import PartitionInfo
 from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
+from .ranges import ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
                     timeout: float) -> Any:  # fmt: skip
     deadline = time.monotonic() + timeout
     last_error: str | None = None
-    backoff = 0.05
+    waits = settings.retry.backoff()
     while not got and time.monotonic() < deadline:
         try:
             consumer.receive(batch=True, max_batch_size=1, max_wait_time=None)
@@ -137,8 +137,10 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
             if failure is not None and not failure.retriable:
                 raise failure from None
             last_error = str(failure or exc)  # a dropped link or connection: the next receive opens it again
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            delay = waits.next_delay()
+            if delay is None:  # eventhubs.retry.maxAttempts
+                break
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             continue
         error = sdk.link_error(consumer)
         if error is not None and _lasting(error):
@@ -148,9 +150,12 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
         last_error = str(error) if error is not None else last_error  # the SDK reconnects by itself
     if not got:
         cause = f"; last error: {last_error}" if last_error else ""
+        limit = f"within {timeout:g} s (eventhubs.receiverTimeout)"
+        if time.monotonic() < deadline:
+            limit = f"in {waits.tries} attempts (eventhubs.retry.maxAttempts)"
         raise EventHubsTimeoutError(
-            f"no event at {pos} in partition {partition} of hub {settings.hub!r} within {timeout:g} s "
-            f"(eventhubs.receiverTimeout), although the partition has events past it{cause}"
+            f"no event at {pos} in partition {partition} of hub {settings.hub!r} {limit}, although the partition "
+            f"has events past it{cause}"
         )
     return got[0]
 

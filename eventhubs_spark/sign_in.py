@@ -13,7 +13,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .auth.credentials import EntraSettings, Secret
+from .auth.credentials import EntraSettings
+from .auth.secret import Secret
 from .auth.settings import ENTRA_METHODS, ConnectionSettings, parse_connection_string
 from .errors import OptionError
 

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
 from .codec.encode import encode_event
-from .errors import EventHubsError, SinkError, call_with_retries
+from .errors import EventHubsError, SinkError
 from .executor import runtime
 from .options import write_options
 
@@ -283,8 +283,7 @@ class EventSender:
         def log(tries: int, error: BaseException) -> None:
             _LOG.warning("%s failed (attempt %d), retrying: %s", what, tries, error)
 
-        return call_with_retries(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log,
-                                 first_delay=0.2)  # fmt: skip
+        return self.settings.retry.call(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log)
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],

@@ -25,11 +25,11 @@ from .auth.settings import ConnectionSettings
 from .checkpoints.mirror import CheckpointMirror
 from .errors import OptionError, data_loss_error
 from .executor import runtime
-from .executor.receiver import RangeRequest, ReceiverConfig
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
 from .positions import Latest, Position
+from .ranges import RangeRequest, ReceiverConfig
 from .resolve import resolve
 
 _LOG = logging.getLogger("eventhubs_spark")

@@ -14,17 +14,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ..auth.network import causes, classify, network_failure
+from azure.core.exceptions import ClientAuthenticationError
+
 from ..auth.settings import ConnectionSettings
 from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError
 from . import sdk
+from .reach import causes, classify, network_failure
 
 Failure = AuthenticationFailedError | HubNotFoundError | NetworkError
 
-# azure-identity's refusals to issue a token (they are not AMQP errors: they are told by their type)
-_IDENTITY_FAILURES = frozenset({"ClientAuthenticationError", "CredentialUnavailableError"})
-# the SDK's names for a failed sign-in whose condition says nothing (it may wrap a failure to connect)
-_SIGN_IN_WRAPPERS = frozenset({"AuthenticationError", "AuthenticationException", "TokenAuthFailure"})
 
 _ROLES = "the 'Azure Event Hubs Data Receiver' role to read, 'Data Sender' to write"
 _AUTH_HINTS = {
@@ -71,12 +69,13 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
         meaning = sdk.condition(seen)
         if meaning == sdk.NOT_FOUND:
             return not_found(settings, str(seen))
-        if meaning == sdk.UNAUTHORIZED or type(seen).__name__ in _IDENTITY_FAILURES:
+        # azure-core's ClientAuthenticationError: azure-identity's refusal to issue a token (not an AMQP error)
+        if meaning == sdk.UNAUTHORIZED or isinstance(seen, ClientAuthenticationError):
             return auth_error(settings, str(seen))
-        if meaning is None and type(seen).__name__ in _SIGN_IN_WRAPPERS:
+        if meaning is None and isinstance(seen, sdk.sign_in_wrappers()):
             # The SDK reports some failures to connect as failed sign-ins (a host name that does not resolve
             # over WebSockets, a custom endpoint that refuses): what it wraps decides.
-            inner = getattr(seen, "error", None) or seen.__cause__
+            inner = getattr(seen, "error", None) or getattr(seen, "inner_error", None) or seen.__cause__
             wrapped = network_failure(inner, settings.namespace, settings.network) if inner is not None else None
             return wrapped or auth_error(settings, str(seen))
     return None

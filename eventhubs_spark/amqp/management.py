@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..auth.settings import ConnectionSettings
-from ..errors import EventHubsError, TransientError, call_with_retries
+from ..errors import EventHubsError, TransientError
 from ..partitions import PartitionInfo
 from . import failures, sdk
 
@@ -136,7 +136,7 @@ class ManagementClient:
             )
             _LoopThread.run(self._close(), timeout=30)
 
-        return call_with_retries(
+        return self.settings.retry.call(
             attempt,
             timeout=self.operation_timeout,
             what=f"management request for hub {self.settings.hub!r} on {self.settings.namespace}",

@@ -526,6 +526,7 @@ CLIENT_INTERNALS = ("_create_consumer", "_conn_manager")  # EventHubConsumerClie
 MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
     "azure.eventhub._pyamqp._decode.decode_frame",
     "azure.eventhub._pyamqp._decode.decode_payload",
+    "azure.eventhub._pyamqp.error.AuthenticationException",  # sign_in_wrappers
 )
 BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes")  # EventDataBatch (add_encoded)
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
@@ -535,6 +536,16 @@ ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the man
     "_address",
     "_config",
 )
+
+
+def sign_in_wrappers() -> tuple[type[BaseException], ...]:
+    """The SDK's exceptions for a failed sign-in whose AMQP condition says nothing: what they wrap decides
+    (the SDK reports some failures to connect this way: a host name that does not resolve over WebSockets,
+    a custom endpoint that refuses)."""
+    from azure.eventhub._pyamqp.error import AuthenticationException  # TokenAuthFailure is one too
+    from azure.eventhub.exceptions import AuthenticationError
+
+    return (AuthenticationError, AuthenticationException)
 
 
 def missing_internals(

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codec.columns import DecodeError
+from ..errors import DecodeError
 from . import sdk
 from .messages import RawEvents, Unsupported, sequence_number
 from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream

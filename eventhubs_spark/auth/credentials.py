@@ -1,42 +1,15 @@
-"""Secrets that never show themselves, and Microsoft Entra ID identities as plain data, with the
+"""Microsoft Entra ID identities as plain data, with the
 credentials each process builds from them (one per identity and process)."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import OptionError
-
-if TYPE_CHECKING:
-    from .network import NetworkSettings
-
-
-class Secret:
-    """A string that never shows itself in repr, str, logs or Spark plans."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
-        return (Secret, (self._value,))
+from .network import NetworkSettings
+from .secret import Secret
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..errors import OptionError
-from .credentials import EntraSettings, Secret
+from ..retry import RetryPolicy
+from .credentials import EntraSettings
 from .network import NetworkSettings
+from .secret import Secret
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"
@@ -41,6 +43,7 @@ class ConnectionSettings:
     entra: EntraSettings | None = None
     emulator: bool = False  # plain AMQP without TLS, as UseDevelopmentEmulator=true
     network: NetworkSettings = dataclasses.field(default_factory=NetworkSettings)  # transport, proxy, endpoint, CAs
+    retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)  # eventhubs.retry.*: every retry loop's waits
 
     @property
     def fully_qualified_namespace(self) -> str:

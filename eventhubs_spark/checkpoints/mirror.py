@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..auth.credentials import EntraSettings
 from ..auth.settings import ConnectionSettings
-from ..executor.receiver import ReceiverConfig
 from ..partitions import PartitionInfo
+from ..ranges import ReceiverConfig
 from . import Checkpoint
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..amqp import sdk
 from ..arrow import ARROW_SCHEMA, COLUMN_ANNOTATIONS
+from ..errors import DecodeError
 
 
 def to_text(value: Any) -> str | None:
@@ -134,10 +135,6 @@ def _columns(body: bytes, seq: int, annotations: Any, app: Any, system: list[Any
         list(app.items()) if app else None,
         system or None,
     )
-
-
-class DecodeError(ValueError):
-    """A received message the connector cannot turn into a row (it lacks what every event has)."""
 
 
 # Per event, besides the body: a rough count of the bytes its row holds in the lists below, for the

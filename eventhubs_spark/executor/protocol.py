@@ -5,12 +5,12 @@ anything there, whatever slips elsewhere (a shared user on a multi-user cluster,
 with the wrong mode). A range request travels as JSON and is rebuilt field by field against the
 dataclasses it names, with each field's declared type checked: an unknown field, a missing one, a
 value of the wrong type or anything that is not JSON is refused (:class:`ProtocolError`), logged, and
-nothing of it is used. Events come back as Arrow IPC record batches; errors as JSON naming one of the
-connector's error types.
+nothing of it is used. Events come back as spans of the undecoded AMQP frames (:mod:`.wire`), which the
+worker decodes; errors as JSON naming one of the connector's error types.
 
 Secrets (keys, tokens, the proxy password) cross the socket as they are, as they would inside a
 Spark task: the socket is the user's own (mode 0600, in a directory of mode 0700, each peer's user
-checked), and they are wrapped in :class:`~eventhubs_spark.auth.credentials.Secret` again on arrival.
+checked), and they are wrapped in :class:`~eventhubs_spark.auth.secret.Secret` again on arrival.
 """
 
 from __future__ import annotations
@@ -21,18 +21,28 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
-from ..auth.credentials import EntraSettings, Secret
+from ..auth.credentials import EntraSettings
 from ..auth.network import HttpProxy, NetworkSettings
+from ..auth.secret import Secret
 from ..auth.settings import ConnectionSettings
 from ..errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
-from .receiver import RangeRequest, ReceiverConfig
+from ..ranges import RangeRequest, ReceiverConfig
+from ..retry import RetryPolicy
 
 T = TypeVar("T")
 
 # The dataclasses a request is made of, by name: nothing else can be built from a message.
 _KNOWN: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (RangeRequest, ConnectionSettings, ReceiverConfig, EntraSettings, NetworkSettings, HttpProxy)
+    for cls in (
+        RangeRequest,
+        ConnectionSettings,
+        ReceiverConfig,
+        EntraSettings,
+        NetworkSettings,
+        HttpProxy,
+        RetryPolicy,
+    )
 }
 _MAX_REQUEST = 1 << 20  # bytes: a request is a few KB; anything near this is not one
 

@@ -26,8 +26,10 @@ from ..amqp.management import ManagementClient
 from ..auth.settings import ConnectionSettings
 from ..codec.layout import events_batch
 from ..errors import OptionError
-from .receiver import RangeRequest, RangeResult, ReceiverPool, read_here
-from .service import ServiceClient, ServiceGone, place
+from ..ranges import RangeRequest, RangeResult
+from .client import ServiceClient, ServiceGone
+from .place import place
+from .pool import ReceiverPool, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
 

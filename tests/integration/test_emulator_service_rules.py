@@ -214,10 +214,11 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
     from eventhubs_emulator.entra import LocalEntra
     from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.errors import HubNotFoundError
-    from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+    from eventhubs_spark.executor.pool import read_here
     from eventhubs_spark.executor.runtime import current
     from eventhubs_spark.options import read_options, write_options
     from eventhubs_spark.positions import SequenceNumber
+    from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
     from eventhubs_spark.resolve import first_event
     from eventhubs_spark.sink import _write, layout_for
 

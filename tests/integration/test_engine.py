@@ -9,8 +9,9 @@ import time
 
 from eventhubs_spark.amqp.engine import Connections
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.receiver import PartitionReceiver
 from eventhubs_spark.executor.runtime import current
+from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
 from .sdk_helpers import send, wait_until
 

@@ -16,9 +16,10 @@ from eventhubs_spark.amqp import engine
 from eventhubs_spark.amqp.management import ManagementClient
 from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError
-from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig, read_here
+from eventhubs_spark.executor.pool import read_here
 from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.options import read_options
+from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
 
 from ..conftest import free_port
 from .network_helpers import TRANSPORTS, network_options, sdk_kwargs
@@ -355,8 +356,9 @@ def test_entra_sign_in_goes_through_the_same_proxy_and_trusts_the_same_ca(http_p
     eventhubs.httpProxy.* and trusts eventhubs.connectionVerify, as the hub's connection does (before, only
     the process's HTTPS_PROXY and REQUESTS_CA_BUNDLE, which a user behind a proxy may not be able to set)."""
     from eventhubs_emulator.entra import EVENTHUBS_AUDIENCE, LocalEntra
-    from eventhubs_spark.auth.credentials import EntraSettings, Secret
+    from eventhubs_spark.auth.credentials import EntraSettings
     from eventhubs_spark.auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
+    from eventhubs_spark.auth.secret import Secret
 
     for variable in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "REQUESTS_CA_BUNDLE", "NO_PROXY"):
         monkeypatch.delenv(variable, raising=False)

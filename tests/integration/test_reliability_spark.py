@@ -293,8 +293,8 @@ def test_one_partition_stalled(spark, eventhub):
     eventhubs.receiverTimeout with an error naming the partition and the option, also through Spark."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
-    from eventhubs_spark.executor.receiver import RangeResult, ReceiverConfig
     from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
     fill(eventhub, {p: 20 for p in range(4)}, "stall")
     settings = parse_connection_string(eventhub.connection_string)

@@ -190,7 +190,7 @@ def test_bad_sign_in_options_name_the_option_and_show_an_example(option, raw):
 
 
 def test_sign_in_methods_are_implied_by_the_options_given():
-    from eventhubs_spark.auth.credentials import Secret
+    from eventhubs_spark.auth.secret import Secret
 
     def method(raw):
         return parse_options(raw, "batch").settings.auth_method

@@ -241,7 +241,7 @@ def test_a_value_body_falls_back_to_the_sdk_and_is_counted() -> None:
 
 
 def test_a_message_without_a_sequence_number_is_an_error_naming_what_is_missing() -> None:
-    from eventhubs_spark.codec.columns import DecodeError
+    from eventhubs_spark.errors import DecodeError
 
     payload = section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-offset"): "1"}) + section(amqp.DATA, b"x")
     with pytest.raises(DecodeError, match="x-opt-sequence-number"):

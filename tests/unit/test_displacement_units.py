@@ -12,7 +12,9 @@ from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.tap import LinkSink
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
-from eventhubs_spark.executor.receiver import PartitionReceiver, RangeResult, ReceiverConfig, ReceiverPool
+from eventhubs_spark.executor.pool import ReceiverPool
+from eventhubs_spark.executor.receiver import PartitionReceiver
+from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
 from .test_reader_units import Clock, FakeReceiver
 
@@ -51,7 +53,7 @@ class ScriptedReceiver(PartitionReceiver):
 
     def open_at(self, sequence_number: int, keep: RawEvents | None = None) -> None:
         self._link = SimpleNamespace(sink=LinkSink())  # nothing arrives there: the script hands events out
-        self._carry = keep if keep else None
+        self.held.replace(keep)
         if keep is None:
             self.position = sequence_number
         self.opens += 1

@@ -19,9 +19,11 @@ from eventhubs_spark.errors import (
     ReceiverDisconnectedError,
     SinkError,
     TransientError,
-    call_with_retries,
     data_loss_error,
 )
+from eventhubs_spark.retry import RetryPolicy
+
+STEADY = RetryPolicy(jitter=0.0)  # the waits as the policy's table says, without their random shortening
 
 SETTINGS = parse_connection_string(
     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=SECRETKEY;EntityPath=hub"
@@ -52,7 +54,7 @@ def test_retries_transient_failures_until_one_succeeds():
             raise TransientError("server busy")
         return "ok"
 
-    result = call_with_retries(
+    result = STEADY.call(
         attempt, timeout=30, what="x", on_retry=lambda n, e: retried.append(n), clock=clock, sleep=clock.sleep
     )
     assert result == "ok" and retried == [1, 2] and clock.sleeps == [0.1, 0.2]
@@ -66,7 +68,7 @@ def test_ends_after_the_timeout_naming_what_the_option_and_the_last_error():
         raise TransientError("503 server busy")
 
     with pytest.raises(EventHubsTimeoutError) as info:
-        call_with_retries(attempt, timeout=10, what="management request for hub 'h'", clock=clock, sleep=clock.sleep)
+        STEADY.call(attempt, timeout=10, what="management request for hub 'h'", clock=clock, sleep=clock.sleep)
     text = str(info.value)
     assert text.startswith("management request for hub 'h' did not succeed within eventhubs.operationTimeout (10 s")
     assert "503 server busy" in text and isinstance(info.value.__cause__, TransientError)
@@ -84,7 +86,7 @@ def test_an_attempt_cut_short_still_shows_what_the_service_said_before():
         raise next(errors)
 
     with pytest.raises(EventHubsTimeoutError) as info:
-        call_with_retries(attempt, timeout=10, what="x", clock=clock, sleep=clock.sleep)
+        STEADY.call(attempt, timeout=10, what="x", clock=clock, sleep=clock.sleep)
     text = str(info.value)
     assert "last error: the attempt timed out (before it: 503 server busy)" in text, text
 
@@ -97,7 +99,7 @@ def test_a_failure_that_cannot_heal_is_raised_at_once():
         raise AuthenticationFailedError("wrong key")
 
     with pytest.raises(AuthenticationFailedError):
-        call_with_retries(attempt, timeout=60, what="x", sleep=lambda s: None)
+        STEADY.call(attempt, timeout=60, what="x", sleep=lambda s: None)
     assert len(calls) == 1
 
 
@@ -111,10 +113,37 @@ def test_each_attempt_gets_its_share_of_the_deadline():
         raise TimeoutError("no answer")
 
     with pytest.raises(EventHubsTimeoutError):
-        call_with_retries(
-            attempt, timeout=300, what="x", attempt_share=1 / 3, max_attempt=30, clock=clock, sleep=clock.sleep
-        )
+        STEADY.call(attempt, timeout=300, what="x", attempt_share=1 / 3, max_attempt=30, clock=clock, sleep=clock.sleep)
     assert shares[0] == 30 and len(shares) > 3, "an unanswered attempt is tried again in time"
+
+
+@pytest.mark.parametrize(
+    ("policy", "draws", "waits"),
+    [
+        (RetryPolicy(initial_delay=0.1, max_delay=2.0, jitter=0.0), [0.5] * 7, [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]),
+        (RetryPolicy(initial_delay=1.0, max_delay=4.0, jitter=0.5), [0.0, 1.0, 0.5], [1.0, 1.0, 3.0]),
+        (RetryPolicy(initial_delay=0.1, max_delay=5.0, jitter=0.2, max_attempts=3), [0.0] * 3, [0.1, 0.2, None]),
+    ],
+)
+def test_the_policys_waits_double_to_the_cap_shortened_by_the_jitter_and_stop_at_the_attempts(policy, draws, waits):
+    rng = iter(draws)
+    backoff = policy.backoff(rng=lambda: next(rng, 0.5))
+    got = [backoff.next_delay() for _ in waits]
+    assert [None if g is None else round(g, 9) for g in got] == waits
+    backoff.reset()
+    assert backoff.tries == 0 and backoff.next_delay() is not None
+
+
+def test_the_most_attempts_end_a_call_before_its_deadline_naming_the_option():
+    calls = []
+
+    def attempt(seconds: float) -> None:
+        calls.append(seconds)
+        raise TransientError("server busy")
+
+    with pytest.raises(EventHubsTimeoutError, match=r"eventhubs.retry.maxAttempts is 3.*server busy"):
+        RetryPolicy(max_attempts=3).call(attempt, timeout=600, what="x", sleep=lambda s: None)
+    assert len(calls) == 3
 
 
 def _link_error(condition: object, description: str = "") -> Exception:
@@ -220,11 +249,16 @@ def test_a_missing_hub_and_other_errors_pass_through_sign_in_errors_as_they_shou
 
 
 def test_an_identity_that_issues_no_token_is_a_refused_sign_in():
-    class ClientAuthenticationError(Exception):  # azure-identity's: no AMQP condition, told by its type
-        pass
+    """azure-identity's refusals carry no AMQP condition: they are told by their (azure-core) type."""
+    from azure.core.exceptions import ClientAuthenticationError
+    from azure.identity import CredentialUnavailableError
 
     with pytest.raises(AuthenticationFailedError, match="AADSTS7000215"), failures.sign_in_errors(SETTINGS):
         raise ClientAuthenticationError("AADSTS7000215: Invalid client secret provided.")
+    with pytest.raises(AuthenticationFailedError, match="no managed identity"), failures.sign_in_errors(SETTINGS):
+        raise CredentialUnavailableError("no managed identity endpoint is available")
+    with failures.sign_in_errors(SETTINGS), pytest.raises(ValueError):  # anything else passes through as itself
+        raise ValueError("not a sign-in")
 
 
 def test_every_error_type_survives_a_trip_to_another_process():

@@ -1,13 +1,11 @@
-"""Networks without a network: the options, what the SDK and azure-storage-blob are given, what each
-failure to connect means, the WebSocket framing on both sides, and performatives with fields left out."""
+"""Networks without a network: the options, what the SDK and azure-storage-blob are given, the WebSocket
+framing on both sides, and performatives with fields left out. What each real failure to connect means:
+tests/integration/test_network_failures.py."""
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import pickle
-import socket
-import ssl
 
 import pytest
 from hypothesis import given, settings
@@ -16,8 +14,8 @@ from hypothesis import strategies as st
 from eventhubs_emulator import amqp
 from eventhubs_emulator import websocket as server_ws
 from eventhubs_spark.amqp import websocket as client_ws
-from eventhubs_spark.auth.network import HttpProxy, NetworkSettings, network_failure
-from eventhubs_spark.errors import NetworkError, OptionError
+from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
+from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import read_options, write_options
 
 CONN = "Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
@@ -135,91 +133,9 @@ def test_a_custom_endpoint_over_amqp_names_the_transport():
 
 
 def _secret(value: str):
-    from eventhubs_spark.auth.credentials import Secret
+    from eventhubs_spark.auth.secret import Secret
 
     return Secret(value)
-
-
-# -- what a failure to connect means --------------------------------------------------------------------------
-
-WHERE = NetworkSettings()
-WS = NetworkSettings(transport="amqpWebSockets", proxy=HttpProxy("proxy.corp", 3128))
-
-
-class ConnectError(Exception):
-    """Stands in for the SDK's wrapper, which keeps the cause in ``error``."""
-
-    def __init__(self, text: str, error: object = None) -> None:
-        super().__init__(text)
-        self.error = error
-
-
-def _named(name: str, text: str, **attrs: object) -> Exception:
-    cls = type(name, (Exception,), {})
-    exc = cls(text)
-    for key, value in attrs.items():
-        setattr(exc, key, value)
-    return exc
-
-
-def _cert_error(text: str, code: int) -> ssl.SSLCertVerificationError:
-    exc = ssl.SSLCertVerificationError(1, text)
-    exc.verify_code = code
-    return exc
-
-
-@pytest.mark.parametrize(
-    ("exc", "network", "words", "retriable"),
-    [
-        (_cert_error("certificate verify failed: self-signed certificate", 18), WHERE,
-         ["not trusted", "eventhubs.connectionVerify"], False),
-        (_cert_error("certificate verify failed: Hostname mismatch, certificate is not valid for 'x'", 62), WHERE,
-         ["does not name that host", "eventhubs.customEndpointAddress"], False),
-        (ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"), WHERE, ["TLS handshake"], False),
-        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), WHERE,
-         ["myns.servicebus.windows.net:5671", "refused", "eventhubs.transportType=amqpWebSockets"], True),
-        (TimeoutError("timed out"), WHERE, ["unreachable", "amqpWebSockets"], True),
-        (OSError(errno.ENETUNREACH, "Network is unreachable"), WHERE, ["unreachable"], True),
-        (socket.gaierror(-2, "Name or service not known"), WHERE, ["cannot resolve", "eventhubs.namespace"], True),
-        (_named("WebSocketProxyException", "failed CONNECT via proxy status: 407"), WS,
-         ["proxy.corp:3128", "407", "eventhubs.httpProxy.username"], False),
-        (_named("ClientHttpProxyError", "Proxy Authentication Required", status=407), WS, ["407"], False),
-        (_named("WebSocketProxyException", "failed CONNECT via proxy status: 403"), WS,
-         ["refused to connect", "status 403", "CONNECT"], False),
-        (_named("ClientProxyConnectionError", "Cannot connect to host proxy.corp:3128"), WS,
-         ["cannot reach the HTTP proxy proxy.corp:3128", "eventhubs.httpProxy.port"], True),
-        (_named("WebSocketBadStatusException", "Handshake status 404 Not Found", status_code=404), WS,
-         ["status 404", "/$servicebus/websocket"], False),
-        (_named("WebSocketConnectionClosedException", "Connection to remote host was lost."), WS,
-         ["WebSocket handshake", "eventhubs.transportType"], True),
-    ],
-)  # fmt: skip
-def test_each_failure_to_connect_says_what_to_change(exc, network, words, retriable):
-    wrapped = ConnectError("Failed to initiate the connection", error=exc)  # as the SDK reports it
-    found = network_failure(wrapped, "myns.servicebus.windows.net", network)
-    assert isinstance(found, NetworkError)
-    for word in words:
-        assert word in str(found)
-    assert found.retriable is retriable
-    assert pickle.loads(pickle.dumps(found)).retriable is retriable  # crosses from the receiver service as it is
-
-
-def test_other_errors_are_not_network_failures():
-    assert network_failure(ValueError("bad"), "ns", WHERE) is None
-    assert network_failure(TimeoutError(), "ns", WHERE) is None  # a request's own time-out, not a connect
-    assert network_failure(ConnectError("text only", error="just a string"), "ns", WHERE) is None
-
-
-def test_the_sdk_reporting_a_failed_connect_as_a_failed_sign_in_is_seen_through():
-    from eventhubs_spark.amqp import failures
-    from eventhubs_spark.auth.settings import parse_connection_string
-
-    settings = parse_connection_string(CONN)
-    inner = socket.gaierror(-2, "Name or service not known")
-    wrapped = _named("AuthenticationException", "Failed to authenticate the connection due to exception", error=inner)
-    assert isinstance(failures.failure(settings, wrapped), NetworkError)
-    refused = _named("AuthenticationError", "CBS token error: 401 Unauthorized")
-    assert "could not sign in" in str(failures.failure(settings, refused))
 
 
 # -- WebSocket framing --------------------------------------------------------------------------------------------

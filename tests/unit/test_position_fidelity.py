@@ -16,10 +16,10 @@ import pytest
 
 from eventhubs_spark import resolve as resolve_module
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor.receiver import ReceiverConfig
 from eventhubs_spark.options import parse_options
 from eventhubs_spark.partitions import PartitionInfo
 from eventhubs_spark.positions import parse_position, selector
+from eventhubs_spark.ranges import ReceiverConfig
 
 # A partition of 10 events, sequence numbers 0..9. Offsets and times are placeholders filled per
 # partition: "O5" is event 5's offset, "T5" its enqueued time.

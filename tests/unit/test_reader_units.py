@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.executor.receiver import ReceiverConfig, ReceiverPool
+from eventhubs_spark.executor.pool import ReceiverPool
 from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
 from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
@@ -24,6 +24,7 @@ from eventhubs_spark.positions import (
     parse_position,
     parse_positions,
 )
+from eventhubs_spark.ranges import ReceiverConfig
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
 

@@ -17,9 +17,9 @@ import pytest
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import DataLossError, OptionError
-from eventhubs_spark.executor import runtime, service
-from eventhubs_spark.executor.receiver import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.executor import client, place, runtime, service, wire
 from eventhubs_spark.executor.runtime import Runtime
+from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
 
 SETTINGS = parse_connection_string(
     "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub;UseDevelopmentEmulator=true"
@@ -67,13 +67,13 @@ def running(tmp_path, monkeypatch):
     local = tmp_path / "blockmgr-x"
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    where = service.place()
+    where = place.place()
     assert where is not None
     svc = service.ReceiverService(where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool)
     thread = threading.Thread(target=svc.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while service._try_connect(where.socket_path) is None:
+    while client._try_connect(where.socket_path) is None:
         assert time.monotonic() < deadline, "the service did not listen"
         time.sleep(0.02)
     worker = Runtime(reap_every=0)  # a worker of that executor: it finds the service by SPARK_LOCAL_DIRS
@@ -86,19 +86,19 @@ def test_the_socket_path_is_short_private_and_one_per_executor_directory(tmp_pat
     deep = tmp_path / ("d" * 100) / ("e" * 100) / "blockmgr-0f3c"
     deep.mkdir(parents=True)
     monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{deep},{tmp_path}")
-    where = service.place()
+    where = place.place()
     assert where is not None and len(where.socket_path.encode()) < 100
     assert where.local_dir == str(deep) and where.lock_path.startswith(str(deep))
     assert stat.S_IMODE(os.stat(os.path.dirname(where.socket_path)).st_mode) == 0o700
     other = tmp_path / "blockmgr-other"
     other.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(other))
-    assert service.place().socket_path != where.socket_path  # type: ignore[union-attr]
-    now = service.place().socket_path  # type: ignore[union-attr]
-    monkeypatch.setattr(service, "WIRE_VERSION", service.WIRE_VERSION + 1)  # an upgrade in a running executor
-    assert service.place().socket_path != now, "workers of another wire format never reach this service"  # type: ignore[union-attr]
+    assert place.place().socket_path != where.socket_path  # type: ignore[union-attr]
+    now = place.place().socket_path  # type: ignore[union-attr]
+    monkeypatch.setattr(place, "WIRE_VERSION", wire.WIRE_VERSION + 1)  # an upgrade in a running executor
+    assert place.place().socket_path != now, "workers of another wire format never reach this service"  # type: ignore[union-attr]
     monkeypatch.delenv("SPARK_LOCAL_DIRS")
-    assert service.place() is None, "outside an executor there is no service"
+    assert place.place() is None, "outside an executor there is no service"
 
 
 def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypatch):
@@ -118,17 +118,17 @@ def test_each_chunk_goes_as_it_is_read_and_the_last_with_the_ranges_end_in_one_w
     read_here, _ = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
     writes: list[list[bytes]] = []
-    send = service._send_messages
+    send = wire.send_messages
 
     def recording(sock: object, *messages: tuple[bytes, tuple[bytes, ...]]) -> None:
         writes.append([kind for kind, _ in messages])
         send(sock, *messages)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(service, "_send_messages", recording)
+    monkeypatch.setattr(service, "send_messages", recording)
     batches = list(worker.read(request(100, 135), True, {}))
     assert sum(b.num_rows for b in batches) == 35
-    service_writes = [w for w in writes if w != [service._READ]]  # the worker's request goes the same way
-    assert service_writes == [[service._RAW]] * 3 + [[service._RAW, service._DONE]]
+    service_writes = [w for w in writes if w != [wire.READ]]  # the worker's request goes the same way
+    assert service_writes == [[wire.RAW]] * 3 + [[wire.RAW, wire.DONE]]
 
 
 @pytest.mark.parametrize(
@@ -225,8 +225,9 @@ def full_request() -> RangeRequest:
     """A request with every kind of field set: secrets, an Entra identity, a proxy, ownership."""
     import dataclasses
 
-    from eventhubs_spark.auth.credentials import EntraSettings, Secret
+    from eventhubs_spark.auth.credentials import EntraSettings
     from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
+    from eventhubs_spark.auth.secret import Secret
 
     settings = dataclasses.replace(
         SETTINGS,
@@ -253,16 +254,16 @@ def test_a_message_crosses_whole_in_one_write_when_small_and_in_pieces_when_the_
             return a.sendmsg(buffers)
 
     try:
-        service._send(Counting(), b"R", b"head", memoryview(b"-mid-"), b"", pa.py_buffer(b"tail"))  # type: ignore[arg-type]
+        wire.send(Counting(), b"R", b"head", memoryview(b"-mid-"), b"", pa.py_buffer(b"tail"))  # type: ignore[arg-type]
         assert writes == [4]  # header and three parts (the empty one left out): one write, one wake-up
-        assert service._recv(b) == (b"R", bytearray(b"head-mid-tail"))
+        assert wire.recv(b) == (b"R", bytearray(b"head-mid-tail"))
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a chunk larger than the socket holds
         a.settimeout(10)  # as the service's and the tasks' sockets: a write takes what fits and returns
         big = [os.urandom(300_000), pa.py_buffer(os.urandom(700_001)), os.urandom(3)]
         got: list[tuple[bytes, bytearray]] = []
-        reader = threading.Thread(target=lambda: got.append(service._recv(b)))
+        reader = threading.Thread(target=lambda: got.append(wire.recv(b)))
         reader.start()
-        service._send(Counting(), b"W", *big)  # type: ignore[arg-type]
+        wire.send(Counting(), b"W", *big)  # type: ignore[arg-type]
         reader.join(10)
         assert got == [(b"W", bytearray(big[0] + big[1].to_pybytes() + big[2]))]
         assert len(writes) > 2  # partial writes resumed where each stopped
@@ -346,7 +347,7 @@ def _raw_exchange(path: str, kind: bytes, payload: bytes) -> bytes:
     sock.connect(path)
     got = b""
     try:
-        sock.sendall(service._MESSAGE.pack(kind, len(payload)) + payload)
+        sock.sendall(wire.MESSAGE.pack(kind, len(payload)) + payload)
         while chunk := sock.recv(65536):
             got += chunk
     except (ConnectionResetError, BrokenPipeError):
@@ -427,7 +428,7 @@ def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_f
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     worker = Runtime(reap_every=0)
     with pytest.raises(PermissionError, match="mode 0700"):
-        service.place()
+        place.place()
     read_here, starts = scripted()
     monkeypatch.setattr(runtime, "read_here", read_here)
     stats: dict = {}
@@ -435,3 +436,21 @@ def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_f
         assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
     assert stats["via"] == "worker" and starts == [0]
     assert any("mode 0700" in r.getMessage() for r in caplog.records)
+
+
+def test_a_symlinked_socket_directory_is_refused_not_followed(tmp_path, monkeypatch):
+    """Whoever plants ``<tmp>/ehs-<uid>`` as a link would choose where the sockets go: even a link to a
+    directory of this user's with mode 0700 is refused (os.stat would have followed it)."""
+    import tempfile
+
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    os.chmod(target, 0o700)
+    (tmp_path / f"ehs-{os.getuid()}").symlink_to(target, target_is_directory=True)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    local = tmp_path / "blockmgr-l"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    with pytest.raises(PermissionError, match="not a symbolic link"):
+        place.place()
+    assert list(target.iterdir()) == []

@@ -1,0 +1,139 @@
+"""A worker's side of its executor's receiver service: start it when it is not there, read through it.
+
+The first worker that reads starts the service for its executor (under the lock file of its
+:class:`~.place.Place`, so only one does), detached from the worker, as ``python -m
+eventhubs_spark.executor.service``; every worker then reads its ranges through it. When the service
+cannot start or goes away mid-range, :class:`ServiceGone` says from which sequence number the task
+reads on by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..codec.layout import decode_spans
+from ..ranges import RangeRequest
+from . import protocol
+from .place import Place, executor_pid
+from .wire import DONE, ERROR, RAW, READ, SPANS, recv, send
+
+_START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
+
+
+class ServiceGone(Exception):
+    """The service went away before the range ended; ``next_seq`` is where the task reads on."""
+
+    def __init__(self, next_seq: int, cause: str) -> None:
+        super().__init__(cause)
+        self.next_seq = next_seq
+
+
+class ServiceClient:
+    """A worker's connection to its executor's service (kept across tasks; made again when broken)."""
+
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self._sock: socket.socket | None = None
+        self.started_service = False
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        sock = _try_connect(self.place.socket_path)
+        if sock is None:
+            sock = self._start()
+        self._sock = sock
+        return sock
+
+    def _start(self) -> socket.socket:
+        """Start the executor's service (one worker does, under the lock file) and connect to it."""
+        with open(self.place.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                sock = _try_connect(self.place.socket_path)  # another worker may have started it meanwhile
+                if sock is not None:
+                    return sock
+                with open(self.place.log_path, "ab") as log:
+                    args = [sys.executable, "-m", "eventhubs_spark.executor.service", "--socket",
+                            self.place.socket_path, "--local-dir", self.place.local_dir]  # fmt: skip
+                    pid = executor_pid()
+                    if pid is not None:
+                        args += ["--watch-pid", str(pid)]
+                    process = subprocess.Popen(
+                        args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True
+                    )
+                self.started_service = True
+                deadline = time.monotonic() + _START_TIMEOUT
+                while time.monotonic() < deadline:
+                    sock = _try_connect(self.place.socket_path)
+                    if sock is not None:
+                        return sock
+                    if process.poll() is not None:
+                        raise OSError(f"the receiver service exited at start (code {process.returncode}); see "
+                                      f"{self.place.log_path}")  # fmt: skip
+                    time.sleep(0.05)
+                process.kill()
+                raise OSError(f"the receiver service did not listen within {_START_TIMEOUT:g} s")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """The range's record batches from the service; its counts land in ``stats``. Raises
+        :class:`ServiceGone` when the service is unreachable or goes away, the task's errors as themselves."""
+        next_seq = request.start
+        decoded_here = 0  # events of raw batches the SDK's decoder made, here
+        try:
+            sock = self._connect()
+            sock.settimeout(request.config.receiver_timeout + 60.0)
+            send(sock, READ, protocol.encode_request(request))
+            while True:
+                kind, payload = recv(sock)
+                if kind == RAW:
+                    next_seq, n = SPANS.unpack_from(payload)
+                    starts = np.frombuffer(payload, np.int64, n, SPANS.size)
+                    ends = np.frombuffer(payload, np.int64, n, SPANS.size + 8 * n)
+                    buffer = pa.py_buffer(memoryview(payload)[SPANS.size + 16 * n :])
+                    batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
+                    decoded_here += fallbacks
+                    yield batch
+                elif kind == DONE:
+                    stats.update(json.loads(payload))
+                    stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
+                    return
+                elif kind == ERROR:
+                    raise protocol.decode_error(payload)
+                else:
+                    raise OSError(f"unexpected message {kind!r} from the receiver service")
+        except (OSError, EOFError, protocol.ProtocolError) as exc:
+            self.close()
+            raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
+        except GeneratorExit:
+            self.close()  # the task stopped early: the service is mid-range on this connection
+            raise
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def _try_connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock

@@ -1,0 +1,74 @@
+"""The receiver service's framing: how messages cross its socket.
+
+Each message is a kind byte and a payload length (:data:`MESSAGE`), then the payload, sent with its
+parts gathered into as few writes as the socket takes. The kinds: :data:`READ` (a worker's range
+request, JSON: :mod:`.protocol`), :data:`RAW` (a chunk of the range: the next sequence number, the
+message count, each message's start and end, then the buffer the messages are in, the AMQP frames as
+they arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the
+range's counts, JSON) and :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`).
+The worker decodes the spans into the source's Arrow record batches (:mod:`eventhubs_spark.codec.layout`).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import TypeAlias
+
+import pyarrow as pa
+
+WIRE_VERSION = 2  # raised whenever a message below changes: old services and new workers never meet
+MESSAGE = struct.Struct(">cQ")  # kind, payload length
+# next sequence number (8 bytes), message count n (8), each message's start and end (n + n int64, native order),
+# then the buffer they are in: the frames as they arrived, undecoded (amqp.messages.RawEvents.spans)
+RAW = b"W"
+SPANS = struct.Struct("=qq")  # 16 bytes: the offsets that follow stay 8-byte aligned
+DONE = b"D"  # the range's counts (JSON)
+ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
+READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
+
+_IOV_MAX = 512  # pieces per sendmsg call, well under Linux's 1024
+
+
+Part: TypeAlias = "bytes | memoryview | pa.Buffer"
+Message: TypeAlias = "tuple[bytes, tuple[Part, ...]]"  # kind, parts
+
+
+def send(sock: socket.socket, kind: bytes, *parts: Part) -> None:
+    send_messages(sock, (kind, parts))
+
+
+def send_messages(sock: socket.socket, *messages: Message) -> None:
+    """Messages, each its header and parts, gathered into as few writes as the socket takes (one, for a
+    request, a small chunk, or a range's last chunk with its end). A write per part would wake the reader
+    once for each: on a busy executor each wake-up can hand the CPU to the other side before this side
+    is done."""
+    pending: list[memoryview] = []
+    for kind, parts in messages:
+        views = [memoryview(p).cast("B") for p in parts]
+        pending.append(memoryview(MESSAGE.pack(kind, sum(v.nbytes for v in views))))
+        pending.extend(v for v in views if v.nbytes)
+    while pending:
+        sent = sock.sendmsg(pending[:_IOV_MAX])
+        while sent:
+            if sent >= pending[0].nbytes:
+                sent -= pending.pop(0).nbytes
+            else:
+                pending[0], sent = pending[0][sent:], 0
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytearray:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:])
+        if not n:
+            raise ConnectionResetError("the receiver service closed the connection")
+        got += n
+    return buf
+
+
+def recv(sock: socket.socket) -> tuple[bytes, bytearray]:
+    kind, size = MESSAGE.unpack(recv_exactly(sock, MESSAGE.size))
+    return kind, recv_exactly(sock, size)
