@@ -22,6 +22,7 @@ from .auth.secret import Secret
 from .auth.settings import ConnectionSettings, host_and_port
 from .errors import OptionError
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
+from .retry import RetryPolicy
 from .sign_in import resolve_sign_in
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -91,6 +92,17 @@ def parse_size(option: str, value: str) -> int:
                           f"Example: {example}", example)  # fmt: skip
     unit = (match.group(2) or "b").lower()[0]
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _fraction(option: str, value: str) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        example = f".option({option!r}, '0.2')"
+        raise OptionError(f"{option}: expected a fraction from 0 to 1, got {value!r}. Example: {example}", example)
+    return number
 
 
 def _choice(*allowed: str) -> Callable[[str, str], str]:
@@ -535,6 +547,35 @@ SPECS: tuple[Spec, ...] = (
         field="operation_timeout",
     ),
     Spec(
+        "eventhubs.retry.maxAttempts",
+        defaults.RETRY_MAX_ATTEMPTS,
+        _int(0),
+        "Most attempts of any one operation (a send, a management call, a position lookup, a receiver's reopens "
+        "without progress); 0 = as many as its deadline (operationTimeout, receiverTimeout) allows.",
+        "0",
+    ),
+    Spec(
+        "eventhubs.retry.initialDelay",
+        defaults.RETRY_INITIAL_DELAY,
+        parse_duration,
+        "The first wait before another attempt; each further wait doubles, up to eventhubs.retry.maxDelay.",
+        "100ms",
+    ),
+    Spec(
+        "eventhubs.retry.maxDelay",
+        defaults.RETRY_MAX_DELAY,
+        parse_duration,
+        "The longest wait between two attempts.",
+        "2s",
+    ),
+    Spec(
+        "eventhubs.retry.jitter",
+        defaults.RETRY_JITTER,
+        _fraction,
+        "Each wait is shortened at random by up to this fraction, so many tasks do not retry in step (0 to 1).",
+        "0.2",
+    ),
+    Spec(
         "eventhubs.useExclusiveReceiver",
         defaults.EXCLUSIVE_RECEIVER,
         parse_bool,
@@ -888,7 +929,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptio
     the sign-in and network options make the connection settings."""
     values = _values(raw, mode)
     settings = resolve_sign_in(values, _ENTRA_KEYS)
-    settings = dataclasses.replace(settings, network=_network(values))
+    settings = dataclasses.replace(settings, network=_network(values), retry=_retry(values))
     _check_combinations(values, mode)
     fields: dict[str, dict[str, Any]] = {"": {}, "store": {}, "ownership": {}}
     for spec in SPECS:
@@ -1004,6 +1045,29 @@ def _network(values: Mapping[str, Any]) -> NetworkSettings:
         proxy=proxy,
         custom_endpoint=values.get("eventhubs.customendpointaddress"),
         ca_file=values.get("eventhubs.connectionverify"),
+    )
+
+
+def _retry(values: Mapping[str, Any]) -> RetryPolicy:
+    """The query's retry policy from the eventhubs.retry.* options (each default where not given)."""
+    spec = {s.key.lower(): s for s in SPECS}
+
+    def get(key: str) -> Any:
+        return values.get(key, spec[key].default)
+
+    initial, longest = get("eventhubs.retry.initialdelay"), get("eventhubs.retry.maxdelay")
+    if initial <= 0 or longest < initial:
+        example = ".option('eventhubs.retry.initialDelay', '100ms').option('eventhubs.retry.maxDelay', '2s')"
+        raise OptionError(
+            f"eventhubs.retry.initialDelay ({initial:g} s) must be above 0 and at most eventhubs.retry.maxDelay "
+            f"({longest:g} s). Example: {example}",
+            example,
+        )
+    return RetryPolicy(
+        max_attempts=get("eventhubs.retry.maxattempts"),
+        initial_delay=initial,
+        max_delay=longest,
+        jitter=get("eventhubs.retry.jitter"),
     )
 
 

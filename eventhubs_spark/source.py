@@ -84,8 +84,9 @@ class EventHubsPartition(InputPartition):
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
-    """Executor side: read the task's ranges as Arrow record batches, through the executor's receiver
-    service (or in this worker when there is none), and log what each took.
+    """Executor side: read the task's ranges through the executor's receiver service (which sends the
+    undecoded frames' spans; they are decoded here into Arrow record batches), or in this worker when
+    there is none, and log what each took.
 
     (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
     the readers answer that with no rows.)

@@ -4,7 +4,7 @@ Event Hubs messages of one partition are nearly all built alike: the same annota
 order with the same encodings (a long sequence number, a str8 offset, a timestamp), the same
 application property names and value types from one producer, one data section. Only the values and
 the lengths of the variable parts differ. Decoding them one by one in Python walks the same structure
-again for every event (:mod:`.decode`: 3-5 µs each); here the structure is walked once per batch:
+again for every event (:mod:`.message`: 3-5 µs each); here the structure is walked once per batch:
 
 1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
    must be the same in every message of that shape (section descriptors, map sizes' positions, keys,

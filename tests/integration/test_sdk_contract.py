@@ -46,3 +46,30 @@ def test_the_sdk_functions_used_exist_and_a_missing_one_is_named(monkeypatch):
     assert sdk.missing_internals() == [], "the installed SDK lacks a module function the connector uses"
     monkeypatch.setattr(sdk, "MODULE_INTERNALS", ("azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"))
     assert sdk.missing_internals() == ["azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"]
+
+
+def test_websocket_client_has_every_private_field_the_frame_reader_uses(eventhub):
+    """Over AMQP over WebSockets the frame tap reads websocket-client's own frame buffer (pinned below 1.10 in
+    pyproject.toml): a release that renames one of those fields fails here, naming it."""
+    import websocket
+
+    from eventhubs_spark.options import read_options
+
+    from .network_helpers import network_options
+
+    send(eventhub.connection_string, ["x"], partition_id="0")
+    settings = read_options(network_options(eventhub, "websockets"), "batch").settings
+    receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "0", current().connections)
+    try:
+        got = [seq for chunk in receiver.read_range(0, 1, True, RangeResult()) for seq in chunk.seqs]
+        assert got == [0]
+        consumer = receiver._link.consumer  # type: ignore[union-attr]
+        transport = consumer._handler._connection._transport
+        assert sdk.websocket_of(transport) is not None, "the consumer reads AMQP over WebSockets"
+        assert sdk.missing_internals(consumer=consumer) == [], websocket.__version__
+    finally:
+        receiver.close()
+    # a websocket-client whose WebSocket lacks one of them (here ``pong``) is named
+    ws = SimpleNamespace(sock=object(), frame_buffer=transport.sock.frame_buffer, cont_frame=transport.sock.cont_frame)
+    older = SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=SimpleNamespace(sock=ws))))
+    assert "SimpleNamespace._handler._connection._transport.sock.pong" in sdk.missing_internals(consumer=older)
