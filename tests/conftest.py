@@ -6,12 +6,14 @@ which a test suite opts into (installing the package loads nothing into other py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,14 +141,69 @@ class ProxyServer:
         import sys
 
         self.credentials = credentials
-        self.port = free_port()
-        args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(self.port),
+        self.upstream = free_port()  # proxy.py itself; clients reach it through the counting front below
+        args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", str(self.upstream),
                 "--num-acceptors", "1", "--num-workers", "1", "--log-level", "WARNING"]  # fmt: skip
         if credentials:
             args += ["--basic-auth", credentials]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)  # fmt: skip
-        wait_for_port(self.port)
+        wait_for_port(self.upstream)
+        self.connects: list[tuple[str, bool]] = []  # each CONNECT the proxy was asked for: (target, with credentials)
+        self._front = socket.create_server(("127.0.0.1", 0))
+        self.port = self._front.getsockname()[1]
+        threading.Thread(target=self._accept, name="proxy-front", daemon=True).start()
+
+    def connects_to(self, port: int) -> int:
+        """How many tunnels to ``port`` (any host) clients asked this proxy for."""
+        return sum(1 for target, _ in self.connects if target.rsplit(":", 1)[-1] == str(port))
+
+    def _accept(self) -> None:
+        """Relay each client to proxy.py, noting the request line and whether it carried credentials."""
+        while True:
+            try:
+                client, _ = self._front.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        except OSError:
+            client.close()
+            return
+        head = b""
+        try:
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = client.recv(65536)
+                if not chunk:
+                    break
+                head += chunk
+            line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(line) >= 2 and line[0].upper() == "CONNECT":
+                self.connects.append((line[1], b"\nproxy-authorization:" in head.lower()))
+            upstream.sendall(head)
+        except OSError:
+            client.close()
+            upstream.close()
+            return
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    with contextlib.suppress(OSError):
+                        s.shutdown(socket.SHUT_RDWR)
+
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+        pump(client, upstream)
+        client.close()
+        upstream.close()
 
     def options(self, with_credentials: bool = True) -> dict[str, str]:
         """The connector's options for this proxy."""
@@ -157,6 +214,7 @@ class ProxyServer:
         return out
 
     def stop(self) -> None:
+        self._front.close()
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)  # its acceptor processes too
             try:

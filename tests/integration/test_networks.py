@@ -181,12 +181,27 @@ def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_sai
 
 def test_websockets_through_a_proxy_with_and_without_credentials(eventhub, http_proxy, http_proxy_with_credentials):
     send(eventhub.connection_string, [f"p{i}" for i in range(200)], partition_id="2")
+    ws_port = int(eventhub.websocket_endpoint.rsplit(":", 1)[-1])
+    from eventhubs_spark.executor.runtime import Runtime
+
     for proxy in (http_proxy, http_proxy_with_credentials):
-        options = {**network_options(eventhub, "websockets", proxy)}
-        assert read_options(options, "batch").settings.network.websockets
-        assert [r["body"] for r in read_rows(options, "2", 0, 200)] == [f"p{i}".encode() for i in range(200)]
-        info = current().management(read_options(options, "batch").settings, 300).partition_properties(["2"])
+        before = proxy.connects_to(ws_port)
+        rt = Runtime(reap_every=0)  # connections of its own: none left open by an earlier test through this proxy
+        options = network_options(eventhub, "websockets", proxy)
+        settings = read_options(options, "batch").settings
+        assert settings.network.websockets
+        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 200, True)
+        bodies = [
+            b for chunk in read_here(request, RangeResult(), rt.pool) for b in events_batch(chunk, "2")[0]["body"]
+        ]
+        assert [b.as_py() for b in bodies] == [f"p{i}".encode() for i in range(200)]
+        info = rt.management(settings, 300).partition_properties(["2"])
         assert info["2"].last_enqueued_sequence_number == 199
+        rt.pool.close_all()
+        # both the receiver's connection and the management client's went through this proxy, with its credentials
+        assert proxy.connects_to(ws_port) >= before + 2, proxy.connects
+        if proxy.credentials:
+            assert all(with_credentials for _, with_credentials in proxy.connects), proxy.connects
 
 
 def test_the_checkpoint_store_goes_through_the_same_proxy(eventhub, azurite, http_proxy_with_credentials):
@@ -276,7 +291,14 @@ def test_a_proxy_that_wants_credentials_fails_at_once_naming_them(eventhub, http
     settings = read_options(options, "batch").settings
     with pytest.raises(NetworkError, match="eventhubs.httpProxy.password"):
         ManagementClient(settings, operation_timeout=5).partition_ids()
-    assert "proxy-secret-7" not in str(error)
+    # a wrong password is sent (the proxy still answers 407) and never shown, by either client
+    wrong = {**options, "eventhubs.httpProxy.username": "spark", "eventhubs.httpProxy.password": "wrong-pass-31"}
+    error, _ = failure(wrong)
+    assert "407" in str(error) and "wrong-pass-31" not in str(error) and "wrong-pass-31" not in repr(error)
+    with pytest.raises(NetworkError, match="407") as managed:
+        ManagementClient(read_options(wrong, "batch").settings, operation_timeout=5).partition_ids()
+    assert "wrong-pass-31" not in str(managed.value)
+    assert http_proxy_with_credentials.connects[-1][1], "the request carried the (wrong) credentials"
 
 
 def test_a_proxy_that_is_not_there_is_named(eventhub):

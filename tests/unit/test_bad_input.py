@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.options import SPECS, parse_options
+from eventhubs_spark.options import SPECS, parse_duration, parse_options
 from eventhubs_spark.positions import parse_position, parse_positions
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
@@ -320,3 +320,26 @@ def test_a_query_schema_that_does_not_fit_names_the_column_and_shows_one_that_wo
     message = str(caught.value)
     assert named in message and says in message
     assert caught.value.example and caught.value.example.startswith(".schema(") and caught.value.example in message
+
+
+_SCALE = {"": 1.0, "ms": 0.001, "s": 1.0, "sec": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0, "minutes": 60.0,
+          "h": 3600.0, "hours": 3600.0}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=-5, max_value=10**6),
+    st.sampled_from([None, 0, 5]),
+    st.sampled_from([*_SCALE, "x", "days", "mss"]),
+    st.sampled_from(["", " "]),
+)
+def test_a_duration_means_its_number_times_its_unit_or_is_refused_naming_the_option(whole, tenth, unit, gap):
+    """Durations written from their parts (not from the parser's pattern), each checked against what it
+    must mean: the number times the unit's seconds; a negative number or an unknown unit is refused."""
+    text = f"{whole}{'' if tenth is None else f'.{tenth}'}{gap if unit else ''}{unit}"
+    number = whole + (tenth or 0) / 10
+    if whole < 0 or unit not in _SCALE:
+        with pytest.raises(OptionError, match=r"eventhubs.receiverTimeout.*Example"):
+            parse_duration("eventhubs.receiverTimeout", text)
+        return
+    assert parse_duration("eventhubs.receiverTimeout", text) == pytest.approx(number * _SCALE[unit])
