@@ -107,11 +107,34 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         try:
             yield from runtime.current().read(request, split.service, stats)
         finally:
+            if stats.get("fallbacks"):
+                slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
             if _LOG.isEnabledFor(logging.INFO):
                 figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
                 _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
                           request.settings.hub, request.partition, request.start, request.end,
                           time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+
+
+_SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
+
+
+def slow_path_taken(request: RangeRequest, fallbacks: int, read: int) -> bool:
+    """Say once per query's hub, consumer group and partition (in this process) that messages were decoded
+    by the SDK's slow decoder (messages the connector's own decoders do not handle), with how many; the task
+    log line counts them every time (``fallbacks=``). Returns whether it said so now."""
+    key = (request.settings.namespace, request.settings.hub, request.config.consumer_group, request.partition)
+    if key in _SLOW_PATH_SAID:
+        return False
+    _SLOW_PATH_SAID.add(key)
+    _LOG.warning(
+        "eventhubs: hub %s partition %s (consumer group %s): %d of %d events in [%d, %d) were decoded by the "
+        "SDK's decoder, about 10x slower than the connector's own: their messages have a shape the fast decoders "
+        "do not handle. Said once per partition; each task's log line counts them (fallbacks=)",
+        request.settings.hub, request.partition, request.config.consumer_group, fallbacks, read, request.start,
+        request.end,
+    )  # fmt: skip
+    return True
 
 
 def _read(partition: InputPartition, columns: Projection | None) -> Iterator[Any]:
