@@ -9,19 +9,18 @@ OAuth mode (audience Storage, issuer ``https://sts.windows.net/<tenant>/``).
 
 MSAL insists on an https authority, so the service runs TLS with a certificate generated at start:
 point ``REQUESTS_CA_BUNDLE`` at :attr:`LocalEntra.ca_file` in the processes that sign in (the
-executors too) and pass ``authority_host`` with instance discovery disabled. Needs ``cryptography``
-(installed with ``eventhubs-spark[aad]``). A development tool: it checks signatures, audiences and
-expiry, not role assignments.
+executors too) and pass ``authority_host`` with instance discovery disabled. Tokens are PyJWT's and
+certificates trustme's (``eventhubs-spark[emulator]``). A development tool: it checks signatures,
+audiences and expiry, not role assignments.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import json
 import os
 import secrets
+import shutil
 import ssl
 import tempfile
 import threading
@@ -32,23 +31,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .tls import self_signed
+import jwt
+
+from .tls import client_certificate, generate
 
 EVENTHUBS_AUDIENCE = "https://eventhubs.azure.net"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _jwt_parts(token: str) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
-    head, body, sig = token.split(".")
-    return json.loads(_unb64(head)), json.loads(_unb64(body)), f"{head}.{body}".encode(), _unb64(sig)
 
 
 @dataclass
@@ -79,7 +67,7 @@ class LocalEntra:
 
     def add_certificate_client(self, client_id: str) -> str:
         """Registers a client with a fresh certificate; returns the path of its PEM (key + certificate)."""
-        key_pem, cert_pem = self_signed(f"client {client_id}")
+        key_pem, cert_pem = client_certificate(client_id)
         self.clients[client_id] = _Client(certificate_pem=cert_pem)
         path = os.path.join(self._dir, f"{client_id}.pem")
         with open(path, "wb") as f:
@@ -115,7 +103,12 @@ class LocalEntra:
 
     @property
     def ca_file(self) -> str:
-        """The service's certificate (and key, for reuse by Azurite): trust it with REQUESTS_CA_BUNDLE."""
+        """The authority of the service's certificate: trust it with REQUESTS_CA_BUNDLE."""
+        return os.path.join(self._dir, "tls-ca.pem")
+
+    @property
+    def cert_file(self) -> str:
+        """The certificate the service presents (valid for its host and localhost; Azurite can reuse it)."""
         return os.path.join(self._dir, "tls-cert.pem")
 
     @property
@@ -124,14 +117,14 @@ class LocalEntra:
 
     # -- lifecycle --
     def start(self) -> LocalEntra:
-        key_pem, cert_pem = self_signed("local-entra", [self.host, "localhost"])
-        with open(self.ca_file, "wb") as f:
-            f.write(cert_pem)
-        with open(self.key_file, "wb") as f:
-            f.write(key_pem)
+        certificate = generate(self.host, self._dir, names=[self.host, "localhost"])
+        # one file clients trust with REQUESTS_CA_BUNDLE (the CA), one the server (and Azurite) presents
+        for source, target in ((certificate.ca_file, self.ca_file), (certificate.cert_file, self.cert_file),
+                               (certificate.key_file, self.key_file)):  # fmt: skip
+            shutil.copyfile(source, target)
         server = ThreadingHTTPServer((self.host, 0), _handler(self))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.ca_file, self.key_file)
+        context.load_cert_chain(self.cert_file, self.key_file)
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
         threading.Thread(target=server.serve_forever, name="local-entra", daemon=True).start()
@@ -151,10 +144,7 @@ class LocalEntra:
 
     # -- tokens --
     def _sign(self, claims: dict[str, Any]) -> str:
-        head = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-        body = _b64(json.dumps(claims).encode())
-        sig = hmac.new(self._key, f"{head}.{body}".encode(), hashlib.sha256).digest()
-        return f"{head}.{body}.{_b64(sig)}"
+        return jwt.encode(claims, self._key, algorithm="HS256")
 
     def access_token(self, client_id: str, resource: str) -> tuple[str, int]:
         now = int(time.time())
@@ -174,15 +164,16 @@ class LocalEntra:
     def verify(self, token: str, audience: str = EVENTHUBS_AUDIENCE) -> str | None:
         """None when ``token`` is a live token of this service for ``audience``; else why not."""
         try:
-            _, claims, signed, sig = _jwt_parts(token)
-        except (ValueError, json.JSONDecodeError):
-            return "InvalidToken: not a JWT"
-        if not hmac.compare_digest(hmac.new(self._key, signed, hashlib.sha256).digest(), sig):
+            claims = jwt.decode(token, self._key, algorithms=["HS256"], options={"verify_aud": False})
+        except jwt.InvalidSignatureError:
             return "InvalidSignature: the token was not issued by this tenant"
-        if claims.get("aud", "").rstrip("/") != audience.rstrip("/"):
-            return f"InvalidAudience: the token is for {claims.get('aud')!r}, not {audience!r}"
-        if claims.get("exp", 0) < time.time():
+        except jwt.ExpiredSignatureError:
             return "ExpiredToken: the token is expired"
+        except jwt.InvalidTokenError:
+            return "InvalidToken: not a JWT"
+        # the service compares audiences without a trailing slash (PyJWT's own check would not)
+        if str(claims.get("aud", "")).rstrip("/") != audience.rstrip("/"):
+            return f"InvalidAudience: the token is for {claims.get('aud')!r}, not {audience!r}"
         return None
 
     def _client_credentials(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -209,37 +200,30 @@ class LocalEntra:
 
     def _verify_federated(self, assertion: str) -> str | None:
         try:
-            _, claims, signed, sig = _jwt_parts(assertion)
-        except (ValueError, json.JSONDecodeError):
-            return "not a JWT"
-        if not hmac.compare_digest(hmac.new(self._key, signed, hashlib.sha256).digest(), sig):
+            jwt.decode(assertion, self._key, algorithms=["HS256"], options={"verify_aud": False, "require": ["exp"]})
+        except jwt.InvalidSignatureError:
             return "bad signature"
-        return None if claims.get("exp", 0) > time.time() else "expired"
+        except jwt.ExpiredSignatureError:
+            return "expired"
+        except jwt.InvalidTokenError:
+            return "not a JWT"
+        return None
 
 
 def _verify_certificate_assertion(assertion: str, certificate_pem: bytes) -> str | None:
-    """Check a client assertion's signature with the registered certificate (RS256 or PS256)."""
+    """Check a client assertion's signature with the registered certificate (RS256 or PS256, as
+    azure-identity signs them), and that it is not expired."""
     from cryptography import x509
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import padding
 
-    try:
-        header, claims, signed, sig = _jwt_parts(assertion)
-    except (ValueError, json.JSONDecodeError):
-        return "the client assertion is not a JWT"
     public = x509.load_pem_x509_certificate(certificate_pem).public_key()
-    pad: Any = (
-        padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=hashes.SHA256.digest_size)
-        if header.get("alg") == "PS256"
-        else padding.PKCS1v15()
-    )
     try:
-        public.verify(sig, signed, pad, hashes.SHA256())  # type: ignore[union-attr, call-arg]
-    except InvalidSignature:
+        jwt.decode(assertion, public, algorithms=["RS256", "PS256"], options={"verify_aud": False, "require": ["exp"]})  # type: ignore[arg-type]
+    except jwt.InvalidSignatureError:
         return "the client assertion's signature does not match the registered certificate"
-    if claims.get("exp", 0) < time.time():
+    except jwt.ExpiredSignatureError:
         return "the client assertion is expired"
+    except jwt.InvalidTokenError as exc:
+        return f"the client assertion is not a valid JWT ({exc})"
     return None
 
 

@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from . import amqp, websocket
+from . import amqp
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
 from .connection import RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
@@ -167,6 +167,8 @@ class Server:
                 self._servers.append(amqps)
                 self.tls_port = amqps.sockets[0].getsockname()[1]
             if self.websocket_port is not None:
+                from . import websocket  # wsproto: needed only where AMQP over WebSockets is served
+
                 factory = websocket.protocol_factory(lambda: Connection(self))
                 wss = await loop.create_server(factory, self.host, self.websocket_port, ssl=context)
                 self._servers.append(wss)
@@ -573,9 +575,14 @@ class Server:
             conn._abort()
         return n
 
-    def _websockets(self) -> list[websocket.WebSocketServerProtocol]:
+    def _websockets(self) -> list[Any]:
+        """The WebSocket connections (websocket.WebSocketServerProtocol) the AMQP connections ride on."""
+        if self.websocket_port is None:
+            return []
+        from .websocket import WebSocketServerProtocol
+
         outers = [getattr(conn.transport, "_outer", None) for conn in self.connections]
-        return [o for o in outers if isinstance(o, websocket.WebSocketServerProtocol)]
+        return [o for o in outers if isinstance(o, WebSocketServerProtocol)]
 
     def ping_websockets(self, payload: bytes = b"") -> int:
         """Send a WebSocket ping on every AMQP-over-WebSockets connection; returns how many."""

@@ -5,93 +5,40 @@ Networks that allow only HTTPS reach Event Hubs this way, often through an HTTP 
 AMQP bytes travel as the payload of binary WebSocket messages, cut wherever the sender likes: AMQP is
 a byte stream, so the emulator's :class:`~eventhubs_emulator.connection.Connection` reads the joined
 payloads exactly as it reads a TCP stream, and everything it writes goes out as one binary message per
-write. Written from RFC 6455: the opening handshake, masked frames from the client, fragments, ping
-(answered with pong) and close.
+write. The WebSocket protocol itself (the opening handshake, masking, fragments, ping and pong, the
+closing handshake) is wsproto's, a maintained implementation of RFC 6455 (a test dependency of the
+emulator, imported only when a WebSocket port is served); this module only routes: the path, the
+subprotocol, and the bytes to and from the AMQP connection.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import logging
-import struct
 from collections.abc import Callable
 from typing import Any
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Message,
+    Ping,
+    Pong,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
 
 _LOG = logging.getLogger("eventhubs_emulator")
 
 PATH = "/$servicebus/websocket"
 SUBPROTOCOL = "AMQPWSB10"
-_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455, section 1.3
-_MAX_HANDSHAKE = 16384
-_H = struct.Struct(">H")
-_Q = struct.Struct(">Q")
-
-CONTINUATION, TEXT, BINARY, CLOSE, PING, PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
-
-
-def accept_key(key: str) -> str:
-    """The ``Sec-WebSocket-Accept`` answer to a client's ``Sec-WebSocket-Key``."""
-    return base64.b64encode(hashlib.sha1(key.strip().encode("ascii") + _GUID).digest()).decode("ascii")
-
-
-def encode_frame(opcode: int, payload: bytes | bytearray | memoryview, mask: bytes | None = None) -> bytes:
-    """One final frame; a server sends unmasked frames, a client masked ones (``mask``: 4 bytes)."""
-    n = len(payload)
-    mask_bit = 0x80 if mask is not None else 0
-    if n < 126:
-        head = bytes((0x80 | opcode, mask_bit | n))
-    elif n < 65536:
-        head = bytes((0x80 | opcode, mask_bit | 126)) + _H.pack(n)
-    else:
-        head = bytes((0x80 | opcode, mask_bit | 127)) + _Q.pack(n)
-    if mask is None:
-        return head + bytes(payload)
-    return head + mask + unmask(payload, mask)
-
-
-def unmask(data: bytes | bytearray | memoryview, mask: bytes) -> bytes:
-    """XOR ``data`` with the repeated 4-byte ``mask`` (masking and unmasking are the same), as one big
-    integer operation rather than a loop per byte."""
-    n = len(data)
-    if n == 0:
-        return b""
-    key = (mask * (n // 4 + 1))[:n]
-    return (int.from_bytes(data, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big")
-
-
-def parse_frame(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, bool, bytes, int] | None:
-    """(opcode, final, payload unmasked, position after the frame) of the frame at ``pos``, or None
-    while it is incomplete."""
-    end = len(buf)
-    if end - pos < 2:
-        return None
-    b0, b1 = buf[pos], buf[pos + 1]
-    n = b1 & 0x7F
-    p = pos + 2
-    if n == 126:
-        if end - p < 2:
-            return None
-        n = _H.unpack_from(buf, p)[0]
-        p += 2
-    elif n == 127:
-        if end - p < 8:
-            return None
-        n = _Q.unpack_from(buf, p)[0]
-        p += 8
-    mask = None
-    if b1 & 0x80:
-        if end - p < 4:
-            return None
-        mask = bytes(buf[p : p + 4])
-        p += 4
-    if end - p < n:
-        return None
-    payload = bytes(buf[p : p + n])
-    if mask is not None:
-        payload = unmask(payload, mask)
-    return b0 & 0x0F, bool(b0 & 0x80), payload, p + n
 
 
 class _FramedTransport(asyncio.Transport):
@@ -103,7 +50,7 @@ class _FramedTransport(asyncio.Transport):
         self._transport = transport
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._transport.write(encode_frame(BINARY, data))
+        self._outer.send(Message(data=bytes(data)))
 
     def close(self) -> None:
         self._outer.close(1000)
@@ -129,7 +76,7 @@ class WebSocketServerProtocol(asyncio.Protocol):
         self.path = path
         self.subprotocol = subprotocol
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self.ws = WSConnection(ConnectionType.SERVER)
         self.upgraded = False
         self.closing = False
         self.pings = 0
@@ -153,98 +100,88 @@ class WebSocketServerProtocol(asyncio.Protocol):
             self.inner.resume_writing()
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        if not self.upgraded:
-            self._handshake()
-            if not self.upgraded:
-                return
-        self._frames()
+        try:
+            self.ws.receive_data(data)
+            events = list(self.ws.events())
+        except RemoteProtocolError as exc:  # not a WebSocket request, or a frame RFC 6455 does not allow
+            self._protocol_error(exc)
+            return
+        payload: list[bytes] = []
+        for event in events:
+            if isinstance(event, BytesMessage | TextMessage):
+                text_or_bytes: bytes | bytearray | str = event.data
+                payload.append(text_or_bytes.encode() if isinstance(text_or_bytes, str) else bytes(text_or_bytes))
+                continue
+            if payload:  # in order: what came before a control frame goes first
+                self.inner.data_received(b"".join(payload))
+                payload = []
+            self._event(event)
+        if payload:
+            self.inner.data_received(b"".join(payload))
+
+    def _event(self, event: Event) -> None:
+        if isinstance(event, Request):
+            self._upgrade(event)
+        elif isinstance(event, Ping):
+            self.pings += 1
+            self.send(event.response())
+        elif isinstance(event, Pong):
+            self.pongs += 1
+        elif isinstance(event, CloseConnection):
+            if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                self.send(event.response())
+            self.closing = True
+            if self.transport is not None:
+                self.transport.close()
 
     # -- the opening handshake --
-    def _handshake(self) -> None:
-        end = self.buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(self.buffer) > _MAX_HANDSHAKE:
-                self._refuse(431, "Request Header Fields Too Large")
+    def _upgrade(self, request: Request) -> None:
+        if request.target.split("?")[0] != self.path:
+            self._refuse(404, f"AMQP over WebSockets is served at {self.path}")
             return
-        head = bytes(self.buffer[:end]).decode("latin-1")
-        del self.buffer[: end + 4]
-        lines = head.split("\r\n")
-        parts = lines[0].split(" ")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        if len(parts) != 3 or parts[0] != "GET":
-            self._refuse(400, "Bad Request", "expected a WebSocket upgrade (GET)")
+        if self.subprotocol not in request.subprotocols:
+            self._refuse(400, f"the subprotocol {self.subprotocol} is required")
             return
-        if parts[1].split("?")[0] != self.path:
-            self._refuse(404, "Not Found", f"AMQP over WebSockets is served at {self.path}")
-            return
-        key = headers.get("sec-websocket-key")
-        if headers.get("upgrade", "").lower() != "websocket" or not key:
-            self._refuse(400, "Bad Request", "expected Upgrade: websocket with a Sec-WebSocket-Key")
-            return
-        offered = [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
-        if self.subprotocol not in offered:
-            self._refuse(400, "Bad Request", f"the subprotocol {self.subprotocol} is required")
-            return
-        assert self.transport is not None
-        self.transport.write(
-            (
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                f"Sec-WebSocket-Accept: {accept_key(key)}\r\nSec-WebSocket-Protocol: {self.subprotocol}\r\n\r\n"
-            ).encode("ascii")
-        )
+        self.send(AcceptConnection(subprotocol=self.subprotocol))
         self.upgraded = True
+        assert self.transport is not None
         self.inner.connection_made(_FramedTransport(self, self.transport))
 
-    def _refuse(self, status: int, reason: str, text: str = "") -> None:
-        assert self.transport is not None
+    def _refuse(self, status: int, text: str) -> None:
         body = text.encode()
-        self.transport.write(
-            f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body
-        )
-        self.transport.close()
+        headers = [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+        self.send(RejectConnection(status_code=status, headers=headers, has_body=True))
+        self.send(RejectData(data=body))
+        if self.transport is not None:
+            self.transport.close()
 
-    # -- frames --
-    def _frames(self) -> None:
-        buf = self.buffer
-        pos = 0
-        data: list[bytes] = []
-        while True:
-            frame = parse_frame(buf, pos)
-            if frame is None:
-                break
-            opcode, _final, payload, pos = frame
-            if opcode in (BINARY, CONTINUATION, TEXT):
-                data.append(payload)
-            elif opcode == PING:
-                self.pings += 1
-                self._send(PONG, payload)
-            elif opcode == CLOSE:
-                self.close(_H.unpack_from(payload)[0] if len(payload) >= 2 else 1000)
-                break
-            elif opcode == PONG:
-                self.pongs += 1
-        del buf[:pos]
-        if data:
-            self.inner.data_received(b"".join(data))
+    def _protocol_error(self, exc: RemoteProtocolError) -> None:
+        """A request that is no WebSocket upgrade is answered with wsproto's rejection (400); a bad frame after
+        the upgrade closes the connection with 1002 (protocol error)."""
+        _LOG.info("emulator: WebSocket protocol error: %s", exc)
+        if not self.upgraded and isinstance(exc.event_hint, RejectConnection):
+            self.send(exc.event_hint)
+        elif self.upgraded:
+            self.close(1002)
+        if self.transport is not None:
+            self.transport.close()
 
-    def _send(self, opcode: int, payload: bytes) -> None:
+    # -- sending --
+    def send(self, event: Event) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_frame(opcode, payload))
+            self.transport.write(self.ws.send(event))
 
     def ping(self, payload: bytes = b"") -> None:
         """Send a ping (the client answers with a pong); for tests of a client's frame reader."""
-        self._send(PING, payload)
+        self.send(Ping(payload=payload))
 
     def close(self, code: int = 1000) -> None:
-        """The closing handshake's first step from this side (or the answer to the client's), then close."""
+        """The closing handshake's first step from this side, then close."""
         if self.transport is None or self.closing:
             return
         self.closing = True
-        self._send(CLOSE, _H.pack(code))
+        if self.ws.state is ConnectionState.OPEN:
+            self.send(CloseConnection(code=code))
         self.transport.close()
 
 

@@ -552,28 +552,28 @@ SPECS: tuple[Spec, ...] = (
         _int(0),
         "Most attempts of any one operation (a send, a management call, a position lookup, a receiver's reopens "
         "without progress); 0 = as many as its deadline (operationTimeout, receiverTimeout) allows.",
-        "0",
+        "10",
     ),
     Spec(
         "eventhubs.retry.initialDelay",
         defaults.RETRY_INITIAL_DELAY,
         parse_duration,
         "The first wait before another attempt; each further wait doubles, up to eventhubs.retry.maxDelay.",
-        "100ms",
+        "200ms",
     ),
     Spec(
         "eventhubs.retry.maxDelay",
         defaults.RETRY_MAX_DELAY,
         parse_duration,
         "The longest wait between two attempts.",
-        "2s",
+        "5s",
     ),
     Spec(
         "eventhubs.retry.jitter",
         defaults.RETRY_JITTER,
         _fraction,
         "Each wait is shortened at random by up to this fraction, so many tasks do not retry in step (0 to 1).",
-        "0.2",
+        "0.5",
     ),
     Spec(
         "eventhubs.useExclusiveReceiver",

@@ -44,7 +44,7 @@ def setting(tmp_path_factory):
     """LocalEntra, an emulator that checks its tokens, and an https Azurite that takes them."""
     entra = LocalEntra().start()
     emulator = Emulator({hub: 2 for hub in HUBS}, keys={KEY_NAME: KEY}, token_verifier=entra.verify).start()
-    azurite = Azurite(tls=(entra.ca_file, entra.key_file))
+    azurite = Azurite(tls=(entra.cert_file, entra.key_file))
     try:
         yield entra, emulator, azurite, tmp_path_factory.mktemp("auth")
     finally:

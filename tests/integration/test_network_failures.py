@@ -19,10 +19,10 @@ from contextlib import contextmanager
 
 import aiohttp
 import pytest
+import trustme
 import websocket
 from azure.eventhub._pyamqp.error import AuthenticationException, ErrorCondition
 
-from eventhubs_emulator import tls
 from eventhubs_spark.amqp import failures
 from eventhubs_spark.amqp.reach import network_failure
 from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
@@ -87,16 +87,13 @@ def http_answer(status_line: bytes) -> Callable[[socket.socket], None]:
 
 
 def tls_context(hosts: list[str], directory: str) -> tuple[ssl.SSLContext, str]:
-    """A server context with a certificate for ``hosts``, and the file a client trusts for it."""
-    key_pem, cert_pem = tls.self_signed("test", hosts)
-    cert, key = f"{directory}/cert.pem", f"{directory}/key.pem"
-    with open(cert, "wb") as f:
-        f.write(cert_pem)
-    with open(key, "wb") as f:
-        f.write(key_pem)
+    """A server context with a certificate for ``hosts`` (trustme's), and the authority a client trusts."""
+    authority = trustme.CA()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    return context, cert
+    authority.issue_cert(*hosts).configure_cert(context)
+    ca_file = f"{directory}/ca.pem"
+    authority.cert_pem.write_to_path(ca_file)
+    return context, ca_file
 
 
 def raised(call: Callable[[], object]) -> BaseException:

@@ -236,12 +236,8 @@ def stranger():
     import tempfile
 
     where = tempfile.mkdtemp(prefix="stranger-tls-")
-    key, cert = tls.self_signed("stranger", ["other.example"])
-    with open(f"{where}/cert.pem", "wb") as f:
-        f.write(cert)
-    with open(f"{where}/key.pem", "wb") as f:
-        f.write(key)
-    with Emulator({"t": 1}, tls_port=0, certificate=(f"{where}/cert.pem", f"{where}/key.pem")) as emu:
+    certificate = tls.generate("127.0.0.1", where, names=["other.example"])
+    with Emulator({"t": 1}, tls_port=0, certificate=certificate) as emu:
         yield emu
 
 

@@ -10,6 +10,8 @@ import pickle
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Message, Ping, Pong, Request
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator import websocket as server_ws
@@ -142,7 +144,19 @@ def _secret(value: str):
 
 
 def _frame(opcode: int, payload: bytes, mask: bytes | None = None) -> bytes:
-    return server_ws.encode_frame(opcode, payload, mask)
+    """One final frame, written here from RFC 6455 section 5.2 (the connector's decoder is tested against it;
+    the emulator's side is wsproto's): a server's frames are unmasked, a client's masked with ``mask``."""
+    n = len(payload)
+    if n < 126:
+        length = bytes((n,))
+    elif n < 65536:
+        length = bytes((126,)) + n.to_bytes(2, "big")
+    else:
+        length = bytes((127,)) + n.to_bytes(8, "big")
+    if mask is None:
+        return bytes((0x80 | opcode,)) + length + payload
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    return bytes((0x80 | opcode, length[0] | 0x80)) + length[1:] + mask + masked
 
 
 frames = st.lists(
@@ -170,13 +184,6 @@ def test_the_client_decoder_gives_the_amqp_bytes_however_the_socket_cuts_them(fr
     assert out == b"".join(p for op, p, _ in frames if op <= client_ws.BINARY)
     assert stream.controls == [(op, p) for op, p, _ in frames if op > client_ws.BINARY]
     assert stream.pending == 0
-
-
-def test_the_server_answers_the_opening_handshake_as_rfc_6455_says():
-    assert server_ws.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # its example
-    masked = _frame(server_ws.BINARY, b"AMQP\x03\x01\x00\x00", mask=b"\x01\x02\x03\x04")
-    assert server_ws.parse_frame(masked, 0) == (server_ws.BINARY, True, b"AMQP\x03\x01\x00\x00", len(masked))
-    assert server_ws.parse_frame(masked[:-1], 0) is None
 
 
 class _Transport(asyncio.Transport):
@@ -213,36 +220,67 @@ class _Inner:
         pass
 
 
-def _upgrade(protocol: str = "AMQPWSB10", path: str = "/$servicebus/websocket") -> bytes:
-    return (
-        f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-        f"Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
-    ).encode()
+def _client(protocol: str = "AMQPWSB10", path: str = "/$servicebus/websocket") -> tuple[WSConnection, bytes]:
+    """A WebSocket client (wsproto, independent of the server under test) and its upgrade request."""
+    client = WSConnection(ConnectionType.CLIENT)
+    return client, client.send(Request(host="x", target=path, subprotocols=[protocol]))
 
 
 def test_the_server_protocol_carries_amqp_both_ways_and_answers_pings():
     inner, transport = _Inner(), _Transport()
     proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
     proto.connection_made(transport)  # type: ignore[arg-type]
-    hello = _frame(server_ws.BINARY, b"AMQP", b"abcd") + _frame(server_ws.PING, b"hi", b"abcd")
-    proto.data_received(_upgrade() + hello[:5])
-    assert b"101 Switching Protocols" in transport.written and b"Sec-WebSocket-Protocol: AMQPWSB10" in transport.written
+    client, upgrade = _client()
+    proto.data_received(upgrade)
+    client.receive_data(transport.written)
+    accepted = list(client.events())
+    assert isinstance(accepted[0], AcceptConnection) and accepted[0].subprotocol == "AMQPWSB10"
+    transport.written = b""
+    hello = client.send(Message(data=b"AMQP")) + client.send(Ping(payload=b"hi"))
+    assert hello[1] & 0x80, "a client's frames are masked"
+    proto.data_received(hello[:5])
     proto.data_received(hello[5:])
     assert inner.data == b"AMQP"
-    pong = transport.written.split(b"\r\n\r\n", 1)[1]
-    assert pong == _frame(server_ws.PONG, b"hi")
+    client.receive_data(transport.written)
+    assert [type(e) for e in client.events()] == [Pong] and proto.pings == 1
+    transport.written = b""
     inner.transport.write(b"\x00\x00\x00\x08\x02\x00\x00\x00")  # what the AMQP connection writes
-    assert transport.written.endswith(_frame(server_ws.BINARY, b"\x00\x00\x00\x08\x02\x00\x00\x00"))
+    client.receive_data(transport.written)
+    (message,) = list(client.events())
+    assert isinstance(message, BytesMessage) and message.data == b"\x00\x00\x00\x08\x02\x00\x00\x00"
+    assert transport.written == _frame(client_ws.BINARY, message.data), "one unmasked binary frame per write"
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [(_upgrade(path="/other"), b"404"), (_upgrade("mqtt"), b"400")])
-def test_the_server_refuses_a_wrong_path_or_subprotocol(request_bytes, status):
+def test_the_server_closes_as_the_closing_handshake_says():
+    inner, transport = _Inner(), _Transport()
+    proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    client, upgrade = _client()
+    proto.data_received(upgrade)
+    client.receive_data(transport.written)
+    list(client.events())
+    transport.written = b""
+    proto.data_received(client.send(CloseConnection(code=1000)))
+    client.receive_data(transport.written)
+    (answer,) = list(client.events())
+    assert isinstance(answer, CloseConnection) and answer.code == 1000 and transport.closed
+
+
+@pytest.mark.parametrize(("path", "protocol", "status"), [("/other", "AMQPWSB10", b"404"), (None, "mqtt", b"400")])
+def test_the_server_refuses_a_wrong_path_or_subprotocol(path, protocol, status):
     transport = _Transport()
     proto = server_ws.WebSocketServerProtocol(_Inner())  # type: ignore[arg-type]
     proto.connection_made(transport)  # type: ignore[arg-type]
-    proto.data_received(request_bytes)
+    proto.data_received(_client(protocol, path or "/$servicebus/websocket")[1])
     assert transport.written.startswith(b"HTTP/1.1 " + status) and transport.closed
+
+
+def test_the_server_refuses_a_request_that_is_no_websocket_upgrade():
+    transport = _Transport()
+    proto = server_ws.WebSocketServerProtocol(_Inner())  # type: ignore[arg-type]
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    proto.data_received(b"GET /$servicebus/websocket HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert transport.written.startswith(b"HTTP/1.1 400") and transport.closed
 
 
 # -- performatives with trailing fields left out (Qpid Proton, .NET, Java) --------------------------------------

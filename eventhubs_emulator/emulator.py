@@ -1,0 +1,358 @@
+"""The in-process emulator: a namespace served from a thread of its own, with its fault controls (see the
+package's documentation)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from .broker import Broker
+from .config import DEFAULT_CONSUMER_GROUP, EmulatorConfig, HubConfig
+from .server import Server
+from .tls import Certificate, generate
+
+T = TypeVar("T")
+DEFAULT_KEY_NAME = "RootManageSharedAccessKey"
+DEFAULT_KEY = "SAS_KEY_VALUE"
+
+
+class Emulator:
+    """An Event Hubs namespace on ``host:port`` (port 0 picks a free one), served from a thread."""
+
+    def __init__(
+        self,
+        hubs: Mapping[str, int] | list[HubConfig] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: EmulatorConfig | None = None,
+        keys: Mapping[str, str] | None = None,
+        max_message_size: int | None = None,
+        token_verifier: Callable[[str], str | None] | None = None,
+        idle_timeout: float | None = None,
+        link_idle_timeout: float | None = None,
+        tls_port: int | None = None,
+        websocket_port: int | None = None,
+        certificate: Certificate | tuple[str, str] | None = None,
+    ) -> None:
+        """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
+        ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
+        ``link_idle_timeout`` (seconds, 0 = off) override the service's idle rules (see
+        :class:`EmulatorConfig`), e.g. short ones to test a client's recovery.
+
+        ``tls_port`` serves AMQPS, ``websocket_port`` AMQP over WebSockets with TLS (0: a free port;
+        None: not served). ``certificate`` (a :class:`Certificate`, or (certificate file, key file)) is
+        the one they present; without it one is generated at start for the listening address,
+        127.0.0.1, localhost and this machine's name."""
+        self.token_verifier = token_verifier
+        self.config = config or EmulatorConfig()
+        if isinstance(hubs, Mapping):
+            self.config.hubs.extend(HubConfig(name, count) for name, count in hubs.items())
+        elif hubs:
+            self.config.hubs.extend(hubs)
+        if keys:
+            self.config.keys.update(keys)
+        if max_message_size is not None:
+            self.config.max_message_size = max_message_size
+        if idle_timeout is not None:
+            self.config.idle_timeout = idle_timeout
+        if link_idle_timeout is not None:
+            self.config.link_idle_timeout = link_idle_timeout
+        self.host = host
+        self._port = port
+        self._tls_port = tls_port
+        self._websocket_port = websocket_port
+        if isinstance(certificate, tuple):
+            certificate = Certificate(*certificate)
+        self.certificate: Certificate | None = certificate
+        self.broker = Broker(max_message_size=self.config.max_message_size)
+        for hub in self.config.hubs:
+            self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds)
+        self.server: Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --
+    def start(self) -> Emulator:
+        if self._thread is not None:
+            return self
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="eventhubs-emulator", daemon=True)
+        self._thread.start()
+        ready.result(timeout=30)
+        return self
+
+    def _run(self, ready: concurrent.futures.Future[None]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        if self.certificate is None and (self._tls_port is not None or self._websocket_port is not None):
+            try:
+                self.certificate = generate(self.host)
+            except Exception as exc:
+                ready.set_exception(exc)
+                loop.close()
+                return
+        self.server = Server(
+            self.broker,
+            self.host,
+            self._port,
+            keys=self.config.keys,
+            token_verifier=self.token_verifier,
+            idle_timeout=self.config.idle_timeout,
+            link_idle_timeout=self.config.link_idle_timeout,
+            tls_port=self._tls_port,
+            websocket_port=self._websocket_port,
+            certificate=self.certificate,
+        )
+        try:
+            loop.run_until_complete(self.server.start())
+        except Exception as exc:
+            ready.set_exception(exc)
+            loop.close()
+            return
+        ready.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self.server.stop())
+            loop.close()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- addresses --
+    @property
+    def port(self) -> int:
+        if self.server is None:
+            raise RuntimeError("the emulator is not started: call start() first")
+        return self.server.port
+
+    @property
+    def endpoint(self) -> str:
+        return f"sb://{self.host}:{self.port}"
+
+    @property
+    def fully_qualified_namespace(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def client_host(self) -> str:
+        """The host clients use: the listening address, or localhost when it listens on every address."""
+        return "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
+    def tls_port(self) -> int:
+        server = self._server()
+        if server.tls_port is None:
+            raise RuntimeError("the emulator serves no AMQPS: start it with tls_port=0 (or --tls-port)")
+        return server.tls_port
+
+    @property
+    def websocket_port(self) -> int:
+        server = self._server()
+        if server.websocket_port is None:
+            raise RuntimeError(
+                "the emulator serves no WebSockets: start it with websocket_port=0 (or --websocket-port)"
+            )
+        return server.websocket_port
+
+    @property
+    def tls_endpoint(self) -> str:
+        """The AMQPS listener, for the SDK's ``custom_endpoint_address`` (transport ``Amqp``)."""
+        return f"sb://{self.client_host}:{self.tls_port}"
+
+    @property
+    def websocket_endpoint(self) -> str:
+        """The WebSocket listener, for ``custom_endpoint_address`` (transport ``AmqpOverWebsocket``; the SDK
+        adds the path ``/$servicebus/websocket``)."""
+        return f"sb://{self.client_host}:{self.websocket_port}"
+
+    @property
+    def ca_file(self) -> str:
+        """The certificate the TLS listeners present, for the SDK's ``connection_verify``."""
+        if self.certificate is None:
+            raise RuntimeError("the emulator serves no TLS: start it with tls_port=0 or websocket_port=0")
+        return self.certificate.ca_file
+
+    def connection_string(
+        self, hub: str | None = None, key_name: str | None = None, key: str | None = None, tls: bool = False
+    ) -> str:
+        """A connection string the SDK accepts; with ``hub`` it carries ``EntityPath``.
+
+        Plain AMQP by default (``UseDevelopmentEmulator=true``, the port in the endpoint). With ``tls``,
+        the string a real namespace has: no port (TLS clients connect to 5671, or 443 for WebSockets),
+        so they need :attr:`tls_endpoint` or :attr:`websocket_endpoint` as their custom endpoint unless
+        the emulator listens on those ports."""
+        if key_name is None:
+            key_name = next(iter(self.config.keys), DEFAULT_KEY_NAME)
+        if key is None:
+            key = self.config.keys.get(key_name, DEFAULT_KEY)
+        if tls:
+            text = f"Endpoint=sb://{self.client_host};SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        else:
+            text = (
+                f"Endpoint={self.endpoint};SharedAccessKeyName={key_name};SharedAccessKey={key};"
+                "UseDevelopmentEmulator=true"
+            )
+        if hub:
+            text += f";EntityPath={hub}"
+        return text
+
+    # -- entity administration and fault controls (all thread-safe) --
+    def _call(self, fn: Callable[[], T]) -> T:
+        loop = self._loop
+        if loop is None:
+            return fn()
+        if threading.current_thread() is self._thread:
+            return fn()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn())
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        return done.result(timeout=30)
+
+    def _server(self) -> Server:
+        if self.server is None:
+            raise RuntimeError("the emulator is not started: call start() first")
+        return self.server
+
+    def add_hub(
+        self,
+        name: str,
+        partitions: int = 4,
+        consumer_groups: tuple[str, ...] = (DEFAULT_CONSUMER_GROUP,),
+        retention_seconds: float | None = None,
+    ) -> None:
+        self._call(lambda: self.broker.add_hub(name, partitions, consumer_groups, retention_seconds))
+
+    def add_partitions(self, hub: str, count: int) -> None:
+        """Grow a hub by ``count`` partitions (Premium and Dedicated tiers allow this at runtime)."""
+        self._call(lambda: self._hub(hub).add_partitions(count))
+
+    def add_consumer_group(self, hub: str, name: str) -> None:
+        self._call(lambda: self._hub(hub).consumer_groups.add(name.lower()))
+
+    def set_retention(self, hub: str, seconds: float | None) -> None:
+        """Events older than ``seconds`` disappear (checked four times a second)."""
+
+        def apply() -> None:
+            self._hub(hub).retention_s = seconds
+            self.broker.apply_retention()
+
+        self._call(apply)
+
+    def trim(self, hub: str, partition: str | int, up_to_sequence_number: int) -> int:
+        """Remove the events below ``up_to_sequence_number``, as retention would; returns how many."""
+        return self._call(lambda: self._partition(hub, partition).trim_before(up_to_sequence_number))
+
+    def partition_properties(self, hub: str, partition: str | int) -> dict[str, Any]:
+        return self._call(lambda: dict(self._partition(hub, partition).properties()))
+
+    def drop_connections(self) -> int:
+        """Abort every client connection at the TCP level; returns how many were open."""
+        return self._call(lambda: self._server().drop_connections())
+
+    def ping_websockets(self, payload: bytes = b"") -> int:
+        """Send a WebSocket ping on every AMQP-over-WebSockets connection (clients answer with a pong);
+        returns how many connections got one."""
+        return self._call(lambda: self._server().ping_websockets(payload))
+
+    def websocket_pongs(self) -> int:
+        """Pongs the open WebSocket connections sent back (each answers a :meth:`ping_websockets`)."""
+        return self._call(lambda: self._server().websocket_pongs())
+
+    def detach_receivers(self, hub: str, partition: str | int) -> int:
+        """Detach every receiver of one partition with a retriable ``amqp:link:detach-forced``."""
+        return self._call(lambda: self._server().detach_receivers(hub, str(partition)))
+
+    def stall(self, hub: str, partition: str | int, stalled: bool = True) -> None:
+        """Stop (or resume) delivering one partition's events; sends and management still work."""
+
+        def apply() -> None:
+            p = self._partition(hub, partition)
+            p.stalled = stalled
+            if not stalled:
+                self._server().wake(p)
+
+        self._call(apply)
+
+    def slow(self, hub: str, partition: str | int, delay_seconds: float) -> None:
+        """Deliver one partition's events one at a time, ``delay_seconds`` apart (0 restores speed)."""
+
+        def apply() -> None:
+            p = self._partition(hub, partition)
+            p.delay_s = max(0.0, delay_seconds)
+            self._server().wake(p)
+
+        self._call(apply)
+
+    def fail_management_calls(self, count: int, status: int = 503) -> None:
+        """Answer the next ``count`` management requests with ``status`` (503: server busy)."""
+
+        def apply() -> None:
+            server = self._server()
+            server.failing_management_calls = count
+            server.failing_status = status
+
+        self._call(apply)
+
+    def ignore_management_calls(self, count: int) -> None:
+        """Leave the next ``count`` management requests unanswered (a request or reply lost on the way)."""
+
+        def apply() -> None:
+            self._server().unanswered_management_calls = count
+
+        self._call(apply)
+
+    def receiver_count(self, hub: str, partition: str | int, consumer_group: str = DEFAULT_CONSUMER_GROUP) -> int:
+        """How many receivers are attached to one partition in one consumer group (for tests)."""
+        key = (hub.lower(), consumer_group.lower(), str(partition))
+        return self._call(lambda: sum(1 for r in self._server().receivers.get(key, []) if not r.detached))
+
+    def consumer_attaches(self, hub: str, consumer_group: str = DEFAULT_CONSUMER_GROUP) -> dict[str, int]:
+        """Receiving links attached so far to each partition of a hub in one consumer group."""
+        prefix = (hub.lower(), consumer_group.lower())
+        return self._call(lambda: {k[2]: n for k, n in self._server().consumer_attaches.items() if k[:2] == prefix})
+
+    def consumer_connections(self, hub: str) -> int:
+        """How many client connections hold receiving links on a hub now (for tests of connection sharing)."""
+
+        def count() -> int:
+            links = [r for k, rs in self._server().receivers.items() if k[0] == hub.lower() for r in rs]
+            return len({id(r.session.conn) for r in links if not r.detached})
+
+        return self._call(count)
+
+    def stats(self) -> dict[str, int]:
+        return self._call(lambda: dict(self._server().stats, connections=len(self._server().connections)))
+
+    def _hub(self, name: str) -> Any:
+        hub = self.broker.hub(name)
+        if hub is None:
+            raise KeyError(f"no hub named {name!r}; hubs: {sorted(h.name for h in self.broker.hubs.values())}")
+        return hub
+
+    def _partition(self, hub: str, partition: str | int) -> Any:
+        p = self._hub(hub).partition(str(partition))
+        if p is None:
+            raise KeyError(f"hub {hub!r} has no partition {partition!r}")
+        return p
