@@ -11,7 +11,9 @@ import dataclasses
 import functools
 import logging
 import os
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from . import defaults
 from .arrow import SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
+from .channel import ChannelAddress, DriverChannel, send_notice
 from .checkpoints.mirror import CheckpointMirror
 from .errors import OptionError, data_loss_error
 from .executor import runtime
@@ -81,6 +84,7 @@ class EventHubsPartition(InputPartition):
 
     requests: tuple[RangeRequest, ...]
     service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
+    driver: ChannelAddress | None = None  # a stream's driver channel: what the driver must hear from a task
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
@@ -105,7 +109,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         stats: dict[str, Any] = {}
         started = time.monotonic()
         try:
-            yield from runtime.current().read(request, split.service, stats)
+            yield from runtime.current().read(request, split.service, stats, _teller(split.driver))
         finally:
             if stats.get("fallbacks"):
                 slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
@@ -114,6 +118,39 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
                 _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
                           request.settings.hub, request.partition, request.start, request.end,
                           time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+
+
+def _teller(driver: ChannelAddress | None) -> Callable[[str], None] | None:
+    """What tells the query's driver that this worker reads for itself (from a thread of its own: the task
+    never waits for the driver), or None without a driver channel (a batch read)."""
+    if driver is None:
+        return None
+
+    def tell(why: str) -> None:
+        from .executor.place import executor_pid
+
+        notice = {"kind": "worker_reads", "host": socket.gethostname(), "executor": executor_pid(), "why": why}
+        threading.Thread(target=send_notice, args=(driver, notice), name="eventhubs-notice", daemon=True).start()
+
+    return tell
+
+
+def _driver_heard(hub: str, said: set[tuple[Any, ...]]) -> Callable[[dict[str, Any]], None]:
+    """The driver's answer to a task's notice: one line in the driver's log per executor and kind."""
+
+    def heard(notice: dict[str, Any]) -> None:
+        key = (notice.get("kind"), notice.get("host"), notice.get("executor"))
+        if key in said:
+            return
+        said.add(key)
+        if notice.get("kind") == "worker_reads":
+            _LOG.warning("eventhubs: hub %s: on executor %s (pid %s) a Python worker reads for itself, without the "
+                         "executor's receiver service: %s", hub, notice.get("host"), notice.get("executor"),
+                         str(notice.get("why", ""))[:500])  # fmt: skip
+        else:
+            _LOG.warning("eventhubs: hub %s: executor %s says: %s", hub, notice.get("host"), str(notice)[:500])
+
+    return heard
 
 
 _SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
@@ -329,6 +366,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._cadence: float | None = None  # seconds between this query's triggers, smoothed
         self._mine: Any = None  # ownership mode: which partitions are this query's (ownership.OwnedPartitions)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
+        self._channel: DriverChannel | None = None  # the driver channel, opened at the first batch
+        self._no_channel = False  # it could not listen: not tried again
 
     def _refresh(self) -> dict[str, PartitionInfo]:
         self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
@@ -483,7 +522,26 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
         # this query owns, so executors close idle receivers of partitions it gave up.
         owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
-        return self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
+        planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
+        driver = self.driver_channel()
+        return [dataclasses.replace(p, driver=driver) for p in planned] if driver is not None else planned
+
+    def driver_channel(self) -> ChannelAddress | None:
+        """Where this query's tasks reach its driver (opened on first use, in the stream runner process that
+        plans every batch); None where it cannot listen (the query goes on without it)."""
+        if self._channel is None and not self._no_channel:
+            try:
+                self._channel = DriverChannel(_driver_heard(self.hub, set()))
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: no driver channel (%s): what executors would tell the driver "
+                             "stays in their own logs", self.hub, exc)  # fmt: skip
+                self._no_channel = True
+        return self._channel.address() if self._channel is not None else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_channel"] = None  # a listening socket stays in the process that opened it
+        return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(partition, self.columns)

@@ -104,9 +104,16 @@ class Runtime:
                 self._service_looked_up = True
             return self._service
 
-    def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    def read(
+        self,
+        request: RangeRequest,
+        use_service: bool,
+        stats: dict[str, Any],
+        tell_driver: Callable[[str], None] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         """One range as record batches: through the executor's receiver service, else (or from wherever the
-        service stopped) in this process. ``stats`` gets the counts to log."""
+        service stopped) in this process. ``stats`` gets the counts to log; ``tell_driver`` (a stream's
+        driver channel) hears, once per process, why this worker reads for itself."""
         start = request.start
         if use_service:
             try:
@@ -117,9 +124,11 @@ class Runtime:
                     return
             except ServiceGone as exc:
                 start = exc.next_seq
-                self._fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker")
+                why = f"the executor's receiver service is unavailable ({exc}); reading in this worker"
+                self._fallback(why, tell_driver)
             except OSError as exc:
-                self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker")
+                self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker",
+                               tell_driver)  # fmt: skip
         stats["via"] = "worker"
         result = RangeResult()
         here = dataclasses.replace(request, start=start) if start != request.start else request
@@ -131,11 +140,13 @@ class Runtime:
         stats.update(self.pool.stats_dict())
         stats["pid"] = os.getpid()
 
-    def _fallback(self, message: str) -> None:
-        """Said once per process: a worker that cannot use the service reads for itself."""
+    def _fallback(self, message: str, tell_driver: Callable[[str], None] | None) -> None:
+        """Said once per process, here and to the driver: a worker that cannot use the service reads for itself."""
         if not self._fallback_logged:
             self._fallback_logged = True
             _LOG.warning("eventhubs: %s", message)
+            if tell_driver is not None:
+                tell_driver(message)
 
 
 _CURRENT: Runtime | None = None
