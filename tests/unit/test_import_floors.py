@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # eventhubs_spark's floors, lowest first: each entry is a top-level module or subpackage of the package
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors", "defaults", "partitions", "positions", "offsets", "arrow", "localspark", "retry"),  # plain values
+    ("errors", "defaults", "partitions", "positions", "offsets", "arrow", "localspark", "retry", "placement"),  # pure
     ("auth",),  # connection, network and identity settings as plain data; sign-in
     ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
     ("codec",),  # AMQP messages into Arrow columns and back
@@ -137,6 +137,12 @@ def upward(graph: dict[str, set[str]], floors: tuple[tuple[str, ...], ...]) -> l
 
 
 PACKAGES = [("eventhubs_spark", FLOORS), ("eventhubs_emulator", EMULATOR_FLOORS)]
+
+
+@pytest.mark.parametrize(("package", "floors"), PACKAGES)
+def test_every_module_is_on_a_floor(package, floors):
+    for module in module_graph(ROOT / package):
+        floor_of(module, floors)
 
 
 @pytest.mark.parametrize(("package", "floors"), PACKAGES)
