@@ -7,6 +7,7 @@ import sys
 
 from . import (
     ceiling,
+    cluster,
     emulator_sdk,
     latency,
     memory,
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "task_cost": task_cost.run,  # issue 28: what a task of a quiet stream costs, beside Spark's own floor
     "ceiling": ceiling.run,  # issue 28: Spark's own ceiling for a Python source, beside the connector
     "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
+    "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

@@ -1,0 +1,153 @@
+"""Receivers on a cluster: link attaches per partition and what the namespace sends per event read, on one
+executor (``local[4]``) and on three (``local-cluster[3,1,1024]``), in one run (issue 37).
+
+Each mode runs the same query in a child process: 16 partitions, an AvailableNow query of 30 micro-batches
+(``maxEventsPerTrigger`` 1600: 100 events per partition per batch), 200-byte events, noop sink. The
+emulator runs in this process and counts every receiving link attached to each partition and every event
+it sends: the egress a real namespace meters (2 MB/s or 4,096 events/s per throughput unit on Standard).
+This process adds up the CPU time of the query's executor-side Python processes (Spark's Python workers
+and daemons, the receiver services), sampled five times a second so that processes that end are counted
+too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .read import fill
+from .receivers import _processes
+from .results import record
+
+PARTITIONS = 16
+BATCHES = 30
+PER_PARTITION = 100  # events per partition per micro-batch
+MODES = ("local[4]", "local-cluster[3,1,1024]")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def child(conn: str, out: str, master: str) -> None:
+    """Runs in the child process: an AvailableNow query of exactly BATCHES micro-batches on ``master``."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).config("spark.ui.enabled", "false")
+    if master.startswith("local-cluster"):
+        builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).config(
+            "spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO"
+        )
+    spark = builder.getOrCreate()
+    query = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", conn)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", str(PARTITIONS * PER_PARTITION))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(out, "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    summary = {
+        "batches": len(batches),
+        "rows": sum(p["numInputRows"] for p in batches),
+        "batch_seconds": sum(p["durationMs"].get("addBatch", 0) for p in batches) / 1000,
+    }
+    Path(out, "result.json").write_text(json.dumps(summary))
+    spark.stop()
+
+
+def _python_cpu(root: int, seen: dict[int, float]) -> None:
+    """Note the CPU seconds so far of each executor-side Python process of the query (workers, daemons,
+    receiver services); ``seen`` keeps each process's last figure, so one that ends still counts."""
+    for pid in _processes(root):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if not any(k in cmd for k in (b"pyspark.daemon", b"pyspark.worker", b"eventhubs_spark.executor.service")):
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            seen[pid] = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+        except (OSError, IndexError, ValueError):
+            continue
+
+
+def _run(emulator: Any, hub: str, master: str) -> dict[str, Any]:
+    conn = emulator.connection_string(hub)
+    before, sent_before = emulator.consumer_attaches(hub), emulator.stats()["events_out"]
+    cpu: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "EVENTHUBS_SPARK_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable}
+        log_path = Path(out, "stderr.log")
+        started = time.monotonic()
+        with open(log_path, "w") as log:
+            app = subprocess.Popen(
+                [sys.executable, "-c", f"from bench.cluster import child; child({conn!r}, {out!r}, {master!r})"],
+                env=env, stderr=log, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+            while app.poll() is None:
+                _python_cpu(app.pid, cpu)
+                time.sleep(0.2)
+        wall = time.monotonic() - started
+        if app.returncode != 0:
+            raise RuntimeError(f"the query process failed: {log_path.read_text()[-3000:]}")
+        result = json.loads(Path(out, "result.json").read_text())
+    after, sent = emulator.consumer_attaches(hub), emulator.stats()["events_out"] - sent_before
+    attaches = sum(after.get(p, 0) - before.get(p, 0) for p in after)
+    rows = result["rows"]
+    return {
+        "mode": master,
+        "micro-batches": result["batches"],
+        "events read": rows,
+        "link attaches": attaches,
+        "attaches per partition": round(attaches / PARTITIONS, 2),
+        "events sent by the namespace": sent,
+        "events sent per event read": round(sent / rows, 2) if rows else None,
+        "events/s in the batches": round(rows / result["batch_seconds"]) if result["batch_seconds"] else None,
+        "executor Python CPU per event (µs)": round(sum(cpu.values()) / rows * 1e6, 1) if rows else None,
+        "query process wall time (s)": round(wall, 1),
+    }
+
+
+def run() -> None:
+    from eventhubs_emulator import Emulator
+
+    hubs = {f"h{i}": PARTITIONS for i in range(len(MODES))}
+    with Emulator(hubs) as emulator:
+        for hub in hubs:
+            fill(emulator.connection_string(hub), PARTITIONS * PER_PARTITION * BATCHES, 200)
+        rows = [_run(emulator, hub, master) for hub, master in zip(hubs, MODES, strict=True)]
+    one, cluster = rows
+    record(
+        "cluster",
+        {
+            "partitions": PARTITIONS,
+            "attaches per partition, local[4] / local-cluster[3,1,1024]": (
+                f"{one['attaches per partition']} / {cluster['attaches per partition']}"
+            ),
+            "events sent per event read, local[4] / local-cluster[3,1,1024]": (
+                f"{one['events sent per event read']} / {cluster['events sent per event read']}"
+            ),
+            "target": "on local-cluster[3,1,1024]: at most 1.2 attaches per partition over 30 micro-batches and 1.1 "
+            "events sent per event read (issue 37)",
+            "target met": cluster["attaches per partition"] <= 1.2
+            and (cluster["events sent per event read"] or 99) <= 1.1,
+        },
+        rows,
+        notes=(
+            f"{PARTITIONS} partitions, {BATCHES} AvailableNow micro-batches of {PER_PARTITION} events of 200 bytes per "
+            "partition, noop sink; the emulator in this process counts the receiving links attached to each partition "
+            "and the events it sends. Spark gives a Python source no preferred locations, so on several executors a "
+            "partition's task lands on any of them each batch: without a home per partition, each executor's "
+            "receiver service attaches its own link and reads ahead, and the read-ahead of the one left behind is "
+            "sent for nothing. Executor Python CPU adds up Spark's Python workers and daemons and the receiver "
+            "services."
+        ),
+    )
