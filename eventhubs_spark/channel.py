@@ -1,75 +1,55 @@
-"""A small authenticated channel from a query's executors to its driver: notices only, never data or code.
+"""What a streaming query's executors tell its driver, and what they ask it: small messages, never data.
 
 Spark gives a Python source no way to report from a task to the driver (no task metrics, no
-accumulators), so what an operator must learn on the driver, where they look (a worker reading for
-itself because the executor's receiver service could not start or went away), would otherwise stay in
-one executor's log among hundreds. A streaming query's driver (its long-lived stream runner process)
-listens on a TCP port; every input partition carries where (:class:`ChannelAddress`: the driver's
-addresses, the port and a random per-query key) and a task sends its notice there.
+accumulators) and no way to learn where its tasks run. So a streaming query's driver (its long-lived
+stream runner process) listens on a TCP port, and every input partition carries where
+(:class:`~eventhubs_spark.ranges.DriverAddress`) with the query's key. Over it:
 
-Only the query may talk to it: on each connection the driver sends a fresh random challenge, and the
-task answers with ``HMAC-SHA256(key, challenge)`` before its notice (the key never crosses the wire); a
-wrong or missing answer is refused and logged. A notice is a small JSON object (:data:`MAX_NOTICE`
-bytes at most), read as data and logged by the driver, once per executor and kind. The key is a
-:class:`~eventhubs_spark.auth.secret.Secret`: never in a log, an error or the plan.
+* receiver services announce themselves (``service``: their id and where other executors reach them),
+  again every few seconds while they serve the query: the driver's list of live services, over which it
+  places each partition's home (:mod:`.placement`);
+* a task whose plan named no home yet (the query's first batch) asks for its partition's home (``home``);
+* a task tells what an operator must learn on the driver (``worker_reads``: a worker reads for itself;
+  ``home_unreachable``: a home could not be reached), logged once per executor and kind.
 
-Sending is best effort: a task never fails or waits long because the driver cannot be reached.
+Each connection is proven and sealed (:mod:`.sealed`): the driver and the task or service both show
+they hold the query's key, and the messages (JSON objects of at most :data:`MAX_MESSAGE` bytes) cross
+encrypted. Asking is best effort: a task never fails because the driver cannot be reached.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import hmac
 import json
 import logging
 import os
-import secrets
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from .auth.secret import Secret
+from .ranges import DriverAddress, QueryKey
+from .sealed import RefusedError, client_handshake, server_handshake
 
 _LOG = logging.getLogger("eventhubs_spark")
 
-CHALLENGE_BYTES = 32
-MAX_NOTICE = 16 * 1024
-_LENGTH = struct.Struct(">I")
+MAX_MESSAGE = 64 * 1024
 _SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 
-
-@dataclass(frozen=True)
-class ChannelAddress:
-    """Where a query's driver listens (every address it may be reached at, tried in order) and its key."""
-
-    hosts: tuple[str, ...]
-    port: int
-    key: Secret
+Handler = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
-def prove(key: Secret, challenge: bytes) -> bytes:
-    """The answer to ``challenge`` that shows the key is held, without showing the key."""
-    return hmac.new(key.reveal().encode("utf-8"), challenge, hashlib.sha256).digest()
-
-
-def new_key() -> Secret:
-    return Secret(secrets.token_urlsafe(32))
-
-
-def driver_hosts() -> tuple[str, ...]:
-    """The addresses executors may reach this host at: Spark's own choice where set (SPARK_LOCAL_HOSTNAME,
-    SPARK_LOCAL_IP), the host's name, its interfaces' IPv4 addresses, then loopback (local mode)."""
+def host_addresses() -> tuple[str, ...]:
+    """The addresses other hosts may reach this one at: Spark's own choice where set (SPARK_LOCAL_HOSTNAME,
+    SPARK_LOCAL_IP), the host's name, its interfaces' IPv4 addresses, then loopback (one machine)."""
     found: list[str] = [v for v in (os.environ.get("SPARK_LOCAL_HOSTNAME"), os.environ.get("SPARK_LOCAL_IP")) if v]
     with contextlib.suppress(OSError):
         found.append(socket.getfqdn())
     found.extend(_interface_addresses())
-    found.append("127.0.0.1")
-    return tuple(dict.fromkeys(h for h in found if (h and not h.startswith("127.")) or h == "127.0.0.1"))
+    found = [h for h in found if h and h != "localhost" and not h.startswith("127.")]
+    return (*dict.fromkeys(found), "127.0.0.1")
 
 
 def _interface_addresses() -> list[str]:
@@ -92,20 +72,20 @@ def _interface_addresses() -> list[str]:
 
 
 class DriverChannel:
-    """The driver's end: accepts notices from the query's tasks and hands each to ``on_notice``."""
+    """The driver's end: each proven message goes to ``handle``, whose answer (if any) goes back."""
 
-    def __init__(self, on_notice: Callable[[dict[str, Any]], None], bind: str = "0.0.0.0") -> None:
-        self.on_notice = on_notice
-        self.key = new_key()
+    def __init__(self, query: QueryKey, handle: Handler, bind: str = "0.0.0.0") -> None:
+        self.query = query
+        self.handle = handle
         self._server = socket.create_server((bind, 0))
         self._server.settimeout(1.0)
         self.port = int(self._server.getsockname()[1])
+        self._address = DriverAddress(host_addresses(), self.port)  # looked up once: names may be slow
         self.refused = 0
-        self._address = ChannelAddress(driver_hosts(), self.port, self.key)  # looked up once: names may be slow
         self._closed = threading.Event()
         threading.Thread(target=self._accept, name="eventhubs-driver-channel", daemon=True).start()
 
-    def address(self) -> ChannelAddress:
+    def address(self) -> DriverAddress:
         return self._address
 
     def close(self) -> None:
@@ -125,55 +105,52 @@ class DriverChannel:
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         with conn:
-            conn.settimeout(5.0)
+            conn.settimeout(30.0)  # an answer may wait for the services to settle (see source.Homes)
             try:
-                challenge = secrets.token_bytes(CHALLENGE_BYTES)
-                conn.sendall(challenge)
-                answer = _recv_exactly(conn, hashlib.sha256().digest_size)
-                if not hmac.compare_digest(answer, prove(self.key, challenge)):
-                    self.refused += 1
-                    _LOG.warning("eventhubs: refused a connection to the query's driver channel from %s: it does "
-                                 "not hold the query's key", peer[0])  # fmt: skip
-                    conn.sendall(b"N")
-                    return
-                conn.sendall(b"Y")
-                (size,) = _LENGTH.unpack(_recv_exactly(conn, _LENGTH.size))
-                if size > MAX_NOTICE:
-                    raise ValueError(f"a notice of {size} bytes")
-                notice = json.loads(_recv_exactly(conn, size).decode("utf-8"))
-                if not isinstance(notice, dict):
-                    raise ValueError("a notice is a JSON object")
-            except (OSError, ValueError) as exc:
+                sealed, _ = server_handshake(conn, lambda q: self.query if q == self.query.query else None)
+            except RefusedError as exc:
+                self.refused += 1
+                _LOG.warning("eventhubs: refused a connection to the query's driver from %s: %s", peer[0], exc)
+                return
+            except OSError as exc:
                 _LOG.debug("eventhubs: driver channel: a connection from %s ended: %s", peer[0], exc)
                 return
-        self.on_notice(notice)
+            try:
+                message = json.loads(sealed.recv_frame().decode("utf-8"))
+                if not isinstance(message, dict):
+                    raise ValueError("a message is a JSON object")
+                answer = self.handle(message) or {}
+                sealed.send_frame(json.dumps(answer).encode("utf-8"))
+            except (OSError, ValueError) as exc:
+                _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
 
 
-def send_notice(address: ChannelAddress | None, notice: dict[str, Any], timeout: float = 2.0) -> bool:
-    """Send ``notice`` to the query's driver; False when it could not be delivered (never raises)."""
-    if address is None:
-        return False
-    payload = json.dumps(notice, separators=(",", ":")).encode("utf-8")[:MAX_NOTICE]
-    for host in address.hosts:
+def ask(
+    driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
+) -> dict[str, Any] | None:
+    """Send ``message`` to the query's driver and return its answer; None when it could not be reached or
+    refused (never raises). ``timeout``: for connecting, and for the answer."""
+    if driver is None or query is None:
+        return None
+    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(payload) > MAX_MESSAGE:
+        raise ValueError(f"a message to the driver of {len(payload)} bytes")
+    for host in driver.hosts:
         try:
-            with socket.create_connection((host, address.port), timeout=timeout) as sock:
-                challenge = _recv_exactly(sock, CHALLENGE_BYTES)
-                sock.sendall(prove(address.key, challenge))
-                if _recv_exactly(sock, 1) != b"Y":
-                    _LOG.warning("eventhubs: the query's driver refused this task's notice (a key mismatch)")
-                    return False
-                sock.sendall(_LENGTH.pack(len(payload)) + payload)
-                return True
-        except OSError:
+            with socket.create_connection((host, driver.port), timeout=timeout) as sock:
+                sealed = client_handshake(sock, query)
+                sealed.send_frame(payload)
+                answer = json.loads(sealed.recv_frame().decode("utf-8"))
+                return answer if isinstance(answer, dict) else None
+        except RefusedError as exc:
+            _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
+            return None
+        except (OSError, ValueError):
             continue  # not reachable at this address: the next one
-    return False
+    return None
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = sock.recv(size - len(buf))
-        if not chunk:
-            raise ConnectionResetError("the other side closed the connection")
-        buf += chunk
-    return bytes(buf)
+def tell(driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any]) -> None:
+    """:func:`ask` from a thread of its own, the answer ignored: the caller never waits for the driver."""
+    if driver is not None and query is not None:
+        threading.Thread(target=ask, args=(driver, query, message), name="eventhubs-tell", daemon=True).start()

@@ -9,9 +9,11 @@ link or holds a client.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from . import defaults
+from .auth.secret import Secret
 from .auth.settings import ConnectionSettings
 
 
@@ -27,6 +29,38 @@ class ReceiverConfig:
     # How far an idle receiver reads ahead of what its tasks took (events, bytes).
     read_ahead_events: int = defaults.READ_AHEAD_EVENTS
     read_ahead_bytes: int = defaults.READ_AHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class QueryKey:
+    """A streaming query's identity between its processes: ``query`` is public (hex), ``key`` the secret
+    the driver made for it, with which its tasks, its driver and the receiver services that serve it prove
+    themselves to each other (HMAC over a challenge: the key never crosses a network)."""
+
+    query: str
+    key: Secret
+
+
+def new_query_key() -> QueryKey:
+    return QueryKey(os.urandom(16).hex(), Secret(os.urandom(32).hex()))
+
+
+@dataclass(frozen=True)
+class Home:
+    """A partition's home: the receiver service that reads it from Event Hubs for the whole cluster
+    (``executor``: the service's id), and where other executors' tasks reach it."""
+
+    executor: str
+    hosts: tuple[str, ...]
+    port: int
+
+
+@dataclass(frozen=True)
+class DriverAddress:
+    """Where a streaming query's driver listens for what its executors tell it (:mod:`.channel`)."""
+
+    hosts: tuple[str, ...]
+    port: int
 
 
 @dataclass
@@ -48,9 +82,32 @@ class RangeRequest:
     """One task's range: read ``[start, end)`` of ``partition``. Plain data: it travels to the
     executor's receiver service too. ``idle_timeout``: how long the receiver may sit idle afterwards;
     ``owner``/``owned`` (ownership mode): the query's owner id and the partitions it owns now;
-    ``retry``: the task is a retry (a pooled receiver is not trusted then)."""
+    ``retry``: the task is a retry (a pooled receiver is not trusted then); ``query``, ``driver`` and
+    ``home`` (streams): see :class:`QueryKey`, :class:`DriverAddress`, :class:`Home`."""
 
     settings: ConnectionSettings
+    config: ReceiverConfig
+    partition: str
+    start: int
+    end: int
+    fail_on_data_loss: bool
+    idle_timeout: float | None = None
+    owner: str | None = None
+    owned: frozenset[str] | None = None
+    retry: bool = False
+    # A streaming query's (None for a batch read): its key, its driver, and the partition's home
+    query: QueryKey | None = None
+    driver: DriverAddress | None = None
+    home: Home | None = None
+    ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
+
+
+@dataclass(frozen=True)
+class RemoteRead:
+    """A range asked of another executor's receiver service (the partition's home): data only, no
+    credentials. The home reads with the settings its own executor's tasks gave it for the query the
+    connection proved it belongs to."""
+
     config: ReceiverConfig
     partition: str
     start: int

@@ -11,9 +11,7 @@ import dataclasses
 import functools
 import logging
 import os
-import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -24,8 +22,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from . import defaults
 from .arrow import SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
-from .channel import ChannelAddress, DriverChannel, send_notice
 from .checkpoints.mirror import CheckpointMirror
+from .driver import QueryDriver
 from .errors import OptionError, data_loss_error
 from .executor import runtime
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
@@ -84,7 +82,6 @@ class EventHubsPartition(InputPartition):
 
     requests: tuple[RangeRequest, ...]
     service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
-    driver: ChannelAddress | None = None  # a stream's driver channel: what the driver must hear from a task
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
@@ -109,7 +106,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         stats: dict[str, Any] = {}
         started = time.monotonic()
         try:
-            yield from runtime.current().read(request, split.service, stats, _teller(split.driver))
+            yield from runtime.current().read(request, split.service, stats)
         finally:
             if stats.get("fallbacks"):
                 slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
@@ -118,39 +115,6 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
                 _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
                           request.settings.hub, request.partition, request.start, request.end,
                           time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
-
-
-def _teller(driver: ChannelAddress | None) -> Callable[[str], None] | None:
-    """What tells the query's driver that this worker reads for itself (from a thread of its own: the task
-    never waits for the driver), or None without a driver channel (a batch read)."""
-    if driver is None:
-        return None
-
-    def tell(why: str) -> None:
-        from .executor.place import executor_pid
-
-        notice = {"kind": "worker_reads", "host": socket.gethostname(), "executor": executor_pid(), "why": why}
-        threading.Thread(target=send_notice, args=(driver, notice), name="eventhubs-notice", daemon=True).start()
-
-    return tell
-
-
-def _driver_heard(hub: str, said: set[tuple[Any, ...]]) -> Callable[[dict[str, Any]], None]:
-    """The driver's answer to a task's notice: one line in the driver's log per executor and kind."""
-
-    def heard(notice: dict[str, Any]) -> None:
-        key = (notice.get("kind"), notice.get("host"), notice.get("executor"))
-        if key in said:
-            return
-        said.add(key)
-        if notice.get("kind") == "worker_reads":
-            _LOG.warning("eventhubs: hub %s: on executor %s (pid %s) a Python worker reads for itself, without the "
-                         "executor's receiver service: %s", hub, notice.get("host"), notice.get("executor"),
-                         str(notice.get("why", ""))[:500])  # fmt: skip
-        else:
-            _LOG.warning("eventhubs: hub %s: executor %s says: %s", hub, notice.get("host"), str(notice)[:500])
-
-    return heard
 
 
 _SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
@@ -366,8 +330,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._cadence: float | None = None  # seconds between this query's triggers, smoothed
         self._mine: Any = None  # ownership mode: which partitions are this query's (ownership.OwnedPartitions)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
-        self._channel: DriverChannel | None = None  # the driver channel, opened at the first batch
-        self._no_channel = False  # it could not listen: not tried again
+        self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
+        self._no_driver = False  # it could not listen: not tried again
 
     def _refresh(self) -> dict[str, PartitionInfo]:
         self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
@@ -523,24 +487,38 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # this query owns, so executors close idle receivers of partitions it gave up.
         owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
         planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
-        driver = self.driver_channel()
-        return [dataclasses.replace(p, driver=driver) for p in planned] if driver is not None else planned
+        driver = self.query_driver()
+        if driver is None:
+            return planned
+        where, query = driver.address(), driver.query
+        placed = driver.homes(e) if self.planner.options.receiver_service else {}
+        return [
+            dataclasses.replace(
+                split,
+                requests=tuple(
+                    dataclasses.replace(r, query=query, driver=where, home=placed.get(r.partition))
+                    for r in split.requests
+                ),
+            )
+            for split in planned
+        ]
 
-    def driver_channel(self) -> ChannelAddress | None:
-        """Where this query's tasks reach its driver (opened on first use, in the stream runner process that
-        plans every batch); None where it cannot listen (the query goes on without it)."""
-        if self._channel is None and not self._no_channel:
+    def query_driver(self) -> QueryDriver | None:
+        """This query's driver side (key, channel, live services, homes), opened at the first batch in the
+        stream runner process that plans every batch; None where it cannot listen (the query then reads as
+        on one executor: each executor's service opens its own links)."""
+        if self._driver is None and not self._no_driver:
             try:
-                self._channel = DriverChannel(_driver_heard(self.hub, set()))
+                self._driver = QueryDriver(self.hub)
             except OSError as exc:
-                _LOG.warning("eventhubs: hub %s: no driver channel (%s): what executors would tell the driver "
-                             "stays in their own logs", self.hub, exc)  # fmt: skip
-                self._no_channel = True
-        return self._channel.address() if self._channel is not None else None
+                _LOG.warning("eventhubs: hub %s: the driver cannot listen (%s): partitions get no home, and what "
+                             "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip
+                self._no_driver = True
+        return self._driver
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_channel"] = None  # a listening socket stays in the process that opened it
+        state["_driver"] = None  # a listening socket stays in the process that opened it
         return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

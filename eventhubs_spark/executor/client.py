@@ -12,21 +12,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..codec.layout import decode_spans
-from ..ranges import RangeRequest
+from ..ranges import Home, QueryKey, RangeRequest, RemoteRead
+from ..sealed import RefusedError, SealedSocket, client_handshake
 from . import protocol
 from .place import Place, executor_pid
-from .wire import DONE, ERROR, RAW, READ, SPANS, recv, send
+from .wire import DONE, ERROR, HELLO, RAW, READ, REMOTE_READ, SPANS, Conn, recv, send
 
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 
@@ -44,6 +46,7 @@ class ServiceClient:
 
     def __init__(self, place: Place) -> None:
         self.place = place
+        self.executor = os.path.basename(place.socket_path).removesuffix(".sock")  # the service's id
         self._sock: socket.socket | None = None
         self.started_service = False
 
@@ -91,36 +94,28 @@ class ServiceClient:
     def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         """The range's record batches from the service; its counts land in ``stats``. Raises
         :class:`ServiceGone` when the service is unreachable or goes away, the task's errors as themselves."""
-        next_seq = request.start
-        decoded_here = 0  # events of raw batches the SDK's decoder made, here
         try:
             sock = self._connect()
-            sock.settimeout(request.config.receiver_timeout + 60.0)
-            send(sock, READ, protocol.encode_request(request))
-            while True:
-                kind, payload = recv(sock)
-                if kind == RAW:
-                    next_seq, n = SPANS.unpack_from(payload)
-                    starts = np.frombuffer(payload, np.int64, n, SPANS.size)
-                    ends = np.frombuffer(payload, np.int64, n, SPANS.size + 8 * n)
-                    buffer = pa.py_buffer(memoryview(payload)[SPANS.size + 16 * n :])
-                    batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
-                    decoded_here += fallbacks
-                    yield batch
-                elif kind == DONE:
-                    stats.update(json.loads(payload))
-                    stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
-                    return
-                elif kind == ERROR:
-                    raise protocol.decode_error(payload)
-                else:
-                    raise OSError(f"unexpected message {kind!r} from the receiver service")
-        except (OSError, EOFError, protocol.ProtocolError) as exc:
+        except OSError as exc:
+            raise ServiceGone(request.start, f"{type(exc).__name__}: {exc}") from exc
+        yield from _range(sock, READ, protocol.encode_request(request), request, stats, self.close)
+
+    def hello(self, request: RangeRequest) -> dict[str, Any]:
+        """Register a stream's query with the service (it then serves it to other executors and the driver
+        knows it); the service's id and port. OSError when it cannot be reached."""
+        try:
+            sock = self._connect()
+            sock.settimeout(30.0)
+            send(sock, HELLO, protocol.encode_request(request))
+            kind, payload = recv(sock)
+        except OSError:
             self.close()
-            raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
-        except GeneratorExit:
-            self.close()  # the task stopped early: the service is mid-range on this connection
             raise
+        if kind != DONE:
+            self.close()
+            raise OSError(f"unexpected answer {kind!r} to a hello from the receiver service")
+        answer = json.loads(payload)
+        return answer if isinstance(answer, dict) else {}
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -137,3 +132,91 @@ def _try_connect(path: str) -> socket.socket | None:
         sock.close()
         return None
     return sock
+
+
+def _range(
+    sock: Conn, kind: bytes, asked: bytes, request: RangeRequest, stats: dict[str, Any], close: Callable[[], None]
+) -> Iterator[pa.RecordBatch]:
+    """Ask for a range on ``sock`` (a worker's Unix socket, or a sealed connection to the home) and yield its
+    record batches, decoded here; its counts land in ``stats``. :class:`ServiceGone` when the other side goes
+    away, with where the task reads on; ``close`` drops the connection then (and when the task stops early)."""
+    next_seq = request.start
+    decoded_here = 0  # events of raw batches the SDK's decoder made, here
+    try:
+        sock.settimeout(request.config.receiver_timeout + 60.0)
+        send(sock, kind, asked)
+        while True:
+            kind, payload = recv(sock)
+            if kind == RAW:
+                next_seq, n = SPANS.unpack_from(payload)
+                starts = np.frombuffer(payload, np.int64, n, SPANS.size)
+                ends = np.frombuffer(payload, np.int64, n, SPANS.size + 8 * n)
+                buffer = pa.py_buffer(memoryview(payload)[SPANS.size + 16 * n :])
+                batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
+                decoded_here += fallbacks
+                yield batch
+            elif kind == DONE:
+                stats.update(json.loads(payload))
+                stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
+                return
+            elif kind == ERROR:
+                raise protocol.decode_error(payload)
+            else:
+                raise OSError(f"unexpected message {kind!r} from the receiver service")
+    except (OSError, EOFError, protocol.ProtocolError) as exc:
+        close()
+        raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
+    except GeneratorExit:
+        close()  # the task stopped early: the service is mid-range on this connection
+        raise
+
+
+class HomeClient:
+    """A worker's connection to another executor's receiver service, a partition's home, for one query
+    (kept across tasks; made again when broken)."""
+
+    def __init__(self, home: Home, query: QueryKey, connect_timeout: float = 3.0) -> None:
+        self.home = home
+        self.query = query
+        self.connect_timeout = connect_timeout
+        self._conn: SealedSocket | None = None
+
+    def _connect(self) -> SealedSocket:
+        if self._conn is not None:
+            return self._conn
+        last: BaseException | None = None
+        for host in self.home.hosts:
+            try:
+                sock = socket.create_connection((host, self.home.port), timeout=self.connect_timeout)
+            except OSError as exc:
+                last = exc
+                continue
+            try:
+                self._conn = client_handshake(sock, self.query)
+                return self._conn
+            except BaseException:
+                sock.close()
+                raise
+        raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
+                      f"{self.home.port}: {last}")  # fmt: skip
+
+    def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """The range from the home, as :meth:`ServiceClient.read`; :class:`RefusedError` (the home does not
+        know the query, or a key mismatch) or :class:`ServiceGone` when it cannot be had there."""
+        try:
+            conn = self._connect()
+        except RefusedError:
+            raise
+        except OSError as exc:
+            raise ServiceGone(request.start, str(exc)) from exc
+        asked = RemoteRead(
+            request.config, request.partition, request.start, request.end, request.fail_on_data_loss,
+            request.idle_timeout, request.owner, request.owned, request.retry,
+        )  # fmt: skip
+        yield from _range(conn, REMOTE_READ, protocol.encode_request(asked), request, stats, self.close)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()

@@ -26,7 +26,7 @@ from ..auth.network import HttpProxy, NetworkSettings
 from ..auth.secret import Secret
 from ..auth.settings import ConnectionSettings
 from ..errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
-from ..ranges import RangeRequest, ReceiverConfig
+from ..ranges import DriverAddress, Home, QueryKey, RangeRequest, ReceiverConfig, RemoteRead
 from ..retry import RetryPolicy
 
 T = TypeVar("T")
@@ -35,15 +35,10 @@ T = TypeVar("T")
 _KNOWN: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
-        RangeRequest,
-        ConnectionSettings,
-        ReceiverConfig,
-        EntraSettings,
-        NetworkSettings,
-        HttpProxy,
-        RetryPolicy,
+        RangeRequest, RemoteRead, ConnectionSettings, ReceiverConfig, RetryPolicy, EntraSettings, NetworkSettings,
+        HttpProxy, QueryKey, Home, DriverAddress,
     )
-}
+}  # fmt: skip
 _MAX_REQUEST = 1 << 20  # bytes: a request is a few KB; anything near this is not one
 
 
@@ -54,12 +49,13 @@ class ProtocolError(ValueError):
 # -- requests ----------------------------------------------------------------------------------------------
 
 
-def encode_request(request: RangeRequest) -> bytes:
+def encode_request(request: RangeRequest | RemoteRead) -> bytes:
     return json.dumps(_to_json(request), separators=(",", ":")).encode("utf-8")
 
 
-def decode_request(payload: bytes | bytearray | memoryview) -> RangeRequest:
-    """The request in ``payload``, rebuilt and checked; :class:`ProtocolError` for anything else."""
+def decode_request(payload: bytes | bytearray | memoryview, cls: type[T] = RangeRequest) -> T:  # type: ignore[assignment]
+    """The request (a :class:`RangeRequest`, or the ``cls`` given) in ``payload``, rebuilt and checked;
+    :class:`ProtocolError` for anything else."""
     if len(payload) > _MAX_REQUEST:
         raise ProtocolError(f"a request of {len(payload)} bytes is larger than any range request")
     try:
@@ -67,7 +63,7 @@ def decode_request(payload: bytes | bytearray | memoryview) -> RangeRequest:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = getattr(exc, "pos", getattr(exc, "start", "?"))
         raise ProtocolError(f"the request is not JSON ({type(exc).__name__} at byte {where})") from None
-    return _from_json(RangeRequest, data, "request")
+    return _from_json(cls, data, "request")
 
 
 def _to_json(value: Any) -> Any:
@@ -77,6 +73,8 @@ def _to_json(value: Any) -> Any:
         return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, frozenset):
         return sorted(value)
+    if isinstance(value, tuple):
+        return list(value)
     return value
 
 
@@ -121,6 +119,11 @@ def _value(hint: Any, data: Any, where: str) -> Any:
         if not isinstance(data, list):
             raise ProtocolError(f"{where}: expected a list")
         return frozenset(_value(item, v, f"{where}[]") for v in data)
+    if origin is tuple:
+        (item, more) = typing.get_args(hint)  # the connector's tuples are all "tuple[X, ...]"
+        if more is not Ellipsis or not isinstance(data, list):
+            raise ProtocolError(f"{where}: expected a list")
+        return tuple(_value(item, v, f"{where}[]") for v in data)
     if hint is Secret:
         if not (isinstance(data, dict) and set(data) == {"secret"} and isinstance(data["secret"], str)):
             raise ProtocolError(f"{where}: expected a secret")

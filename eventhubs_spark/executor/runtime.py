@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,17 +22,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from .. import channel
 from ..amqp.engine import Connections
 from ..amqp.management import ManagementClient
 from ..auth.settings import ConnectionSettings
 from ..codec.layout import events_batch
 from ..errors import OptionError
-from ..ranges import RangeRequest, RangeResult
-from .client import ServiceClient, ServiceGone
-from .place import place
+from ..ranges import Home, RangeRequest, RangeResult
+from ..sealed import RefusedError
+from .client import HomeClient, ServiceClient, ServiceGone
+from .place import executor_pid, place
 from .pool import ReceiverPool, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
+_ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
 
 
 class ProducerPool:
@@ -84,6 +88,8 @@ class Runtime:
         self._management: dict[tuple[Any, ...], ManagementClient] = {}
         self._lock = threading.Lock()
         self._fallback_logged = False
+        self._homes: dict[tuple[Home, str], HomeClient] = {}  # kept connections to other executors' services
+        self._unreachable: set[tuple[str, str]] = set()  # (query, home) said to be unreachable
 
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
         """The process's kept-open management client for these settings (created on first use)."""
@@ -104,32 +110,38 @@ class Runtime:
                 self._service_looked_up = True
             return self._service
 
-    def read(
-        self,
-        request: RangeRequest,
-        use_service: bool,
-        stats: dict[str, Any],
-        tell_driver: Callable[[str], None] | None = None,
-    ) -> Iterator[pa.RecordBatch]:
-        """One range as record batches: through the executor's receiver service, else (or from wherever the
-        service stopped) in this process. ``stats`` gets the counts to log; ``tell_driver`` (a stream's
-        driver channel) hears, once per process, why this worker reads for itself."""
+    def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+        """One range as record batches: from the partition's home when that is another executor's receiver
+        service (a stream's, :mod:`.listener`), else through this executor's service, else (or from wherever
+        the service or home stopped) in this process. ``stats`` gets the counts to log."""
         start = request.start
         if use_service:
             try:
                 client = self.service()
                 if client is not None:
-                    stats["via"] = "service"
-                    yield from client.read(request, stats)
-                    return
+                    home = self._home_of(request, client)
+                    if home is not None and home.executor != client.executor:
+                        try:
+                            stats["via"] = f"home:{home.executor}"
+                            yield from self._home_client(home, request).read(request, stats)
+                            return
+                        except (ServiceGone, RefusedError) as exc:
+                            start = exc.next_seq if isinstance(exc, ServiceGone) else request.start
+                            self._home_unreachable(request, home, exc)
+                            # the rest here, keeping no link or read-ahead: the partition stays the home's
+                            request = dataclasses.replace(request, idle_timeout=0.0)
+                    else:
+                        stats["via"] = "service"
+                        yield from client.read(request, stats)
+                        return
             except ServiceGone as exc:
                 start = exc.next_seq
-                why = f"the executor's receiver service is unavailable ({exc}); reading in this worker"
-                self._fallback(why, tell_driver)
+                self._fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker",
+                               request)  # fmt: skip
             except OSError as exc:
                 self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker",
-                               tell_driver)  # fmt: skip
-        stats["via"] = "worker"
+                               request)  # fmt: skip
+        stats["via"] = stats.get("via", "") + "worker" if stats.get("via", "").startswith("home") else "worker"
         result = RangeResult()
         here = dataclasses.replace(request, start=start) if start != request.start else request
         for chunk in read_here(here, result, self.pool):
@@ -140,13 +152,52 @@ class Runtime:
         stats.update(self.pool.stats_dict())
         stats["pid"] = os.getpid()
 
-    def _fallback(self, message: str, tell_driver: Callable[[str], None] | None) -> None:
+    def _home_of(self, request: RangeRequest, client: ServiceClient) -> Home | None:
+        """The partition's home: as the plan says, or (a stream's first batch, planned before any service was
+        known) as the driver says once this executor's service has told it that it exists."""
+        if request.query is None or request.home is not None or request.driver is None:
+            return request.home
+        client.hello(request)  # this executor's service registers the query and tells the driver
+        answer = channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
+                             timeout=_ASK_HOME_TIMEOUT)  # fmt: skip
+        found = answer.get("home") if answer else None
+        if not isinstance(found, dict):
+            return None
+        try:
+            return Home(str(found["executor"]), tuple(str(h) for h in found["hosts"]), int(found["port"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _home_client(self, home: Home, request: RangeRequest) -> HomeClient:
+        """This worker's kept connection to a home, for one query."""
+        assert request.query is not None
+        key = (home, request.query.query)
+        with self._lock:
+            client = self._homes.get(key)
+            if client is None:
+                client = self._homes[key] = HomeClient(home, request.query)
+            return client
+
+    def _home_unreachable(self, request: RangeRequest, home: Home, exc: BaseException) -> None:
+        """Said once per process, query and home, here and to the driver (which checks the home itself and
+        places the partition elsewhere when it is gone)."""
+        key = (request.query.query if request.query else "", home.executor)
+        with self._lock:
+            if key in self._unreachable:
+                return
+            self._unreachable.add(key)
+        why = f"the home of partition {request.partition}, executor {home.executor}, cannot serve it ({exc})"
+        _LOG.warning("eventhubs: %s; reading in this worker without read-ahead", why)
+        channel.tell(request.driver, request.query, {"kind": "home_unreachable", "executor": home.executor,
+                     "host": socket.gethostname(), "why": why})  # fmt: skip
+
+    def _fallback(self, message: str, request: RangeRequest) -> None:
         """Said once per process, here and to the driver: a worker that cannot use the service reads for itself."""
         if not self._fallback_logged:
             self._fallback_logged = True
             _LOG.warning("eventhubs: %s", message)
-            if tell_driver is not None:
-                tell_driver(message)
+            notice = {"kind": "worker_reads", "host": socket.gethostname(), "executor": executor_pid(), "why": message}
+            channel.tell(request.driver, request.query, notice)
 
 
 _CURRENT: Runtime | None = None

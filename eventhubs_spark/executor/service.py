@@ -44,8 +44,9 @@ import numpy as np
 from ..amqp.engine import Connections
 from ..ranges import RangeRequest, RangeResult
 from . import protocol
+from .listener import Listener
 from .pool import ReceiverPool, read_here
-from .wire import DONE, ERROR, RAW, READ, SPANS, Message, recv, send, send_messages
+from .wire import DONE, ERROR, HELLO, RAW, READ, SPANS, Conn, Message, recv, send, send_messages
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -73,6 +74,9 @@ class ReceiverService:
         self._last_activity = time.monotonic()
         self.requests = 0
         self.refused = 0  # connections closed for a message the protocol does not allow
+        # the service's id (its place's name): how the driver and other executors name this home
+        self.executor = os.path.basename(socket_path).removesuffix(".sock")
+        self.listener = Listener(self.executor, self._read, self._busy)
 
     def run(self) -> str:
         """Serve until the executor is gone or nothing happened for ``idle_exit``; returns why it ended."""
@@ -105,6 +109,7 @@ class ReceiverService:
                     return why
         finally:
             server.close()
+            self.listener.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.socket_path)
             self.pool.close_all()
@@ -129,18 +134,30 @@ class ReceiverService:
                     kind, payload = recv(conn)
                 except (ConnectionError, OSError):
                     return  # the worker went away (it exits when idle): nothing was in flight
-                if kind != READ:
+                if kind not in (READ, HELLO):
                     _LOG.error("receiver service: refused a message of unknown kind %r from a worker; closing its "
                                "connection", kind)  # fmt: skip
                     self.refused += 1
                     return
                 try:
-                    request = protocol.decode_request(payload)
+                    request: RangeRequest = protocol.decode_request(payload)
                 except protocol.ProtocolError as exc:
                     _LOG.error("receiver service: refused a request that is not a valid range request (%s); "
                                "closing the worker's connection", exc)  # fmt: skip
                     self.refused += 1
                     return
+                if request.query is not None:
+                    try:
+                        self.listener.register(request)  # a stream's task: serve its query to other executors
+                    except OSError as exc:
+                        _LOG.warning("receiver service %s: cannot serve other executors: %s", self.executor, exc)
+                if kind == HELLO:
+                    hello = {"executor": self.executor, "port": self.listener.port}
+                    try:
+                        send(conn, DONE, json.dumps(hello).encode())
+                    except OSError:
+                        return
+                    continue
                 with self._lock:
                     self._active += 1
                     self.requests += 1
@@ -152,7 +169,14 @@ class ReceiverService:
                         self._active -= 1
                         self._last_activity = time.monotonic()
 
-    def _read(self, conn: socket.socket, request: RangeRequest) -> bool:
+    def _busy(self, delta: int) -> None:
+        """A remote connection's request comes in (+1) or ends (-1): the service is not idle meanwhile."""
+        with self._lock:
+            self._active += delta
+            self.requests += max(delta, 0)
+            self._last_activity = time.monotonic()
+
+    def _read(self, conn: Conn, request: RangeRequest) -> bool:
         """Send one range; False when the worker went away (the receiver is then dropped, not reused).
 
         Each chunk goes out as it is read, but the one that ends the range goes with the range's end in the
@@ -190,14 +214,14 @@ class _WorkerGone(Exception):
     """The worker's end of the connection is gone (the task ended, or its worker did)."""
 
 
-def _send_to_worker(conn: socket.socket, *messages: Message) -> None:
+def _send_to_worker(conn: Conn, *messages: Message) -> None:
     try:
         send_messages(conn, *messages)
     except OSError as exc:
         raise _WorkerGone(str(exc)) from exc
 
 
-def _send_error(conn: socket.socket, exc: BaseException) -> bool:
+def _send_error(conn: Conn, exc: BaseException) -> bool:
     try:
         send(conn, ERROR, protocol.encode_error(exc))
         return True

@@ -5,7 +5,8 @@ parts gathered into as few writes as the socket takes. The kinds: :data:`READ` (
 request, JSON: :mod:`.protocol`), :data:`RAW` (a chunk of the range: the next sequence number, the
 message count, each message's start and end, then the buffer the messages are in, the AMQP frames as
 they arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the
-range's counts, JSON) and :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`).
+range's counts, JSON) and :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`);
+:data:`HELLO` and :data:`REMOTE_READ` serve homes (:mod:`.listener`).
 The worker decodes the spans into the source's Arrow record batches (:mod:`eventhubs_spark.codec.layout`).
 """
 
@@ -17,6 +18,8 @@ from typing import TypeAlias
 
 import pyarrow as pa
 
+from ..sealed import SealedSocket
+
 WIRE_VERSION = 2  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
 # next sequence number (8 bytes), message count n (8), each message's start and end (n + n int64, native order),
@@ -25,7 +28,10 @@ RAW = b"W"
 SPANS = struct.Struct("=qq")  # 16 bytes: the offsets that follow stay 8-byte aligned
 DONE = b"D"  # the range's counts (JSON)
 ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
+Conn: TypeAlias = "socket.socket | SealedSocket"  # a worker's Unix socket, or another executor's sealed one
 READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
+HELLO = b"H"  # a RangeRequest of a stream whose first batch knows no homes yet: register, answer DONE at once
+REMOTE_READ = b"r"  # between executors, sealed: a RemoteRead (JSON), answered as a READ
 
 _IOV_MAX = 512  # pieces per sendmsg call, well under Linux's 1024
 
@@ -34,11 +40,11 @@ Part: TypeAlias = "bytes | memoryview | pa.Buffer"
 Message: TypeAlias = "tuple[bytes, tuple[Part, ...]]"  # kind, parts
 
 
-def send(sock: socket.socket, kind: bytes, *parts: Part) -> None:
+def send(sock: Conn, kind: bytes, *parts: Part) -> None:
     send_messages(sock, (kind, parts))
 
 
-def send_messages(sock: socket.socket, *messages: Message) -> None:
+def send_messages(sock: Conn, *messages: Message) -> None:
     """Messages, each its header and parts, gathered into as few writes as the socket takes (one, for a
     request, a small chunk, or a range's last chunk with its end). A write per part would wake the reader
     once for each: on a busy executor each wake-up can hand the CPU to the other side before this side
@@ -57,7 +63,7 @@ def send_messages(sock: socket.socket, *messages: Message) -> None:
                 pending[0], sent = pending[0][sent:], 0
 
 
-def recv_exactly(sock: socket.socket, size: int) -> bytearray:
+def recv_exactly(sock: Conn, size: int) -> bytearray:
     buf = bytearray(size)
     view = memoryview(buf)
     got = 0
@@ -69,6 +75,6 @@ def recv_exactly(sock: socket.socket, size: int) -> bytearray:
     return buf
 
 
-def recv(sock: socket.socket) -> tuple[bytes, bytearray]:
+def recv(sock: Conn) -> tuple[bytes, bytearray]:
     kind, size = MESSAGE.unpack(recv_exactly(sock, MESSAGE.size))
     return kind, recv_exactly(sock, size)

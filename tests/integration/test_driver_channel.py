@@ -1,16 +1,19 @@
-"""The driver channel: what a task must tell a stream's driver reaches the driver's log, from the query's
-tasks only (HMAC over a challenge with the query's key), and never shows the key."""
+"""A stream's driver side: what a task must tell the driver reaches the driver's log, from the query's
+processes only (both sides prove the query's key), never showing the key; services announce themselves
+and homes are placed over them."""
 
 from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 
 from pyspark import cloudpickle
 
-from eventhubs_spark.channel import ChannelAddress, DriverChannel, new_key, send_notice
+from eventhubs_spark import channel
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.driver import QueryDriver
+from eventhubs_spark.ranges import QueryKey
 from eventhubs_spark.source import EventHubsStreamReader, read_partition
 
 from .sdk_helpers import send
@@ -25,31 +28,48 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_a_notice_with_the_querys_key_arrives_and_a_wrong_key_is_refused(caplog):
-    heard: list[dict] = []
-    channel = DriverChannel(heard.append, bind="127.0.0.1")
+def test_the_driver_answers_the_querys_processes_and_refuses_others(caplog):
+    driver = QueryDriver("telemetry", bind="127.0.0.1")
     try:
-        address = channel.address()
-        assert "127.0.0.1" in address.hosts and address.key.reveal() not in repr(address)
-        assert send_notice(address, {"kind": "test", "n": 1})
-        assert wait_for(lambda: heard == [{"kind": "test", "n": 1}])
-        impostor = ChannelAddress(address.hosts, address.port, new_key())
+        where = driver.address()
+        assert "127.0.0.1" in where.hosts and driver.query.key.reveal() not in repr(driver.query)
+        announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": 1}
+        assert channel.ask(where, driver.query, announce) == {"ok": True}
+        assert [h.executor for h in driver.live()] == ["e1"]
+        impostor = QueryKey(driver.query.query, Secret("not-the-key"))
         with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
-            assert not send_notice(impostor, {"kind": "test", "n": 2})
-            assert wait_for(lambda: channel.refused == 1)
-        assert heard == [{"kind": "test", "n": 1}], "nothing of a refused connection is used"
+            assert channel.ask(where, impostor, {**announce, "executor": "e2"}) is None
+            assert wait_for(lambda: driver.channel.refused == 1)
+        assert [h.executor for h in driver.live()] == ["e1"], "nothing of a refused connection is used"
         said = " ".join(r.getMessage() for r in caplog.records)
-        assert "does not hold the query's key" in said
-        assert address.key.reveal() not in said and impostor.key.reveal() not in said
+        assert "refused a connection to the query's driver" in said
+        assert driver.query.key.reveal() not in said and "not-the-key" not in said
     finally:
-        channel.close()
-    assert not send_notice(address, {"kind": "test"}), "a closed channel: the task goes on, nothing raised"
+        driver.close()
+    assert channel.ask(where, driver.query, announce) is None, "a closed driver: the caller goes on"
+
+
+def test_homes_are_placed_over_the_live_services_and_a_first_batch_waits_for_them_to_settle():
+    driver = QueryDriver("telemetry", bind="127.0.0.1")
+    try:
+        where, query = driver.address(), driver.query
+        assert driver.homes([str(p) for p in range(6)]) == {}, "no service known: no homes"
+        for e in ("e1", "e2", "e3"):
+            channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9})
+        placed = driver.homes([str(p) for p in range(6)])
+        assert sorted(h.executor for h in placed.values()) == ["e1", "e1", "e2", "e2", "e3", "e3"]
+        started = time.monotonic()
+        answer = channel.ask(where, query, {"kind": "home", "partition": "4"}, timeout=20)
+        assert time.monotonic() - started >= 1.0, "the answer waited for the services to settle"
+        assert answer == {"home": {"executor": placed["4"].executor, "hosts": ["127.0.0.1"], "port": 9}}
+    finally:
+        driver.close()
 
 
 def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub, tmp_path, monkeypatch, caplog):
-    """A stream's planned partitions carry its driver channel; a task whose executor's receiver service cannot
-    be used (here: the socket directory has the wrong mode) reads every event itself, and the driver's log
-    says so once, naming the executor and why."""
+    """A stream's planned ranges carry its key and driver; a task whose executor's receiver service cannot be
+    used (here: the socket directory has the wrong mode) reads every event itself, and the driver's log says
+    so once, naming the executor and why."""
     import tempfile
 
     from eventhubs_spark.executor import runtime
@@ -61,9 +81,12 @@ def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub
     start = reader.initialOffset()
     end = reader.latestOffset(start, None) if reader.latestOffset.__code__.co_argcount > 1 else reader.latestOffset()
     planned = reader.partitions(start, end)
-    key = reader.driver_channel().key.reveal()  # type: ignore[union-attr]
-    assert planned and all(p.driver is not None and p.driver == planned[0].driver for p in planned)
-    assert pickle.loads(cloudpickle.dumps(reader))._channel is None, "the listening socket stays in the runner"
+    driver = reader.query_driver()
+    assert driver is not None
+    requests = [r for p in planned for r in p.requests]
+    assert requests and all(r.query == driver.query and r.driver == driver.address() for r in requests)
+    assert all(r.home is None for r in requests), "no service known yet"
+    assert cloudpickle.loads(cloudpickle.dumps(reader))._driver is None, "the listening socket stays in the runner"
 
     private = tmp_path / f"ehs-{os.getuid()}"
     private.mkdir(mode=0o755)
@@ -81,9 +104,9 @@ def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub
             time.sleep(0.5)
     finally:
         runtime.use(previous)
-        reader._channel.close()  # type: ignore[union-attr]
+        driver.close()
     assert sorted(rows) == sorted(list(range(30)) * 2), "every event read, by the worker itself"
     told = [r.getMessage() for r in caplog.records if "reads for itself" in r.getMessage()]
     assert len(told) == 1, told
     assert "mode 0700" in told[0] and f"hub {eventhub.name}" in told[0]
-    assert key not in " ".join(r.getMessage() for r in caplog.records)
+    assert driver.query.key.reveal() not in " ".join(r.getMessage() for r in caplog.records)

@@ -20,9 +20,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("auth",),  # connection, network and identity settings as plain data; sign-in
     ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
     ("codec",),  # AMQP messages into Arrow columns and back
-    ("ranges", "channel"),  # a task's range and its receiver's settings: what the driver plans and an executor reads
+    (
+        "ranges",
+        "sealed",
+        "channel",
+    ),  # a task's range and its receiver's settings: what the driver plans and an executor reads
     ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client
-    ("resolve", "sign_in", "options", "checkpoints", "ownership"),  # the driver's planning
+    ("resolve", "sign_in", "options", "checkpoints", "ownership", "driver"),  # the driver's planning
     ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (

@@ -10,14 +10,8 @@ import pytest
 
 from eventhubs_spark.auth.secret import Secret
 from eventhubs_spark.executor import wire
-from eventhubs_spark.executor.remote import (
-    QueryKey,
-    RefusedError,
-    SealedSocket,
-    client_handshake,
-    new_query_key,
-    server_handshake,
-)
+from eventhubs_spark.ranges import QueryKey, new_query_key
+from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake, server_handshake
 
 
 def _pair(server_knows: QueryKey | None, client_has: QueryKey):

@@ -1,15 +1,15 @@
-"""Between executors: a task away from its partition's home reads from the home's receiver service over TCP.
+"""Connections between a streaming query's processes over the network: proven and sealed.
 
-Only the query may talk to a home: both sides prove they hold the query's key (a random key the driver
-made, sent with the tasks; the service learnt it from its own executor's tasks over its private Unix
-socket) by an HMAC over the other's random challenge, so the key never crosses the wire and neither a
-stranger nor a stranger's service is believed. Everything after the handshake is sealed: AES-GCM with a
-key derived for this connection (HKDF over the query's key and both challenges), a counter for each
-direction's nonces, so what crosses the network is neither readable nor alterable, whether or not Spark's
-own RPC encryption is on. What crosses is data only: a remote range request names the query, the
-partition and the range (never credentials or code; the home reads with the settings its own tasks
-gave it), and the answer is the same spans of undecoded frames, counts and errors as over the Unix
-socket (:mod:`.wire`).
+Two kinds cross the network: a task away from its partition's home reads the range from the home's
+receiver service (:mod:`eventhubs_spark.executor.service`), and services and tasks tell the query's driver
+what it must know (:mod:`eventhubs_spark.channel`). Only the query may take part: both sides prove they
+hold the query's key (:class:`~eventhubs_spark.ranges.QueryKey`, made by the driver and sent with the
+tasks; a service learns it from its own executor's tasks over its private Unix socket) by an HMAC over
+the other's random challenge, so the key never crosses the wire and neither a stranger nor a stranger's
+server is believed. Everything after the handshake is sealed: AES-GCM with a key derived for this
+connection (HKDF over the query's key and both challenges) and a counter for each direction's nonces, so
+what crosses is neither readable nor alterable, whether or not Spark's own RPC encryption is on. What
+crosses is data only: never credentials or code.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..auth.secret import Secret
+from .auth.secret import Secret
+from .ranges import QueryKey
 
 MAGIC = b"EHS1"  # this protocol, version 1
 NONCE_BYTES = 32
@@ -38,18 +38,6 @@ MAX_FRAME = 64 << 20  # bytes of one sealed frame: more than any chunk the servi
 
 class RefusedError(ConnectionError):
     """The other side does not hold the query's key, or the home does not know the query (yet)."""
-
-
-@dataclass(frozen=True)
-class QueryKey:
-    """A streaming query's identity between executors: ``query`` is public (hex), ``key`` is the secret."""
-
-    query: str
-    key: Secret
-
-
-def new_query_key() -> QueryKey:
-    return QueryKey(os.urandom(QUERY_ID_BYTES).hex(), Secret(os.urandom(32).hex()))
 
 
 def _mac(key: Secret, role: bytes, *parts: bytes) -> bytes:
@@ -87,22 +75,35 @@ class SealedSocket:
     def sendall(self, data: bytes) -> None:
         self.sendmsg([data])
 
+    def _open_frame(self) -> bytes:
+        (size,) = _FRAME.unpack(_recv_exactly(self.sock, _FRAME.size))
+        if size > MAX_FRAME:
+            raise ConnectionError(f"a sealed frame of {size} bytes: not this protocol")
+        sealed = _recv_exactly(self.sock, size)
+        try:
+            plain = self._aead.decrypt(self._nonce(self._recv_tag, self._received), sealed, None)
+        except Exception as exc:  # cryptography's InvalidTag: altered, replayed or out of order
+            raise ConnectionError("a sealed frame failed its check: the connection was tampered with") from exc
+        self._received += 1
+        return plain
+
     def recv_into(self, view: memoryview) -> int:
         if not self._plain:
-            (size,) = _FRAME.unpack(_recv_exactly(self.sock, _FRAME.size))
-            if size > MAX_FRAME:
-                raise ConnectionError(f"a sealed frame of {size} bytes: not this protocol")
-            sealed = _recv_exactly(self.sock, size)
-            try:
-                plain = self._aead.decrypt(self._nonce(self._recv_tag, self._received), sealed, None)
-            except Exception as exc:  # cryptography's InvalidTag: altered, replayed or out of order
-                raise ConnectionError("a sealed frame failed its check: the connection was tampered with") from exc
-            self._received += 1
-            self._plain = memoryview(plain)
+            self._plain = memoryview(self._open_frame())
         n = min(len(view), len(self._plain))
         view[:n] = self._plain[:n]
         self._plain = self._plain[n:]
         return n
+
+    def send_frame(self, data: bytes) -> None:
+        """One message, sealed as one frame (what :meth:`recv_frame` gets whole)."""
+        self.sendmsg([data])
+
+    def recv_frame(self) -> bytes:
+        """The next message sent with :meth:`send_frame` (nothing of it may have been read as bytes)."""
+        if self._plain:
+            raise ConnectionError("a message was read part-way as bytes")
+        return self._open_frame()
 
     def settimeout(self, seconds: float | None) -> None:
         self.sock.settimeout(seconds)

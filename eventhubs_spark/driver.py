@@ -1,0 +1,150 @@
+"""A streaming query's driver side between batches: the live receiver services, each partition's home,
+and what executors tell it.
+
+The stream runner process plans every micro-batch, so it keeps, for its query, a key
+(:class:`~eventhubs_spark.ranges.QueryKey`), a listening channel (:mod:`.channel`), and the receiver
+services that announced themselves over it (each again every few seconds). Each batch's ranges carry the
+key, where the driver listens, and the partition's home: :func:`eventhubs_spark.placement.homes` over the
+services heard from within :data:`EXPIRY` seconds, sorted by id, so a new executor's service takes its
+share and a gone one's partitions find a new home within the next trigger. The first batch is planned
+before any service exists; its tasks ask here once their own service has announced itself, and the
+answer waits until the services have settled (no new one for :data:`SETTLE` seconds), so the first
+batch already reads each partition at its home.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .channel import DriverChannel
+from .placement import homes
+from .ranges import DriverAddress, Home, QueryKey, new_query_key
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+EXPIRY = 30.0  # seconds without an announcement before a service is no longer a home
+SETTLE = 1.5  # a first batch's answer waits until no new service came for this long...
+MAX_SETTLE = 10.0  # ...but not longer than this after the question
+
+
+class QueryDriver:
+    """One streaming query's key, channel, live services and homes (in the stream runner process)."""
+
+    def __init__(self, hub: str, clock: Callable[[], float] = time.monotonic, bind: str = "0.0.0.0") -> None:
+        self.hub = hub
+        self.clock = clock
+        self.query: QueryKey = new_query_key()
+        self._services: dict[str, tuple[Home, float]] = {}
+        self._partitions: list[str] = []
+        self._last_new = clock()
+        self._said: set[tuple[Any, ...]] = set()
+        self._cond = threading.Condition()
+        self.channel = DriverChannel(self.query, self.handle, bind=bind)
+
+    def address(self) -> DriverAddress:
+        return self.channel.address()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def live(self) -> list[Home]:
+        """The services heard from within EXPIRY seconds, by id."""
+        now = self.clock()
+        with self._cond:
+            return [home for _, (home, seen) in sorted(self._services.items()) if now - seen <= EXPIRY]
+
+    def homes(self, partitions: Iterable[str]) -> dict[str, Home]:
+        """Each partition's home over the live services (empty while none is known)."""
+        with self._cond:
+            self._partitions = sorted(set(partitions) | set(self._partitions), key=_by_number)
+        live = {home.executor: home for home in self.live()}
+        return {p: live[e] for p, e in homes(self.hub, self._partitions, live).items()}
+
+    # -- what executors say --
+    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        kind = message.get("kind")
+        if kind == "service":
+            return self._service(message)
+        if kind == "home":
+            return self._home(str(message.get("partition", "")))
+        if kind in ("worker_reads", "home_unreachable"):
+            self._told(kind, message)
+            return {"ok": True}
+        return None
+
+    def _service(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            home = Home(str(message["executor"]), tuple(str(h) for h in message["hosts"]), int(message["port"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+        with self._cond:
+            known = self._services.get(home.executor)
+            if known is None or known[0] != home or self.clock() - known[1] > EXPIRY:
+                self._last_new = self.clock()
+                _LOG.info("eventhubs: hub %s: receiver service %s serves the query (port %d)", self.hub,
+                          home.executor, home.port)  # fmt: skip
+            self._services[home.executor] = (home, self.clock())
+            self._cond.notify_all()
+        return {"ok": True}
+
+    def _home(self, partition: str) -> dict[str, Any]:
+        """A first batch's question: wait for the services to settle, then the partition's home."""
+        asked = self.clock()
+        with self._cond:
+            while True:
+                now = self.clock()
+                quiet = now - self._last_new
+                if (self._services and quiet >= SETTLE) or now - asked >= MAX_SETTLE:
+                    break
+                self._cond.wait(max(0.05, min(SETTLE - quiet, MAX_SETTLE - (now - asked))))
+        home = self.homes([partition]).get(partition)
+        if home is None:
+            return {}
+        return {"home": {"executor": home.executor, "hosts": list(home.hosts), "port": home.port}}
+
+    def _told(self, kind: str, message: dict[str, Any]) -> None:
+        host, executor = message.get("host"), message.get("executor")
+        why = str(message.get("why", ""))[:500]
+        if kind == "home_unreachable":
+            gone = not self._reachable(str(executor))
+            if gone:
+                with self._cond:
+                    self._services.pop(str(executor), None)
+            key: tuple[Any, ...] = (kind, host, executor)
+            if key not in self._said:
+                self._said.add(key)
+                _LOG.warning("eventhubs: hub %s: a task on %s could not read from its partition's home: %s%s",
+                             self.hub, host, why, "; the driver cannot reach it either: it is no longer a home"
+                             if gone else "; the driver reaches it, so it stays a home (a firewall between "
+                             "executors?)")  # fmt: skip
+            return
+        key = (kind, host, executor)
+        if key in self._said:
+            return
+        self._said.add(key)
+        _LOG.warning("eventhubs: hub %s: on executor %s (pid %s) a Python worker reads for itself, without the "
+                     "executor's receiver service: %s", self.hub, host, executor, why)  # fmt: skip
+
+    def _reachable(self, executor: str) -> bool:
+        """Whether the driver itself reaches that service's port (a connect, nothing sent)."""
+        with self._cond:
+            known = self._services.get(executor)
+        if known is None:
+            return False
+        home = known[0]
+        for host in home.hosts:
+            try:
+                with socket.create_connection((host, home.port), timeout=1.0):
+                    return True
+            except OSError:
+                continue
+        return False
+
+
+def _by_number(partition: str) -> tuple[int, str]:
+    return (int(partition), partition) if partition.isdigit() else (1 << 62, partition)

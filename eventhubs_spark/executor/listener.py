@@ -1,0 +1,192 @@
+"""A receiver service as a home: it serves other executors' tasks, and says where it is to the driver.
+
+Each partition of a streaming query has a home (:mod:`eventhubs_spark.placement`): the one receiver
+service that reads it from Event Hubs for the whole cluster. A task that lands elsewhere reads its
+range from the home over TCP, so the namespace sends each event once however often Spark moves the task.
+This module is the home's side:
+
+* **What it serves.** The queries its own executor's tasks brought (their key and connection settings
+  arrive over the private Unix socket): a remote connection must prove it belongs to one of them
+  (:mod:`eventhubs_spark.sealed`), and then asks for ranges by partition and sequence numbers only; the
+  home reads them with the query's settings, through the same pool, read-ahead and recovery as its own
+  executor's tasks.
+* **Where.** A TCP port on every address of the host, from ``eventhubs.executorPorts`` (default: any
+  free port, so two services on one host never clash), opened when the first streaming task arrives.
+* **Who knows.** Every query's driver hears from the service (``service``: its id, addresses and port)
+  at once and then every :data:`HEARTBEAT` seconds while the query's tasks keep coming; the driver
+  places homes over the services it heard from lately, so an executor that is gone stops being a home.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..auth.settings import ConnectionSettings
+from ..channel import ask, host_addresses
+from ..ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
+from ..sealed import RefusedError, SealedSocket, server_handshake
+from . import protocol
+from .wire import REMOTE_READ, recv
+
+_LOG = logging.getLogger("eventhubs_spark")
+
+HEARTBEAT = 5.0  # seconds between a service's announcements to each query's driver
+QUERY_IDLE = 600.0  # a query none of whose tasks came for this long is no longer announced or served
+_GIVE_UP = 12  # announcements in a row the driver did not answer: the query has ended
+
+
+def parse_ports(text: str) -> list[int]:
+    """``""`` or ``"0"``: any free port; ``"40000"``; ``"40000-40099"`` (eventhubs.executorPorts)."""
+    text = text.strip()
+    if text in ("", "0"):
+        return [0]
+    low, _, high = text.partition("-")
+    first, last = int(low), int(high or low)
+    return list(range(first, last + 1))
+
+
+class Listener:
+    """The home side of one receiver service: the queries it knows, its TCP port, its announcements."""
+
+    def __init__(
+        self,
+        executor: str,
+        serve: Callable[[SealedSocket, RangeRequest], bool],
+        busy: Callable[[int], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``serve(connection, request)`` sends one range (False when the caller went away); ``busy(+1/-1)``
+        counts a remote connection's request in and out of the service's activity."""
+        self.executor = executor
+        self.serve = serve
+        self.busy = busy
+        self.clock = clock
+        self.port: int | None = None
+        self.hosts = host_addresses()
+        self.refused = 0
+        self.served = 0
+        self._queries: dict[str, tuple[QueryKey, ConnectionSettings, float]] = {}
+        self._announcing: set[tuple[DriverAddress, str]] = set()
+        self._lock = threading.Lock()
+        self._server: socket.socket | None = None
+
+    def register(self, request: RangeRequest) -> None:
+        """A streaming task of this executor brought its query: keep its key and settings, open the port,
+        and make sure the query's driver knows this service (the first time, before returning)."""
+        if request.query is None:
+            return
+        with self._lock:
+            self._queries[request.query.query] = (request.query, request.settings, self.clock())
+            first = self._server is None
+            if first:
+                self._listen(request.ports)
+            announce = request.driver is not None and (request.driver, request.query.query) not in self._announcing
+            if announce:
+                self._announcing.add((request.driver, request.query.query))  # type: ignore[arg-type]
+        if announce:
+            assert request.driver is not None
+            self._announce(request.driver, request.query)  # the task may ask for its home right after
+            threading.Thread(target=self._heartbeat, args=(request.driver, request.query), daemon=True,
+                             name="eventhubs-heartbeat").start()  # fmt: skip
+
+    def key_of(self, query: str) -> QueryKey | None:
+        with self._lock:
+            known = self._queries.get(query)
+        return known[0] if known is not None else None
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.close()
+
+    # -- the port --
+    def _listen(self, ports: str) -> None:
+        last: OSError | None = None
+        for port in parse_ports(ports):
+            try:
+                server = socket.create_server(("0.0.0.0", port))
+                break
+            except OSError as exc:
+                last = exc
+        else:
+            raise OSError(f"no free port in eventhubs.executorPorts={ports!r} for the receiver service: {last}")
+        server.settimeout(1.0)
+        self._server = server
+        self.port = int(server.getsockname()[1])
+        _LOG.info("receiver service %s: serving other executors on port %d", self.executor, self.port)
+        threading.Thread(target=self._accept, args=(server,), name="eventhubs-home", daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
+        while self._server is server:
+            try:
+                conn, peer = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._remote, args=(conn, peer), name="eventhubs-remote", daemon=True).start()
+
+    def _remote(self, conn: socket.socket, peer: Any) -> None:
+        """One other executor's connection: proven, then its range requests, each answered as a READ."""
+        with conn:
+            conn.settimeout(30.0)
+            try:
+                sealed, query_id = server_handshake(conn, self.key_of)
+            except RefusedError as exc:
+                self.refused += 1
+                _LOG.warning("receiver service %s: refused a connection from %s: %s", self.executor, peer[0], exc)
+                return
+            except OSError:
+                return
+            conn.settimeout(None)
+            while True:
+                try:
+                    kind, payload = recv(sealed)
+                    if kind != REMOTE_READ:
+                        raise protocol.ProtocolError(f"a message of kind {kind!r}")
+                    asked = protocol.decode_request(payload, RemoteRead)
+                except (ConnectionError, OSError):
+                    return  # the task went away: nothing in flight
+                except protocol.ProtocolError as exc:
+                    _LOG.error("receiver service %s: refused a request from %s (%s)", self.executor, peer[0], exc)
+                    self.refused += 1
+                    return
+                with self._lock:
+                    known = self._queries.get(query_id)
+                if known is None:
+                    return
+                request = RangeRequest(
+                    known[1], asked.config, asked.partition, asked.start, asked.end, asked.fail_on_data_loss,
+                    asked.idle_timeout, asked.owner, asked.owned, asked.retry,
+                )  # fmt: skip
+                self.busy(+1)
+                self.served += 1
+                try:
+                    if not self.serve(sealed, request):
+                        return
+                finally:
+                    self.busy(-1)
+
+    # -- the driver --
+    def _announce(self, driver: DriverAddress, query: QueryKey) -> bool:
+        message = {"kind": "service", "executor": self.executor, "hosts": list(self.hosts), "port": self.port}
+        return ask(driver, query, message) is not None
+
+    def _heartbeat(self, driver: DriverAddress, query: QueryKey) -> None:
+        failures = 0
+        while failures < _GIVE_UP:
+            time.sleep(HEARTBEAT)
+            with self._lock:
+                known = self._queries.get(query.query)
+            if known is None or self.clock() - known[2] > QUERY_IDLE:
+                break
+            failures = 0 if self._announce(driver, query) else failures + 1
+        with self._lock:
+            self._announcing.discard((driver, query.query))
