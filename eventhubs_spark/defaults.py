@@ -25,3 +25,5 @@ RETRY_MAX_ATTEMPTS = 0
 RETRY_INITIAL_DELAY = 0.1
 RETRY_MAX_DELAY = 2.0
 RETRY_JITTER = 0.2
+PARTITION_HOMES = True  # streams read each partition at its home executor (eventhubs.partitionHomes)
+EXECUTOR_PORTS = "0"  # where a home listens for other executors: any free port

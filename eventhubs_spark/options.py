@@ -105,6 +105,20 @@ def _fraction(option: str, value: str) -> float:
     return number
 
 
+def _ports(option: str, value: str) -> str:
+    text = str(value).strip()
+    low, dash, high = text.partition("-")
+    try:
+        first, last = int(low), int(high) if dash else int(low)
+    except ValueError:
+        first, last = -1, -1
+    if not (0 <= first <= last <= 65535) or (dash and first == 0):
+        example = f".option({option!r}, '40000-40099')"
+        raise OptionError(f"{option}: expected a port or a range such as 40000-40099 (0: any free port), got "
+                          f"{value!r}. Example: {example}", example)  # fmt: skip
+    return f"{first}-{last}" if dash else str(first)
+
+
 def _choice(*allowed: str) -> Callable[[str, str], str]:
     def parse(option: str, value: str) -> str:
         text = str(value).strip().lower()
@@ -608,6 +622,28 @@ SPECS: tuple[Spec, ...] = (
         field="receiver_service",
     ),
     Spec(
+        "eventhubs.partitionHomes",
+        defaults.PARTITION_HOMES,
+        parse_bool,
+        "Streams: each partition is read from Event Hubs by one executor's receiver service, its home (a balanced "
+        "placement over the live executors), and a task Spark runs elsewhere reads its range from the home over "
+        "an authenticated, encrypted connection; false: each executor's service reads the partitions whose tasks "
+        "it gets (on several executors, the namespace then sends events more than once).",
+        "false",
+        frozenset({STREAM}),
+        field="partition_homes",
+    ),
+    Spec(
+        "eventhubs.executorPorts",
+        defaults.EXECUTOR_PORTS,
+        _ports,
+        "Where a home's receiver service listens for other executors' tasks: a port or a range of them; 0: any free "
+        "port (two services on one host never clash).",
+        "40000-40099",
+        frozenset({STREAM}),
+        field="executor_ports",
+    ),
+    Spec(
         "eventhubs.readAhead.maxEvents",
         defaults.READ_AHEAD_EVENTS,
         _int(1),
@@ -870,6 +906,8 @@ class ReadOptions:
     use_exclusive_receiver: bool
     partition_discovery_interval: float
     receiver_service: bool
+    partition_homes: bool
+    executor_ports: str
     min_events_per_task: int
     read_ahead_events: int
     read_ahead_bytes: int

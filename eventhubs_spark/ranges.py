@@ -99,6 +99,7 @@ class RangeRequest:
     query: QueryKey | None = None
     driver: DriverAddress | None = None
     home: Home | None = None
+    homes: bool = False  # the stream places partitions at homes (eventhubs.partitionHomes); None above: ask
     ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
 
 

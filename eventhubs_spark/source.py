@@ -490,18 +490,18 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         driver = self.query_driver()
         if driver is None:
             return planned
-        where, query = driver.address(), driver.query
-        placed = driver.homes(e) if self.planner.options.receiver_service else {}
-        return [
-            dataclasses.replace(
-                split,
-                requests=tuple(
-                    dataclasses.replace(r, query=query, driver=where, home=placed.get(r.partition))
-                    for r in split.requests
-                ),
+        where, query, options = driver.address(), driver.query, self.planner.options
+        homes = options.receiver_service and options.partition_homes
+        placed = driver.homes(e) if homes else {}
+
+        def placed_request(r: RangeRequest) -> RangeRequest:
+            if not homes:  # each executor's service reads what it gets; the driver still hears what it must
+                return dataclasses.replace(r, query=query, driver=where)
+            return dataclasses.replace(
+                r, query=query, driver=where, home=placed.get(r.partition), homes=True, ports=options.executor_ports
             )
-            for split in planned
-        ]
+
+        return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
 
     def query_driver(self) -> QueryDriver | None:
         """This query's driver side (key, channel, live services, homes), opened at the first batch in the

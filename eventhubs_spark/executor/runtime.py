@@ -155,7 +155,7 @@ class Runtime:
     def _home_of(self, request: RangeRequest, client: ServiceClient) -> Home | None:
         """The partition's home: as the plan says, or (a stream's first batch, planned before any service was
         known) as the driver says once this executor's service has told it that it exists."""
-        if request.query is None or request.home is not None or request.driver is None:
+        if not request.homes or request.query is None or request.home is not None or request.driver is None:
             return request.home
         client.hello(request)  # this executor's service registers the query and tells the driver
         answer = channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
