@@ -90,10 +90,8 @@ def _run(emulator: Any, hub: str, master: str, homes: str) -> dict[str, Any]:
         log_path = Path(out, "stderr.log")
         started = time.monotonic()
         with open(log_path, "w") as log:
-            app = subprocess.Popen(
-                [sys.executable, "-c", f"from bench.cluster import child; child({conn!r}, {out!r}, {master!r}, {homes!r})"],
-                env=env, stderr=log, stdout=subprocess.DEVNULL,
-            )  # fmt: skip
+            code = f"from bench.cluster import child; child({conn!r}, {out!r}, {master!r}, {homes!r})"
+            app = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=log, stdout=subprocess.DEVNULL)
             while app.poll() is None:
                 _python_cpu(app.pid, cpu)
                 time.sleep(0.2)
