@@ -333,6 +333,10 @@ class Emulator:
         prefix = (hub.lower(), consumer_group.lower())
         return self._call(lambda: {k[2]: n for k, n in self._server().consumer_attaches.items() if k[:2] == prefix})
 
+    def events_sent(self, hub: str) -> int:
+        """Events the hub has sent to receivers so far, every consumer group (what a namespace meters as egress)."""
+        return self._call(lambda: self._server().events_out_by_hub.get(hub.lower(), 0))
+
     def consumer_connections(self, hub: str) -> int:
         """How many client connections hold receiving links on a hub now (for tests of connection sharing)."""
 

@@ -128,6 +128,7 @@ class Server:
         # Receiving links attached, by (hub, consumer group, partition): what a client's reuse of its links
         # costs the service (each attach is a round trip, a token check and a restart of delivery).
         self.consumer_attaches: dict[tuple[str, str, str], int] = {}
+        self.events_out_by_hub: dict[str, int] = {}  # what each hub sent to receivers (a namespace's metered egress)
         self.failing_management_calls = 0
         self.unanswered_management_calls = 0
         self.failing_status = 503
@@ -496,6 +497,8 @@ class Server:
         conn.write(b"".join(out))
         link.last_activity = time.monotonic()
         self.stats["events_out"] += len(out)
+        hub_name = link.hub.name.lower() if link.hub is not None else ""
+        self.events_out_by_hub[hub_name] = self.events_out_by_hub.get(hub_name, 0) + len(out)
         if link.credit > 0 and link.next_sequence_number < partition.next_sequence_number:
             if partition.delay_s > 0:
                 link.pump_scheduled = True

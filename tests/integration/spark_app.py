@@ -1,4 +1,4 @@
-"""A streaming query in a Spark of its own: ``local-cluster[2,1,1024]`` or Spark Connect ``local[2]``.
+"""A streaming query in a Spark of its own: ``local-cluster[3,1,1024]`` or Spark Connect ``local[2]``.
 
 Run as ``python -m tests.integration.spark_app MODE CONNECTION_STRING OUT_DIR`` by the tests, because
 one process holds one Spark context and the suite's shared session is plain ``local[2]``. It streams
@@ -25,7 +25,7 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
 
     if mode == "local-cluster":
         spark = (
-            SparkSession.builder.master("local-cluster[2,1,1024]")
+            SparkSession.builder.master("local-cluster[3,1,1024]")
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
             .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
             .config("spark.ui.enabled", "false")
@@ -83,14 +83,17 @@ LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_create
 
 
 def pool_figures(work: str) -> dict[str, float]:
-    """Sum the last pool figures each Python worker process logged across all executors."""
+    """Sum the last pool figures of each process that read (a worker, or a receiver service: with homes, tasks
+    on every executor log the figures of the home's service that served them), each process once, by pid."""
     last: dict[str, tuple[int, int, int]] = {}
     for path in glob.glob(os.path.join(work, "*", "stderr")):
         with open(path, errors="replace") as f:
             for line in f:
                 m = LINE.search(line)
                 if m:
-                    last[f"{path}:{m.group(1)}"] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                    figures = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                    if sum(figures) >= sum(last.get(m.group(1), (0, 0, 0))):  # a pool's counts only grow
+                        last[m.group(1)] = figures
     hits = sum(v[0] for v in last.values())
     used = sum(sum(v) for v in last.values())
     return {"tasks": used, "hits": hits, "reuse_rate": hits / used if used else 0.0, "workers": len(last)}

@@ -22,7 +22,15 @@ def run_app(mode: str, eventhub, tmp_path: Path) -> dict:
         send(eventhub.connection_string, bodies, partition_id=str(p))
         expected.update(bodies)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.spark_app", mode, eventhub.connection_string, str(tmp_path), "100"],
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.spark_app",
+            mode,
+            eventhub.connection_string,
+            str(tmp_path),
+            str(25 * eventhub.partitions),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -31,17 +39,28 @@ def run_app(mode: str, eventhub, tmp_path: Path) -> dict:
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert len(result["rows"]) == len(expected) and set(result["rows"]) == expected
-    assert result["batches"] == 10  # 1000 events, 100 per trigger
+    assert result["batches"] == 10  # 250 events per partition, 25 per partition per trigger
     return result
 
 
-def test_local_cluster_reads_exactly_once_and_reports_receiver_reuse(eventhub, tmp_path):
+@pytest.mark.partitions(6)
+def test_local_cluster_reads_each_partition_once_from_its_home(eventhub, tmp_path):
+    """Three executors: Spark runs each partition's task wherever a slot is free, yet each partition is read
+    from Event Hubs by one link over the whole run (its home's), and the namespace sends each event once;
+    every event reaches the sink once."""
+    emulator = eventhub.emulator
+    attaches_before, sent_before = emulator.consumer_attaches(eventhub.name), emulator.events_sent(eventhub.name)
     result = run_app("local-cluster", eventhub, tmp_path)
-    assert result["executors"] == 2
+    assert result["executors"] == 3
     pool = result["pool"]
-    assert pool["tasks"] == 40  # 10 micro-batches x 4 partitions, each task logged its pool figures
+    assert pool["tasks"] == 60  # 10 micro-batches x 6 partitions, each task logged its pool figures
     assert pool["hits"] > 0, pool  # receivers were reused across micro-batches
-    print(f"receiver pool reuse over local-cluster[2,1,1024]: {pool}")
+    attaches = emulator.consumer_attaches(eventhub.name)
+    attached = sum(attaches.get(p, 0) - attaches_before.get(p, 0) for p in attaches)
+    sent, read = emulator.events_sent(eventhub.name) - sent_before, len(result["rows"])
+    print(f"local-cluster[3,1,1024]: {attached} link attaches for 6 partitions, {sent} events sent for {read}; {pool}")
+    assert attached <= 6 * 1.2, f"{attached} link attaches for 6 partitions: partitions are read away from home"
+    assert sent <= 1.1 * read, f"the namespace sent {sent} events for {read} read"
 
 
 def test_spark_connect(eventhub, tmp_path):
