@@ -141,7 +141,7 @@ class Runtime:
             except OSError as exc:
                 self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker",
                                request)  # fmt: skip
-        stats["via"] = stats.get("via", "") + "worker" if stats.get("via", "").startswith("home") else "worker"
+        stats["via"] = "worker"
         result = RangeResult()
         here = dataclasses.replace(request, start=start) if start != request.start else request
         for chunk in read_here(here, result, self.pool):

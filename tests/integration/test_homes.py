@@ -1,0 +1,87 @@
+"""Homes on one machine, against the emulator: another executor's task reads from a home only with the
+query's key, and a task whose home cannot be reached reads the range itself, exactly."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor import place
+from eventhubs_spark.executor.client import HomeClient, _try_connect
+from eventhubs_spark.executor.runtime import Runtime
+from eventhubs_spark.executor.service import ReceiverService
+from eventhubs_spark.ranges import Home, QueryKey, RangeRequest, ReceiverConfig, new_query_key
+from eventhubs_spark.sealed import RefusedError
+
+from ..conftest import free_port
+from .sdk_helpers import send
+
+
+@pytest.fixture
+def home_service(tmp_path, monkeypatch):
+    """An executor's receiver service, run on a thread, and a worker runtime of that executor."""
+    local = tmp_path / "blockmgr-home"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    where = place.place()
+    assert where is not None
+    service = ReceiverService(where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool)
+    threading.Thread(target=service.run, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while _try_connect(where.socket_path) is None:  # listening (else the worker would start a service itself)
+        assert time.monotonic() < deadline, "the service did not listen"
+        time.sleep(0.02)
+    yield service, Runtime(reap_every=0)
+    local.rmdir() if not any(local.iterdir()) else None
+
+
+def test_a_home_serves_another_executors_task_only_with_the_querys_key(eventhub, home_service, caplog):
+    service, worker = home_service
+    send(eventhub.connection_string, [f"h{i}" for i in range(40)], partition_id="2")
+    settings = parse_connection_string(eventhub.connection_string)
+    query = new_query_key()
+    mine = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=query, homes=True)
+    client = worker.service()
+    assert client is not None
+    answer = client.hello(mine)  # this executor's task brings the query to its service
+    home = Home(answer["executor"], ("127.0.0.1",), int(answer["port"]))
+    assert home.port == service.listener.port and home.executor == service.executor
+    # another executor's task, with a wrong key: refused, and the home says so in its log
+    stranger = QueryKey(query.query, Secret("not-the-key"))
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+        with pytest.raises(RefusedError):
+            list(HomeClient(home, stranger).read(mine, {}))
+        deadline = time.monotonic() + 5
+        while service.listener.refused < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert service.listener.refused == 1
+    assert any("refused a connection" in r.getMessage() for r in caplog.records)
+    # ... and with the query's key: the range, read by the home with the settings its own task gave it
+    elsewhere = RangeRequest(parse_connection_string(eventhub.connection_string.replace(
+        "SharedAccessKey=", "SharedAccessKey=x")), ReceiverConfig(receiver_timeout=20), "2", 0, 40, True,
+        query=query, homes=True)  # fmt: skip  # credentials never cross: the home's own are used
+    stats: dict = {}
+    rows = [s for b in HomeClient(home, query).read(elsewhere, stats) for s in b.column("sequenceNumber").to_pylist()]
+    assert rows == list(range(40)) and stats["read"] == 40 and service.listener.served == 1
+    assert query.key.reveal() not in " ".join(r.getMessage() for r in caplog.records)
+
+
+def test_a_task_whose_home_cannot_be_reached_reads_the_range_itself(eventhub, home_service, caplog):
+    _, worker = home_service
+    send(eventhub.connection_string, [f"u{i}" for i in range(30)], partition_id="1")
+    settings = parse_connection_string(eventhub.connection_string)
+    gone = Home("an-executor-that-is-gone", ("127.0.0.1",), free_port())
+    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "1", 0, 30, True, query=new_query_key(),
+                           home=gone, homes=True)  # fmt: skip
+    stats: dict = {}
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+        rows = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+        again = [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
+    assert rows == list(range(30)) and again == list(range(30)) and stats["via"] == "worker"
+    said = [r.getMessage() for r in caplog.records if "cannot serve it" in r.getMessage()]
+    assert len(said) == 1 and "an-executor-that-is-gone" in said[0], said
