@@ -14,7 +14,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
+import time
+from pathlib import Path
 
 
 def main(mode: str, connection: str, out: str, batch_size: str) -> None:
@@ -23,7 +27,7 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     import pyspark
     from pyspark.sql import SparkSession
 
-    if mode == "local-cluster":
+    if mode in ("local-cluster", "local-cluster-kill"):
         spark = (
             SparkSession.builder.master("local-cluster[3,1,1024]")
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
@@ -58,6 +62,9 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         query.awaitTermination()
         return sum(1 for p in query.recentProgress if (getattr(p, "numInputRows", None) or p["numInputRows"] or 0) > 0)
 
+    if mode == "local-cluster-kill":
+        killer = threading.Thread(target=kill_an_executor, args=(spark, out), daemon=True)
+        killer.start()
     batches = run()
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
         # no admission control for Python sources: each AvailableNow run reads one capped batch
@@ -65,7 +72,9 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
             batches += more
     rows = [r.body for r in spark.read.parquet(os.path.join(out, "data")).collect()]
     result: dict[str, object] = {"rows": rows, "batches": batches}
-    if mode == "local-cluster":
+    if mode == "local-cluster-kill":
+        result["killed"] = Path(out, "killed").read_text() if Path(out, "killed").exists() else ""
+    if mode in ("local-cluster", "local-cluster-kill"):
         # local-cluster workers keep each executor's log under SPARK_HOME/work/<application id>/<executor>/
         home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
         work = os.path.join(home, "work", spark.sparkContext.applicationId)
@@ -77,6 +86,29 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         spark.stop()
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump(result, f)
+
+
+def kill_an_executor(spark: object, out: str) -> None:
+    """Once the query has committed two micro-batches, SIGKILL one executor's JVM (its Python workers and its
+    receiver service go with it); notes the pid killed in ``out``/killed."""
+    app = spark.sparkContext.applicationId  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        commits = glob.glob(os.path.join(out, "checkpoint", "commits", "[0-9]*"))
+        if len(commits) >= 2:
+            break
+        time.sleep(0.1)
+    for entry in sorted(os.listdir("/proc")):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"CoarseGrainedExecutorBackend" in cmd and app.encode() in cmd:
+            os.kill(int(entry), signal.SIGKILL)
+            Path(out, "killed").write_text(entry)
+            return
 
 
 LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_creates=(\d+)")
