@@ -34,6 +34,7 @@ BENCHMARKS = {
     "ceiling": ceiling.run,  # issue 28: Spark's own ceiling for a Python source, beside the connector
     "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
+    "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
 }
 

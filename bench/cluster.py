@@ -160,3 +160,111 @@ def run() -> None:
             "Spark's per-task cost, not reading."
         ),
     )
+
+
+KILL_EVERY = 15.0  # seconds between SIGKILLs of a random executor JVM
+KILL_EVENTS = 3000  # per partition
+
+
+def kill_child(conn: str, out: str) -> None:
+    """Runs in the child process: a 16-partition AvailableNow stream to a parquet sink on local-cluster[3,1,1024],
+    a random executor JVM SIGKILLed every KILL_EVERY seconds while it runs; writes what the sink holds."""
+    import random
+    import signal
+    import threading
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local-cluster[3,1,1024]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.task.maxFailures", "8")
+        .getOrCreate()
+    )
+    app = spark.sparkContext.applicationId.encode()
+    done = threading.Event()
+    kills: list[float] = []
+    started = time.monotonic()
+
+    def killer() -> None:
+        rng = random.Random(37)
+        while not done.wait(KILL_EVERY):
+            pids = []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                    except OSError:
+                        continue
+                    if b"CoarseGrainedExecutorBackend" in cmd and app in cmd:
+                        pids.append(int(entry))
+            if pids:
+                os.kill(rng.choice(pids), signal.SIGKILL)
+                kills.append(round(time.monotonic() - started, 1))
+
+    threading.Thread(target=killer, daemon=True).start()
+    query = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", conn)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", str(PARTITIONS * PER_PARTITION))
+        .load()
+        .selectExpr("partition", "sequenceNumber")
+        .writeStream.format("parquet")
+        .option("path", os.path.join(out, "data"))
+        .option("checkpointLocation", os.path.join(out, "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    done.set()
+    rows = spark.read.parquet(os.path.join(out, "data")).collect()
+    keys = [(r.partition, r.sequenceNumber) for r in rows]
+    Path(out, "result.json").write_text(
+        json.dumps({"rows": len(keys), "distinct": len(set(keys)), "kills": kills,
+                    "seconds": round(time.monotonic() - started, 1)})
+    )  # fmt: skip
+    spark.stop()
+
+
+def run_kills() -> None:
+    from eventhubs_emulator import Emulator
+
+    with Emulator({"kills": PARTITIONS}) as emulator:
+        conn = emulator.connection_string("kills")
+        fill(conn, PARTITIONS * KILL_EVENTS, 200)
+        with tempfile.TemporaryDirectory() as out:
+            code = f"from bench.cluster import kill_child; kill_child({conn!r}, {out!r})"
+            with open(Path(out, "stderr.log"), "w") as log:
+                proc = subprocess.run([sys.executable, "-c", code], stderr=log, stdout=subprocess.DEVNULL, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"the query process failed: {Path(out, 'stderr.log').read_text()[-3000:]}")
+            result = json.loads(Path(out, "result.json").read_text())
+    expected = PARTITIONS * KILL_EVENTS
+    row = {
+        "events in the hub": expected,
+        "rows in the sink": result["rows"],
+        "distinct events in the sink": result["distinct"],
+        "executor JVMs killed": len(result["kills"]),
+        "kills at (s)": result["kills"],
+        "query seconds": result["seconds"],
+    }
+    record(
+        "cluster_kill",
+        {
+            "target": f"SIGKILL of a random executor JVM every {KILL_EVERY:g} s during a {PARTITIONS}-partition "
+            "stream to a file sink: every event exactly once (issue 37)",
+            "target met": result["rows"] == result["distinct"] == expected and len(result["kills"]) > 0,
+            "kills": len(result["kills"]),
+        },
+        [row],
+        notes=(
+            f"local-cluster[3,1,1024], {PARTITIONS} partitions of {KILL_EVENTS} events of 200 bytes, AvailableNow in "
+            f"micro-batches of {PARTITIONS * PER_PARTITION} events, parquet sink (Spark's exactly-once file sink), "
+            "spark.task.maxFailures=8; every 15 s a random executor JVM of the application is SIGKILLed (its Python "
+            "workers and receiver service go with it; the local-cluster worker starts a new one). Exactly once: the "
+            "sink holds every event of the hub, each once, by (partition, sequence number)."
+        ),
+    )
