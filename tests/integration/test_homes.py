@@ -85,3 +85,34 @@ def test_a_task_whose_home_cannot_be_reached_reads_the_range_itself(eventhub, ho
     assert rows == list(range(30)) and again == list(range(30)) and stats["via"] == "worker"
     said = [r.getMessage() for r in caplog.records if "cannot serve it" in r.getMessage()]
     assert len(said) == 1 and "an-executor-that-is-gone" in said[0], said
+
+
+def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_next_event(
+    eventhub, home_service, monkeypatch
+):
+    """The home sends the first chunk of a range, then its connection ends (as when its executor dies): the
+    task reads the rest itself, from the next sequence number: every event once."""
+    from eventhubs_spark.executor import service as service_module
+
+    service, worker = home_service
+    send(eventhub.connection_string, [f"m{i}" for i in range(40)], partition_id="3")
+    settings = parse_connection_string(eventhub.connection_string)
+    query = new_query_key()
+    config = ReceiverConfig(receiver_timeout=20, prefetch=5)  # small chunks: the first is not the whole range
+    mine = RangeRequest(settings, config, "3", 0, 40, True, query=query, homes=True)
+    answer = worker.service().hello(mine)  # type: ignore[union-attr]
+    real = service_module.read_here
+
+    def dies_after_one_chunk(request, result, pool):
+        chunks = real(request, result, pool)
+        yield next(chunks)
+        chunks.close()
+        raise service_module._WorkerGone("the home's executor died")
+
+    monkeypatch.setattr(service_module, "read_here", dies_after_one_chunk)
+    elsewhere = RangeRequest(settings, config, "3", 0, 40, True, query=query, homes=True,
+                             home=Home("another-executor", ("127.0.0.1",), int(answer["port"])))  # fmt: skip
+    stats: dict = {}
+    rows = [s for b in worker.read(elsewhere, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+    assert rows == list(range(40)), rows
+    assert stats["via"] == "worker" and service.listener.served == 1
