@@ -118,3 +118,14 @@ class RemoteRead:
     owner: str | None = None
     owned: frozenset[str] | None = None
     retry: bool = False
+
+    @classmethod
+    def of(cls, request: RangeRequest) -> RemoteRead:
+        """What a task asks of a home for ``request``: everything but the settings and the stream's own fields."""
+        return cls(request.config, request.partition, request.start, request.end, request.fail_on_data_loss,
+                   request.idle_timeout, request.owner, request.owned, request.retry)  # fmt: skip
+
+    def request(self, settings: ConnectionSettings) -> RangeRequest:
+        """The range the home reads, with the settings its own executor's tasks gave it."""
+        return RangeRequest(settings, self.config, self.partition, self.start, self.end, self.fail_on_data_loss,
+                            self.idle_timeout, self.owner, self.owned, self.retry)  # fmt: skip

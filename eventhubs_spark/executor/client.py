@@ -209,11 +209,8 @@ class HomeClient:
             raise
         except OSError as exc:
             raise ServiceGone(request.start, str(exc)) from exc
-        asked = RemoteRead(
-            request.config, request.partition, request.start, request.end, request.fail_on_data_loss,
-            request.idle_timeout, request.owner, request.owned, request.retry,
-        )  # fmt: skip
-        yield from _range(conn, REMOTE_READ, protocol.encode_request(asked), request, stats, self.close)
+        asked = protocol.encode_request(RemoteRead.of(request))
+        yield from _range(conn, REMOTE_READ, asked, request, stats, self.close)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

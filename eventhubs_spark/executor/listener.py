@@ -160,12 +160,11 @@ class Listener:
                     return
                 with self._lock:
                     known = self._queries.get(query_id)
+                    if known is not None:  # serving a query keeps it announced, local tasks or not
+                        self._queries[query_id] = (known[0], known[1], self.clock())
                 if known is None:
                     return
-                request = RangeRequest(
-                    known[1], asked.config, asked.partition, asked.start, asked.end, asked.fail_on_data_loss,
-                    asked.idle_timeout, asked.owner, asked.owned, asked.retry,
-                )  # fmt: skip
+                request = asked.request(known[1])
                 self.busy(+1)
                 self.served += 1
                 try:
