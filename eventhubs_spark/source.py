@@ -490,16 +490,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         driver = self.query_driver()
         if driver is None:
             return planned
-        where, query, options = driver.address(), driver.query, self.planner.options
+        options = self.planner.options
+        # without homes each executor's service reads what it gets; the driver still hears what it must
         homes = options.receiver_service and options.partition_homes
         placed = driver.homes(e) if homes else {}
+        query, where, ports = driver.query, driver.address(), options.executor_ports
 
         def placed_request(r: RangeRequest) -> RangeRequest:
-            if not homes:  # each executor's service reads what it gets; the driver still hears what it must
-                return dataclasses.replace(r, query=query, driver=where)
-            return dataclasses.replace(
-                r, query=query, driver=where, home=placed.get(r.partition), homes=True, ports=options.executor_ports
-            )
+            home = placed.get(r.partition)
+            return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports)
 
         return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
 

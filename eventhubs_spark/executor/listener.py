@@ -79,21 +79,18 @@ class Listener:
     def register(self, request: RangeRequest) -> None:
         """A streaming task of this executor brought its query: keep its key and settings, open the port,
         and make sure the query's driver knows this service (the first time, before returning)."""
-        if request.query is None:
+        query, driver = request.query, request.driver
+        if query is None:
             return
         with self._lock:
-            self._queries[request.query.query] = (request.query, request.settings, self.clock())
-            first = self._server is None
-            if first:
+            self._queries[query.query] = (query, request.settings, self.clock())
+            if self._server is None:
                 self._listen(request.ports)
-            announce = request.driver is not None and (request.driver, request.query.query) not in self._announcing
-            if announce:
-                self._announcing.add((request.driver, request.query.query))  # type: ignore[arg-type]
-        if announce:
-            assert request.driver is not None
-            self._announce(request.driver, request.query)  # the task may ask for its home right after
-            threading.Thread(target=self._heartbeat, args=(request.driver, request.query), daemon=True,
-                             name="eventhubs-heartbeat").start()  # fmt: skip
+            if driver is None or (driver, query.query) in self._announcing:
+                return
+            self._announcing.add((driver, query.query))
+        self._announce(driver, query)  # the task may ask for its home right after
+        threading.Thread(target=self._heartbeat, args=(driver, query), name="eventhubs-heartbeat", daemon=True).start()
 
     def key_of(self, query: str) -> QueryKey | None:
         with self._lock:

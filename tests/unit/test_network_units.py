@@ -220,6 +220,14 @@ class _Inner:
         pass
 
 
+def _served() -> tuple[_Inner, _Transport, server_ws.WebSocketServerProtocol]:
+    """The emulator's WebSocket side on a recording transport, carrying a recording AMQP connection."""
+    inner, transport = _Inner(), _Transport()
+    proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
+    proto.connection_made(transport)
+    return inner, transport, proto
+
+
 def _client(protocol: str = "AMQPWSB10", path: str = "/$servicebus/websocket") -> tuple[WSConnection, bytes]:
     """A WebSocket client (wsproto, independent of the server under test) and its upgrade request."""
     client = WSConnection(ConnectionType.CLIENT)
@@ -227,9 +235,7 @@ def _client(protocol: str = "AMQPWSB10", path: str = "/$servicebus/websocket") -
 
 
 def test_the_server_protocol_carries_amqp_both_ways_and_answers_pings():
-    inner, transport = _Inner(), _Transport()
-    proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
-    proto.connection_made(transport)  # type: ignore[arg-type]
+    inner, transport, proto = _served()
     client, upgrade = _client()
     proto.data_received(upgrade)
     client.receive_data(transport.written)
@@ -252,9 +258,7 @@ def test_the_server_protocol_carries_amqp_both_ways_and_answers_pings():
 
 
 def test_the_server_closes_as_the_closing_handshake_says():
-    inner, transport = _Inner(), _Transport()
-    proto = server_ws.WebSocketServerProtocol(inner)  # type: ignore[arg-type]
-    proto.connection_made(transport)  # type: ignore[arg-type]
+    _, transport, proto = _served()
     client, upgrade = _client()
     proto.data_received(upgrade)
     client.receive_data(transport.written)
@@ -268,17 +272,13 @@ def test_the_server_closes_as_the_closing_handshake_says():
 
 @pytest.mark.parametrize(("path", "protocol", "status"), [("/other", "AMQPWSB10", b"404"), (None, "mqtt", b"400")])
 def test_the_server_refuses_a_wrong_path_or_subprotocol(path, protocol, status):
-    transport = _Transport()
-    proto = server_ws.WebSocketServerProtocol(_Inner())  # type: ignore[arg-type]
-    proto.connection_made(transport)  # type: ignore[arg-type]
+    _, transport, proto = _served()
     proto.data_received(_client(protocol, path or "/$servicebus/websocket")[1])
     assert transport.written.startswith(b"HTTP/1.1 " + status) and transport.closed
 
 
 def test_the_server_refuses_a_request_that_is_no_websocket_upgrade():
-    transport = _Transport()
-    proto = server_ws.WebSocketServerProtocol(_Inner())  # type: ignore[arg-type]
-    proto.connection_made(transport)  # type: ignore[arg-type]
+    _, transport, proto = _served()
     proto.data_received(b"GET /$servicebus/websocket HTTP/1.1\r\nHost: x\r\n\r\n")
     assert transport.written.startswith(b"HTTP/1.1 400") and transport.closed
 
