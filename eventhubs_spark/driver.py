@@ -43,6 +43,7 @@ class QueryDriver:
         self._partitions: list[str] = []
         self._last_new = clock()
         self._said: set[tuple[Any, ...]] = set()
+        self._dropped: set[str] = set()  # services dropped as unreachable (see _service)
         self._cond = threading.Condition()
         self.channel = DriverChannel(self.query, self.handle, bind=bind)
 
@@ -83,6 +84,17 @@ class QueryDriver:
         except (KeyError, TypeError, ValueError):
             return None
         with self._cond:
+            dropped = home.executor in self._dropped
+        if dropped:
+            # dropped because its port could not be reached: it comes back once the driver reaches it, not on
+            # its word alone (a service still announcing a port behind a firewall would flap in and out)
+            if not _reaches(home):
+                return {"ok": True}
+            with self._cond:
+                self._dropped.discard(home.executor)
+            _LOG.info("eventhubs: hub %s: receiver service %s is reachable again (port %d): a home again",
+                      self.hub, home.executor, home.port)  # fmt: skip
+        with self._cond:
             known = self._services.get(home.executor)
             if known is None or known[0] != home or self.clock() - known[1] > EXPIRY:
                 self._last_new = self.clock()
@@ -114,7 +126,8 @@ class QueryDriver:
             gone = not self._reachable(str(executor))
             if gone:
                 with self._cond:
-                    self._services.pop(str(executor), None)
+                    if self._services.pop(str(executor), None) is not None:
+                        self._dropped.add(str(executor))
             key: tuple[Any, ...] = (kind, host, executor)
             if key not in self._said:
                 self._said.add(key)
@@ -136,14 +149,18 @@ class QueryDriver:
             known = self._services.get(executor)
         if known is None:
             return False
-        home = known[0]
-        for host in home.hosts:
-            try:
-                with socket.create_connection((host, home.port), timeout=1.0):
-                    return True
-            except OSError:
-                continue
-        return False
+        return _reaches(known[0])
+
+
+def _reaches(home: Home) -> bool:
+    """Whether this process reaches a service's port (a connect, nothing sent)."""
+    for host in home.hosts:
+        try:
+            with socket.create_connection((host, home.port), timeout=1.0):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _by_number(partition: str) -> tuple[int, str]:

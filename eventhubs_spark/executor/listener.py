@@ -75,6 +75,7 @@ class Listener:
         self._announcing: set[tuple[DriverAddress, str]] = set()
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
+        self._ports = "0"  # eventhubs.executorPorts, as the first streaming task gave it
 
     def register(self, request: RangeRequest) -> None:
         """A streaming task of this executor brought its query: keep its key and settings, open the port,
@@ -83,10 +84,18 @@ class Listener:
         if query is None:
             return
         with self._lock:
+            if query.query not in self._queries:  # the id is public (it opens every handshake); the key is not
+                _LOG.info("receiver service %s: serves query %s (hub %s)", self.executor, query.query,
+                          request.settings.hub)  # fmt: skip
             self._queries[query.query] = (query, request.settings, self.clock())
-            if self._server is None:
+            relisten = self._server is None and self.port is not None
+            if self._server is None:  # the first streaming task, or the port was lost (see _accept)
                 self._listen(request.ports)
-            if driver is None or (driver, query.query) in self._announcing:
+            if driver is None:
+                return
+            if (driver, query.query) in self._announcing:
+                if relisten:  # the new port now, not at the next heartbeat
+                    threading.Thread(target=self._announce, args=(driver, query), daemon=True).start()
                 return
             self._announcing.add((driver, query.query))
         self._announce(driver, query)  # the task may ask for its home right after
@@ -105,6 +114,7 @@ class Listener:
 
     # -- the port --
     def _listen(self, ports: str) -> None:
+        self._ports = ports
         last: OSError | None = None
         for port in parse_ports(ports):
             try:
@@ -120,13 +130,42 @@ class Listener:
         _LOG.info("receiver service %s: serving other executors on port %d", self.executor, self.port)
         threading.Thread(target=self._accept, args=(server,), name="eventhubs-home", daemon=True).start()
 
+    def _listen_again(self, exc: OSError) -> None:
+        """The port was taken from under the service: listen on a new one at once and tell every query's driver
+        (else its partitions would be read elsewhere for the rest of the query). When no port is free, the
+        next streaming task of its own executor tries again (:meth:`register`)."""
+        old = self.port
+        try:
+            with self._lock:
+                if self._server is None:
+                    self._listen(self._ports)
+        except OSError as again:
+            _LOG.error("receiver service %s: its port %d closed under it (%s), and it cannot listen again (%s); "
+                       "other executors' tasks read its partitions for themselves meanwhile", self.executor, old,
+                       exc, again)  # fmt: skip
+            return
+        _LOG.error("receiver service %s: its port %d closed under it (%s); it listens again on port %s",
+                   self.executor, old, exc, self.port)  # fmt: skip
+        with self._lock:
+            drivers = [(d, self._queries[q][0]) for d, q in self._announcing if q in self._queries]
+        for driver, query in drivers:
+            self._announce(driver, query)
+
     def _accept(self, server: socket.socket) -> None:
         while self._server is server:
             try:
                 conn, peer = server.accept()
             except TimeoutError:
                 continue
-            except OSError:
+            except OSError as exc:
+                with self._lock:
+                    lost = self._server is server
+                    if lost:  # not closed by us: the port was taken from under the service (ss -K, a sandbox)
+                        self._server = None
+                if lost:
+                    with contextlib.suppress(OSError):
+                        server.close()
+                    self._listen_again(exc)
                 return
             threading.Thread(target=self._remote, args=(conn, peer), name="eventhubs-remote", daemon=True).start()
 
@@ -172,6 +211,9 @@ class Listener:
 
     # -- the driver --
     def _announce(self, driver: DriverAddress, query: QueryKey) -> bool:
+        with self._lock:
+            if self._server is None:
+                return True  # no port (lost): announcing the old one would make the driver place partitions here
         message = {"kind": "service", "executor": self.executor, "hosts": list(self.hosts), "port": self.port}
         return ask(driver, query, message) is not None
 

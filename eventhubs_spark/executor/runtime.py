@@ -175,6 +175,11 @@ class Runtime:
         with self._lock:
             client = self._homes.get(key)
             if client is None:
+                # the same service at a new port (it listens again after losing one): the old connection goes
+                for (known, query), old in list(self._homes.items()):
+                    if known.executor == home.executor and query == key[1]:
+                        old.close()
+                        del self._homes[(known, query)]
                 client = self._homes[key] = HomeClient(home, request.query)
             return client
 

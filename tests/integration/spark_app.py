@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+CLUSTER_MODES = ("local-cluster", "local-cluster-kill", "local-cluster-homes-cut")
+
 
 def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -27,7 +29,7 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     import pyspark
     from pyspark.sql import SparkSession
 
-    if mode in ("local-cluster", "local-cluster-kill"):
+    if mode in CLUSTER_MODES:
         spark = (
             SparkSession.builder.master("local-cluster[3,1,1024]")
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
@@ -65,6 +67,10 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     if mode == "local-cluster-kill":
         killer = threading.Thread(target=kill_an_executor, args=(spark, out), daemon=True)
         killer.start()
+    faults: dict[str, object] = {}
+    if mode == "local-cluster-homes-cut":
+        cutter = threading.Thread(target=cut_the_homes, args=(spark, out, faults), daemon=True)
+        cutter.start()
     batches = run()
     if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
         # no admission control for Python sources: each AvailableNow run reads one capped batch
@@ -74,7 +80,11 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     result: dict[str, object] = {"rows": rows, "batches": batches}
     if mode == "local-cluster-kill":
         result["killed"] = Path(out, "killed").read_text() if Path(out, "killed").exists() else ""
-    if mode in ("local-cluster", "local-cluster-kill"):
+    if mode == "local-cluster-homes-cut":
+        cutter.join(timeout=60)
+        result["faults"] = faults
+        result["service_logs"] = [Path(log).read_text(errors="replace") for _, log in services(spark)]
+    if mode in CLUSTER_MODES:
         # local-cluster workers keep each executor's log under SPARK_HOME/work/<application id>/<executor>/
         home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
         work = os.path.join(home, "work", spark.sparkContext.applicationId)
@@ -109,6 +119,100 @@ def kill_an_executor(spark: object, out: str) -> None:
             os.kill(int(entry), signal.SIGKILL)
             Path(out, "killed").write_text(entry)
             return
+
+
+def services(spark: object) -> list[tuple[int, str]]:
+    """The receiver services of this application's executors: (pid, log file), each found by the executor JVM
+    it watches (``--watch-pid``) and its ``--local-dir``."""
+    app = spark.sparkContext.applicationId.encode()  # type: ignore[attr-defined]
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                procs[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+    jvms = {str(pid).encode() for pid, args in procs.items()
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args and app in args}  # fmt: skip
+    found = []
+    for pid, args in sorted(procs.items()):
+        watched = args[args.index(b"--watch-pid") + 1] if b"--watch-pid" in args else None
+        if b"eventhubs_spark.executor.service" in args and watched in jvms:
+            local_dir = args[args.index(b"--local-dir") + 1].decode()
+            found.append((pid, os.path.join(local_dir, "eventhubs-receiver-service.log")))
+    return found
+
+
+def service_port(log: str) -> int | None:
+    ports = re.findall(r"serving other executors on port (\d+)", Path(log).read_text(errors="replace"))
+    return int(ports[-1]) if ports else None
+
+
+def cut_the_homes(spark: object, out: str, faults: dict[str, object]) -> None:
+    """Once two micro-batches are committed: knock on one home with a wrong key, an unknown query and no
+    protocol at all; cut every home's TCP port (its listening socket and connections, ``ss -K``; the
+    executors live on); then stop one home's service (SIGSTOP: it neither answers nor closes, as behind a
+    firewall that drops) until a task away from home has found it unreachable, as its executor's log says,
+    and let it go on. Notes what happened in ``faults``."""
+    import socket
+    import subprocess
+
+    from eventhubs_spark.auth.secret import Secret
+    from eventhubs_spark.ranges import QueryKey, new_query_key
+    from eventhubs_spark.sealed import RefusedError, client_handshake
+
+    work = os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(__import__("pyspark").__file__), "work",
+                        spark.sparkContext.applicationId)  # type: ignore[attr-defined]  # fmt: skip
+    deadline = time.monotonic() + 300
+    while len(glob.glob(os.path.join(out, "checkpoint", "commits", "[0-9]*"))) < 2:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+    found = services(spark)
+    faults["services"] = len(found)
+    if not found:
+        return
+    victim, log = found[0]
+    port = service_port(log)
+    queries = re.findall(r"serves query ([0-9a-f]+)", Path(log).read_text(errors="replace"))
+    assert port is not None and queries, Path(log).read_text(errors="replace")
+
+    def knock(key: QueryKey) -> str:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            try:
+                client_handshake(sock, key)
+                return "accepted"
+            except RefusedError as exc:
+                return str(exc)
+
+    faults["wrong_key"] = knock(QueryKey(queries[0], Secret("not-the-querys-key")))
+    faults["unknown_query"] = knock(new_query_key())
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: a-stranger\r\n\r\n".ljust(64, b" "))
+        try:
+            faults["no_protocol"] = "closed" if sock.recv(100) == b"" else "answered"
+        except ConnectionResetError:
+            faults["no_protocol"] = "closed"
+    for _, log in found:  # every home's port, cut
+        cut = service_port(log)
+        subprocess.run(["ss", "-K", "-tan", f"( sport = :{cut} or dport = :{cut} )"], capture_output=True, check=True)
+        try:
+            socket.create_connection(("127.0.0.1", cut), timeout=1).close()
+            faults["still_open"] = cut  # ss -K did not cut it: the test fails on this
+        except OSError:
+            pass
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        while time.monotonic() - stopped < 30 and not faults.get("unreachable"):
+            for path in glob.glob(os.path.join(work, "*", "stderr")):
+                if "cannot serve it" in Path(path).read_text(errors="replace"):
+                    faults["unreachable"] = True
+            time.sleep(0.1)
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    faults["stopped_for"] = round(time.monotonic() - stopped, 1)
 
 
 LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_creates=(\d+)")

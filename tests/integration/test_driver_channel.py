@@ -110,3 +110,33 @@ def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub
     assert len(told) == 1, told
     assert "mode 0700" in told[0] and f"hub {eventhub.name}" in told[0]
     assert driver.query.key.reveal() not in " ".join(r.getMessage() for r in caplog.records)
+
+
+def test_a_service_dropped_as_unreachable_comes_back_only_when_the_driver_reaches_it(caplog):
+    """A task could not reach its home and neither can the driver: it is dropped. Its announcements of a port
+    nothing answers on are then not believed (the partitions would flap back to it every heartbeat); an
+    announcement of a port the driver reaches makes it a home again."""
+    import socket
+
+    driver = QueryDriver("telemetry", bind="127.0.0.1")
+    dead = socket.create_server(("127.0.0.1", 0))
+    dead_port = dead.getsockname()[1]
+    dead.close()
+    alive = socket.create_server(("127.0.0.1", 0))
+    try:
+        where, query = driver.address(), driver.query
+        announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": dead_port}
+        channel.ask(where, query, announce)
+        channel.ask(where, query, {**announce, "executor": "e2", "port": alive.getsockname()[1]})
+        assert [h.executor for h in driver.live()] == ["e1", "e2"]
+        with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+            channel.ask(where, query, {"kind": "home_unreachable", "executor": "e1", "host": "h", "why": "refused"})
+        assert [h.executor for h in driver.live()] == ["e2"]
+        assert any("it is no longer a home" in r.getMessage() for r in caplog.records)
+        channel.ask(where, query, announce)  # its heartbeat, same dead port
+        assert [h.executor for h in driver.live()] == ["e2"], "a port nobody answers on is not a home"
+        channel.ask(where, query, {**announce, "port": alive.getsockname()[1]})  # listening again
+        assert [h.executor for h in driver.live()] == ["e1", "e2"]
+    finally:
+        alive.close()
+        driver.close()

@@ -38,3 +38,43 @@ def test_an_executor_killed_mid_stream_loses_and_repeats_nothing(eventhub, tmp_p
     # gone too, and placed them elsewhere
     assert "could not read from its partition's home" in proc.stderr, proc.stderr[-3000:]
     assert "it is no longer a home" in proc.stderr
+
+
+@pytest.mark.partitions(6)
+def test_a_home_refuses_strangers_and_homes_cut_off_mid_stream_lose_and_repeat_nothing(eventhub, tmp_path):
+    """On local-cluster[3,1,1024], mid-stream: a connection to a home with a wrong key, with an unknown query
+    and with no protocol at all is refused and logged by the home; every home's port is cut (``ss -K`` on
+    its listening socket and connections; the executors live on) and each listens again at once and tells
+    the driver; then one home stops answering for a while (SIGSTOP): the tasks away from it read their
+    ranges themselves and say why, once. Every event reaches the sink once."""
+    expected = set()
+    for p in range(eventhub.partitions):
+        bodies = [f"cut-{p}-{i}" for i in range(200)]
+        send(eventhub.connection_string, bodies, partition_id=str(p))
+        expected.update(bodies)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.integration.spark_app", "local-cluster-homes-cut", eventhub.connection_string,
+         str(tmp_path), "60"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    (tmp_path / "driver-stderr.txt").write_text(proc.stderr)  # kept for a failure's post-mortem
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    rows = result["rows"]
+    assert len(rows) == len(expected) and set(rows) == expected, "every event once in the sink"
+    faults = result["faults"]
+    assert faults["services"] == 3, faults
+    assert faults["wrong_key"] == "the service at the home does not hold this query's key", faults
+    assert faults["unknown_query"] == "the home's receiver service does not know this query yet", faults
+    assert faults["no_protocol"] == "closed", faults
+    assert "still_open" not in faults, f"ss -K left port {faults.get('still_open')} open"
+    assert faults.get("unreachable"), f"no task found the stopped home unreachable in {faults['stopped_for']} s"
+    logs = "\n".join(result["service_logs"])
+    assert logs.count("refused a connection from 127.0.0.1") >= 3, logs[-3000:]
+    assert "not this protocol" in logs and "left without proving it holds its key" in logs
+    for log in result["service_logs"]:  # each home noticed, listened again at once, and told the driver
+        assert "closed under it" in log and "it listens again on port" in log, log[-2000:]
+    # the driver heard from the tasks that could not reach the stopped home, and reached it itself
+    assert "could not read from its partition's home" in proc.stderr, proc.stderr[-3000:]
+    assert "the driver reaches it, so it stays a home" in proc.stderr
+    assert "not-the-querys-key" not in proc.stderr + logs

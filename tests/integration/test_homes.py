@@ -116,3 +116,36 @@ def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_nex
     rows = [s for b in worker.read(elsewhere, True, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(40)), rows
     assert stats["via"] == "worker" and service.listener.served == 1
+
+
+def test_a_home_whose_port_is_closed_under_it_listens_again_and_tells_the_driver(eventhub, home_service, caplog):
+    """The service's listening socket fails (as ``ss -K`` or a sandbox does to it): it says so, listens on a
+    new port at once and tells the query's driver, so its partitions come back to it."""
+    import socket
+
+    from eventhubs_spark.driver import QueryDriver
+
+    service, worker = home_service
+    driver = QueryDriver(eventhub.name, bind="127.0.0.1")
+    try:
+        settings = parse_connection_string(eventhub.connection_string)
+        mine = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
+                            driver=driver.address(), homes=True)  # fmt: skip
+        client = worker.service()
+        assert client is not None
+        with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+            first = int(client.hello(mine)["port"])
+            assert [h.port for h in driver.live()] == [first]
+            service.listener._server.shutdown(socket.SHUT_RDWR)  # accept() now fails in the service
+            deadline = time.monotonic() + 10
+            while [h.port for h in driver.live()] == [first]:
+                assert time.monotonic() < deadline, "the driver did not hear of the new port"
+                time.sleep(0.02)
+        second = service.listener.port
+        assert second != first and [h.port for h in driver.live()] == [second]
+        socket.create_connection(("127.0.0.1", second), timeout=2).close()
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert f"its port {first} closed under it" in said and f"it listens again on port {second}" in said
+        assert f"serves query {driver.query.query}" in said and driver.query.key.reveal() not in said
+    finally:
+        driver.close()
