@@ -76,6 +76,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="force-detach a consumer link with no delivery and no credit for this long (default 1800, as the "
         "service; 0 = never)",
     )
+    parser.add_argument(
+        "--throughput-units",
+        type=int,
+        metavar="N",
+        help="meter the namespace as a Standard one with N throughput units: sends past 1 MB/s or 1,000 events/s "
+        "per unit are refused with com.microsoft:server-busy, deliveries wait past 2 MB/s or 4,096 events/s "
+        "(default: unmetered)",
+    )
+    parser.add_argument(
+        "--burst-seconds", type=float, default=1.0, metavar="SECONDS",
+        help="with --throughput-units: how many seconds of allowance may be used at once (default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--detach-every", type=float, metavar="SECONDS",
+        help="detach every sending and receiving link of events this often, as the service does when it moves a "
+        "partition (default: never)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--detach-condition", default="amqp:link:detach-forced",
+        choices=["amqp:link:detach-forced", "com.microsoft:timeout"],
+        help="the error the --detach-every detaches carry (default amqp:link:detach-forced)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--black-hole-every", type=float, metavar="SECONDS",
+        help="this often, every open connection stops answering (no frames, no close) for --black-hole-seconds "
+        "(default: never)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--black-hole-seconds", type=float, default=20.0, metavar="SECONDS",
+        help="how long each --black-hole-every lasts (default 20)",
+    )  # fmt: skip
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -103,6 +134,23 @@ def build(args: argparse.Namespace) -> Emulator:
         "websocket_port": getattr(args, "websocket_port", None),
         "certificate": (cert, key) if cert else None,
     }
+    units = getattr(args, "throughput_units", None)
+    if units is not None and units < 1:
+        raise ValueError(f"--throughput-units {units}: expected 1 or more, e.g. --throughput-units 2")
+    for name in ("burst_seconds", "detach_every", "black_hole_every", "black_hole_seconds"):
+        value = getattr(args, name, None)
+        if value is not None and value <= 0:
+            raise ValueError(
+                f"--{name.replace('_', '-')} {value:g}: expected seconds > 0, e.g. --{name.replace('_', '-')} 30"
+            )
+    network.update(
+        throughput_units=units,
+        burst_seconds=getattr(args, "burst_seconds", 1.0),
+        detach_every=getattr(args, "detach_every", None),
+        detach_condition=getattr(args, "detach_condition", "amqp:link:detach-forced"),
+        black_hole_every=getattr(args, "black_hole_every", None),
+        black_hole_seconds=getattr(args, "black_hole_seconds", 20.0),
+    )
     if not getattr(args, "entra", False):
         return Emulator(config=config, host=args.host, port=args.port, **network)
     import secrets

@@ -165,6 +165,11 @@ class Connection(asyncio.Protocol):
         # The namespace as the client addressed it (the host in its OPEN, the port it reached), for the
         # service's error texts: "The messaging entity 'sb://<namespace>/<hub>' could not be found".
         self.namespace = server.host
+        # A black hole (Server.black_hole): nothing read is processed and nothing is written, the socket stays
+        # open (no FIN); when it ends, what was held goes through in order, as a network that heals delivers it.
+        self.holed = False
+        self._held_in = bytearray()
+        self._held_out: list[bytes] = []
 
     # -- asyncio callbacks --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -196,6 +201,9 @@ class Connection(asyncio.Protocol):
                     self.server.schedule_pump(link)
 
     def data_received(self, data: bytes) -> None:
+        if self.holed:
+            self._held_in += data
+            return
         self.last_received = time.monotonic()
         self.buffer += data
         try:
@@ -301,7 +309,23 @@ class Connection(asyncio.Protocol):
             self._close_transport()
 
     # -- writing --
+    def end_hole(self) -> None:
+        """The black hole ends: what the peer sent meanwhile is read, what was held for it is sent."""
+        if not self.holed:
+            return
+        self.holed = False
+        held_out, self._held_out = self._held_out, []
+        for data in held_out:
+            self.write(data)
+        held_in, self._held_in = bytes(self._held_in), bytearray()
+        if held_in and not self.closed:
+            self.data_received(held_in)
+        self.resume_writing()  # the consumers' pumps go on
+
     def write(self, data: bytes) -> None:
+        if self.holed:
+            self._held_out.append(data)
+            return
         if self.transport is not None and not self.closed:
             self.last_sent = time.monotonic()
             self.transport.write(data)

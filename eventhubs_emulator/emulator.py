@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .broker import Broker
 from .config import DEFAULT_CONSUMER_GROUP, EmulatorConfig, HubConfig
+from .metering import Meter
 from .server import Server
 from .tls import Certificate, generate
 
 T = TypeVar("T")
+_LOG = logging.getLogger("eventhubs_emulator")
 DEFAULT_KEY_NAME = "RootManageSharedAccessKey"
 DEFAULT_KEY = "SAS_KEY_VALUE"
 
@@ -37,6 +40,12 @@ class Emulator:
         tls_port: int | None = None,
         websocket_port: int | None = None,
         certificate: Certificate | tuple[str, str] | None = None,
+        throughput_units: int | None = None,
+        burst_seconds: float = 1.0,
+        detach_every: float | None = None,
+        detach_condition: str = "amqp:link:detach-forced",
+        black_hole_every: float | None = None,
+        black_hole_seconds: float = 20.0,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
         ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
@@ -46,7 +55,25 @@ class Emulator:
         ``tls_port`` serves AMQPS, ``websocket_port`` AMQP over WebSockets with TLS (0: a free port;
         None: not served). ``certificate`` (a :class:`Certificate`, or (certificate file, key file)) is
         the one they present; without it one is generated at start for the listening address,
-        127.0.0.1, localhost and this machine's name."""
+        127.0.0.1, localhost and this machine's name.
+
+        The real service's limits and faults (all off by default): ``throughput_units`` meters the
+        namespace as a Standard one (:mod:`.metering`: sends past the ingress allowance are refused with
+        ``com.microsoft:server-busy``, deliveries wait for the egress allowance; ``burst_seconds`` of
+        allowance may be used at once); ``detach_every`` seconds every link of events is detached with
+        ``detach_condition`` (``amqp:link:detach-forced`` or ``com.microsoft:timeout``);
+        ``black_hole_every`` seconds every open connection stops answering for ``black_hole_seconds``."""
+        if throughput_units is not None and throughput_units < 1:
+            raise ValueError(
+                f"throughput_units must be at least 1 (a Standard namespace's least), got {throughput_units}"
+            )
+        self.throughput_units = throughput_units
+        self.burst_seconds = burst_seconds
+        self.detach_every = detach_every
+        self.detach_condition = detach_condition
+        self.black_hole_every = black_hole_every
+        self.black_hole_seconds = black_hole_seconds
+        self._faults: list[asyncio.Task[None]] = []  # the scheduled faults' tasks
         self.token_verifier = token_verifier
         self.config = config or EmulatorConfig()
         if isinstance(hubs, Mapping):
@@ -107,7 +134,18 @@ class Emulator:
             tls_port=self._tls_port,
             websocket_port=self._websocket_port,
             certificate=self.certificate,
+            meter=Meter(self.throughput_units, self.burst_seconds) if self.throughput_units else None,
         )
+        if self.detach_every:
+            every, condition = self.detach_every, self.detach_condition
+            self._faults.append(
+                loop.create_task(_every(every, lambda server: server.detach_links(condition=condition), self.server))
+            )
+        if self.black_hole_every:
+            hole = self.black_hole_seconds
+            self._faults.append(
+                loop.create_task(_every(self.black_hole_every, lambda server: server.black_hole(hole), self.server))
+            )
         try:
             loop.run_until_complete(self.server.start())
         except Exception as exc:
@@ -305,6 +343,41 @@ class Emulator:
 
         self._call(apply)
 
+    def detach_links(
+        self, hub: str | None = None, *, receivers: bool = True, senders: bool = True,
+        condition: str = "amqp:link:detach-forced",
+    ) -> int:  # fmt: skip
+        """Detach the receiving and/or sending links of events now (of one hub, or all), with ``condition``
+        (``amqp:link:detach-forced`` or ``com.microsoft:timeout``, as the service does); how many."""
+        return self._call(lambda: self._server().detach_links(hub, receivers, senders, condition))
+
+    def black_hole(self, seconds: float | None = None) -> int:
+        """Every open connection stops answering, without closing, for ``seconds`` (None: for good); new
+        connections are served. How many connections it holed."""
+        return self._call(lambda: self._server().black_hole(seconds))
+
+    def set_throughput_units(self, units: int | None, burst_seconds: float | None = None) -> None:
+        """Scale the namespace now, as on the portal's Scale page (None: unmetered); the running totals
+        start full."""
+        if units is not None and units < 1:
+            raise ValueError(f"throughput units must be at least 1, got {units}")
+        burst = self.burst_seconds if burst_seconds is None else burst_seconds
+
+        def apply() -> None:
+            self._server().meter = Meter(units, burst) if units else None
+
+        self._call(apply)
+
+    def throttling(self) -> dict[str, float]:
+        """The namespace's metering figures: sends refused (requests, events, bytes) and deliveries that
+        waited for the egress allowance (times, seconds); empty when not metered."""
+
+        def figures() -> dict[str, float]:
+            meter = self._server().meter
+            return meter.stats() if meter is not None else {}
+
+        return self._call(figures)
+
     def fail_management_calls(self, count: int, status: int = 503) -> None:
         """Answer the next ``count`` management requests with ``status`` (503: server busy)."""
 
@@ -360,3 +433,13 @@ class Emulator:
         if p is None:
             raise KeyError(f"hub {hub!r} has no partition {partition!r}")
         return p
+
+
+async def _every(seconds: float, action: Callable[[Server], Any], server: Server) -> None:
+    """Run ``action(server)`` every ``seconds`` on the emulator's loop (a fault schedule)."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            action(server)
+        except Exception:  # a fault schedule must never stop the emulator
+            _LOG.exception("a scheduled fault failed")

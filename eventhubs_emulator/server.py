@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import math
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from . import amqp
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
 from .connection import RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
+from .metering import Meter
 from .tls import Certificate
 
 _LOG = logging.getLogger("eventhubs_emulator")
@@ -108,9 +110,12 @@ class Server:
         tls_port: int | None = None,
         websocket_port: int | None = None,
         certificate: Certificate | None = None,
+        meter: Meter | None = None,
     ) -> None:
         """``tls_port`` serves AMQPS and ``websocket_port`` AMQP over WebSockets (TLS) with ``certificate``
-        (0 picks a free port, None serves none); ``port`` always serves plain AMQP."""
+        (0 picks a free port, None serves none); ``port`` always serves plain AMQP. ``meter``: the
+        namespace's throughput units (None: unmetered)."""
+        self.meter = meter
         self.broker = broker
         self.tls_port = tls_port
         self.websocket_port = websocket_port
@@ -206,7 +211,7 @@ class Server:
     def check_idle(self, now: float) -> None:
         """Heartbeats where a peer asked for them; close idle connections; detach idle consumer links."""
         for conn in list(self.connections):
-            if conn.closed:
+            if conn.closed or conn.holed:
                 continue
             if self.idle_timeout > 0 and now - conn.last_received > self.idle_timeout:
                 self.stats["idle_connections_closed"] += 1
@@ -305,6 +310,15 @@ class Server:
             messages, key = [m], m.partition_key
         if not messages:
             return
+        if self.meter is not None:
+            wait = self.meter.admit_ingress(len(messages), len(data))
+            if wait > 0:
+                raise LinkError(
+                    "com.microsoft:server-busy",
+                    f"The request was terminated because the namespace {link.session.conn.namespace} is being "
+                    f"throttled. Error code : 50002. Sub error : 102. Please wait {max(1, math.ceil(wait))} seconds "
+                    "and try again. To know more visit https://aka.ms/sbResourceMgrExceptions",
+                )
         partition = link.partition or link.hub.route(key)
         partition.append(messages, key)
         self.stats["events_in"] += len(messages)
@@ -450,8 +464,8 @@ class Server:
         link.pump_scheduled = False
         conn = link.session.conn
         partition = link.partition
-        if link.detached or conn.closed or partition is None or partition.stalled:
-            return
+        if link.detached or conn.closed or partition is None or partition.stalled or conn.holed:
+            return  # a black-holed connection's pumps go on when the hole ends (Connection.end_hole)
         if conn.paused or (conn.transport is not None and conn.transport.get_write_buffer_size() > _WRITE_HIGH_WATER):
             return  # resume_writing reschedules
         events = partition.events
@@ -466,6 +480,12 @@ class Server:
             budget = min(budget, 1)
         if budget <= 0 or link.session.remote_incoming_window <= 0:
             return
+        if self.meter is not None:
+            wait = self.meter.egress_wait()
+            if wait > 0:  # egress is not refused, it waits for the namespace's allowance
+                link.pump_scheduled = True
+                asyncio.get_running_loop().call_later(wait, self._pump, link)
+                return
         metric_entries: list[bytes] = []
         metrics = b""
         if link.runtime_metrics:
@@ -494,7 +514,10 @@ class Server:
                 )
             out.append(encode(link, ev.header + delivery + ev.body))
             link.next_sequence_number = ev.sequence_number + 1
-        conn.write(b"".join(out))
+        data = b"".join(out)
+        conn.write(data)
+        if self.meter is not None:
+            self.meter.sent(len(out), len(data))
         link.last_activity = time.monotonic()
         self.stats["events_out"] += len(out)
         hub_name = link.hub.name.lower() if link.hub is not None else ""
@@ -607,6 +630,48 @@ class Server:
                         link, "amqp:link:detach-forced", "The link was detached by the emulator's fault controls."
                     )
                     n += 1
+        return n
+
+    def detach_links(
+        self, hub: str | None = None, receivers: bool = True, senders: bool = True,
+        condition: str = "amqp:link:detach-forced", description: str = "",
+    ) -> int:  # fmt: skip
+        """Detach every receiving and/or sending link of events (of one hub, or all) with ``condition``, as the
+        service does when it moves a partition (``amqp:link:detach-forced``) or times a link out
+        (``com.microsoft:timeout``); the number detached."""
+        text = description or (
+            "The link was force detached by the service (the emulator's fault controls). "
+            if condition != "com.microsoft:timeout" else "The operation did not complete within the allotted "
+            "timeout (the emulator's fault controls)."
+        )  # fmt: skip
+        n = 0
+        for conn in list(self.connections):
+            for session in list(conn.sessions.values()):
+                for link in list(session.links_by_remote.values()):
+                    if link.detached or getattr(link, "kind", None) != "events":
+                        continue
+                    if (isinstance(link, OutLink) and not receivers) or (isinstance(link, InLink) and not senders):
+                        continue
+                    linked = link.hub if isinstance(link, (InLink, OutLink)) else None
+                    if hub is not None and (linked is None or linked.name.lower() != hub.lower()):
+                        continue
+                    conn.detach(link, condition, text)
+                    self.stats["forced_detaches"] = self.stats.get("forced_detaches", 0) + 1
+                    n += 1
+        return n
+
+    def black_hole(self, seconds: float | None) -> int:
+        """Every open connection stops answering (no frames, no FIN) for ``seconds``, or for good (None);
+        connections made later are served. The number of connections holed."""
+        n = 0
+        for conn in list(self.connections):
+            if conn.closed or conn.holed:
+                continue
+            conn.holed = True
+            n += 1
+            if seconds is not None:
+                asyncio.get_running_loop().call_later(seconds, conn.end_hole)
+        self.stats["black_holes"] = self.stats.get("black_holes", 0) + n
         return n
 
     def wake(self, partition: Partition) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 CONSUMER_GROUP = "$Default"
 PREFETCH = 2000  # events each receiver's link may have in flight (its credit; fewer when they are large)
 RECEIVER_TIMEOUT = 60.0  # seconds a receiver may wait for an event it knows exists
+CONNECTION_IDLE_TIMEOUT = 30.0  # seconds without a frame (the service's heartbeats included): the connection is dead
 OPERATION_TIMEOUT = 300.0  # seconds for management calls and sends, retries included
 EXCLUSIVE_RECEIVER = True  # owner-level (epoch) receivers
 READ_AHEAD_EVENTS = 2000  # per partition, held between micro-batches

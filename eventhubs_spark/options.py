@@ -553,6 +553,15 @@ SPECS: tuple[Spec, ...] = (
         field="receiver_timeout",
     ),
     Spec(
+        "eventhubs.connectionIdleTimeout",
+        defaults.CONNECTION_IDLE_TIMEOUT,
+        parse_duration,
+        "A connection that receives nothing for this long (the service sends heartbeats at least twice as often) "
+        "is taken for dead and opened again: a network that drops packets without closing costs this long, not a "
+        "failed task; keep it below eventhubs.receiverTimeout. 0 = never.",
+        "30s",
+    ),
+    Spec(
         "eventhubs.operationTimeout",
         defaults.OPERATION_TIMEOUT,
         parse_duration,
@@ -1083,6 +1092,7 @@ def _network(values: Mapping[str, Any]) -> NetworkSettings:
         proxy=proxy,
         custom_endpoint=values.get("eventhubs.customendpointaddress"),
         ca_file=values.get("eventhubs.connectionverify"),
+        idle_timeout=float(values.get("eventhubs.connectionidletimeout", defaults.CONNECTION_IDLE_TIMEOUT)),
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -108,6 +110,8 @@ class SendReport(WriterCommitMessage):
     by_partition: dict[str, int] = field(default_factory=dict)
     by_key: int = 0
     batches: int = 0
+    throttled: int = 0  # sends the namespace refused as busy (com.microsoft:server-busy), each retried
+    throttled_wait: float = 0.0  # seconds this task waited before those retries
 
 
 class EventSender:
@@ -118,6 +122,7 @@ class EventSender:
         self.layout = layout
         self.timeout = timeout
         self.report = SendReport()
+        self._busy_since: dict[int, float] = {}  # by sending thread: when the namespace last refused a send as busy
         self._client = runtime.current().producers.get(settings)
         self._partition_ids: list[str] | None = None
         self._next_partition = 0
@@ -267,6 +272,9 @@ class EventSender:
         from azure.eventhub.exceptions import EventHubError
 
         def said(seconds: float) -> T:
+            since = self._busy_since.pop(threading.get_ident(), None)
+            if since is not None:  # the wait after a busy namespace's refusal ends here
+                self.report.throttled_wait += time.monotonic() - since
             try:
                 return attempt(seconds)
             except Exception as exc:
@@ -281,6 +289,12 @@ class EventSender:
             return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:
+            if sdk.condition(error) == sdk.SERVER_BUSY:
+                # the namespace is over its throughput units: said once per batch by the driver, with the sums
+                self.report.throttled += 1
+                self._busy_since[threading.get_ident()] = time.monotonic()
+                _LOG.debug("%s: the namespace is busy (attempt %d), retrying", what, tries)
+                return
             _LOG.warning("%s failed (attempt %d), retrying: %s", what, tries, error)
 
         return self.settings.retry.call(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log)
@@ -305,6 +319,12 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
     return sender.report
 
 
+def _throttling(messages: Iterable[Any]) -> tuple[int, float]:
+    """Sends the namespace refused as busy over a write's tasks, and the seconds the tasks waited for them."""
+    reports = [m for m in messages if isinstance(m, SendReport)]
+    return sum(m.throttled for m in reports), sum(m.throttled_wait for m in reports)
+
+
 def _summarize(messages: Iterable[Any]) -> tuple[int, dict[str, int], int]:
     by_partition: dict[str, int] = {}
     by_key = 0
@@ -324,6 +344,15 @@ class _SinkBase:
         self.layout = layout_for(schema)
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
+        messages = list(messages)
+        throttled, waited = _throttling(messages)
+        if throttled:
+            _LOG.warning(
+                "eventhubs sink hub=%s batch=%s: the namespace is throttling (over its throughput units): it refused "
+                "%d sends as busy, and the tasks waited %.1f s in all before sending them again; every event was "
+                "sent once. More throughput units (or auto-inflate) would spare the wait; the waits follow "
+                "eventhubs.retry.*", self.settings.hub, "-" if batch_id is None else batch_id, throttled, waited,
+            )  # fmt: skip
         total, by_partition, by_key = _summarize(messages)
         detail = ", ".join(f"{p}:{n}" for p, n in sorted(by_partition.items(), key=lambda kv: int(kv[0])))
         _LOG.info(

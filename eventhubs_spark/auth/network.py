@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from .. import defaults
 from .secret import Secret
 
 AMQP, WEBSOCKETS = "amqp", "amqpWebSockets"
@@ -56,6 +57,10 @@ class NetworkSettings:
     proxy: HttpProxy | None = None
     custom_endpoint: str | None = None  # sb://host[:port] of a private endpoint or gateway
     ca_file: str | None = None  # a PEM bundle to trust instead of certifi's (the SDK's connection_verify)
+    # A connection that receives no frame for this long is dead (0: never said): asked of the service in OPEN, which
+    # then sends a heartbeat at least twice as often, so only a network that drops everything (a black hole)
+    # reaches it, and the SDK closes the connection, and the receiver opens another.
+    idle_timeout: float = defaults.CONNECTION_IDLE_TIMEOUT
 
     @property
     def websockets(self) -> bool:
@@ -85,6 +90,8 @@ class NetworkSettings:
             kwargs["custom_endpoint_address"] = self.custom_endpoint
         if self.ca_file is not None:
             kwargs["connection_verify"] = self.ca_file
+        if self.idle_timeout > 0:
+            kwargs["idle_timeout"] = self.idle_timeout
         return kwargs
 
     def http_kwargs(self) -> dict[str, Any]:

@@ -368,6 +368,7 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         "eventhubs.prefetchCount": (by_connection, "100"),
         "eventhubs.receiverTimeout": (by_connection, "30s"),
         "eventhubs.operationTimeout": (by_connection, "30s"),
+        "eventhubs.connectionIdleTimeout": (by_connection, "10s"),
         "eventhubs.partitionDiscoveryInterval": (by_connection, "30s"),
         "eventhubs.loadBalancing.updateInterval": ({**by_connection, "eventhubs.ownership": "true"}, "5s"),
         "eventhubs.loadBalancing.ownershipExpiration": ({**by_connection, "eventhubs.ownership": "true"}, "90s"),

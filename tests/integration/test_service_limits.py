@@ -1,0 +1,264 @@
+"""The real service's limits and faults, taught to the emulator, and the connector through each of them.
+
+Throughput units (sends refused as busy past the ingress allowance, deliveries held to the egress one, as
+the service documents them), forced detaches of sending and receiving links, and black holes (a
+connection that stops answering without closing): the emulator does each as the service does, proven
+with the official SDK, and the connector keeps every event exactly once through each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+import pytest
+from azure.eventhub import EventData, EventHubProducerClient
+
+from eventhubs_emulator import Emulator
+from eventhubs_emulator.metering import EGRESS_EVENTS
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor.runtime import Runtime
+from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+
+from .sdk_helpers import receive, send
+
+
+@pytest.fixture
+def metered(eventhub):
+    """The shared emulator scaled to one throughput unit for the test, unmetered again after."""
+    eventhub.emulator.set_throughput_units(1)
+    try:
+        yield eventhub
+    finally:
+        eventhub.emulator.set_throughput_units(None)
+
+
+def _batch(producer, partition: str, bodies: list[str]):
+    batch = producer.create_batch(partition_id=partition)
+    for body in bodies:
+        batch.add(EventData(body))
+    return batch
+
+
+def test_past_its_throughput_units_the_namespace_refuses_sends_as_busy_and_paces_deliveries(metered):
+    """Ingress: a send that finds the running total over 1,000 events/s is refused with
+    com.microsoft:server-busy, as the SDK sees it; nothing of it is stored. Egress: nothing is refused, but
+    the deliveries of 12,000 events wait for 4,096 events/s."""
+    emulator, name = metered.emulator, metered.name
+    producer = EventHubProducerClient.from_connection_string(metered.connection_string, retry_total=0)
+    refused = []
+    try:
+        for i in range(4):  # 600 + 600 fit (the second borrows from the next second); the rest are refused
+            try:
+                producer.send_batch(_batch(producer, "0", [f"in-{i}-{j}" for j in range(600)]))
+            except Exception as exc:
+                refused.append(str(exc))
+    finally:
+        producer.close()
+    assert len(refused) == 2 and all("com.microsoft:server-busy" in r and "50002" in r for r in refused), refused
+    figures = emulator.throttling()
+    assert figures["throttled_requests"] >= 2 and figures["throttled_events"] >= 1200, figures
+    assert emulator.partition_properties(name, 0)["last_enqueued_sequence_number"] == 1199, "refused: not stored"
+
+    emulator.set_throughput_units(None)
+    for k in range(12):
+        send(metered.connection_string, [f"out-{k}-{j}" for j in range(900)], partition_id="1")
+    emulator.set_throughput_units(1)
+    started = time.monotonic()
+    events = receive(metered.connection_string, 10800, partition_id="1", starting_position="-1")
+    took = time.monotonic() - started
+    assert len(events) == 10800 and emulator.throttling()["egress_waits"] > 0
+    # the first second's allowance goes at once, the rest at 4,096 events/s: never faster
+    assert took >= 0.9 * (10800 - EGRESS_EVENTS) / EGRESS_EVENTS, f"{took:.2f} s for 10,800 events at one unit"
+
+
+@pytest.mark.spark
+def test_a_throttled_sink_backs_off_and_sends_every_row_once(spark, metered):
+    """Spark writes 6,000 rows into a namespace of one throughput unit: many sends are refused as busy, each
+    is sent again after the retry policy's wait, and every row arrives once."""
+    rows = 6000
+    df = spark.range(rows).repartition(4).selectExpr("concat('row-', cast(id as string)) as body")
+    (df.write.format("eventhubs").option("eventhubs.connectionString", metered.connection_string)
+     .option("eventhubs.retry.initialDelay", "100ms").option("eventhubs.retry.maxDelay", "1s")
+     .mode("append").save())  # fmt: skip
+    emulator = metered.emulator
+    assert emulator.throttling()["throttled_requests"] > 0, "the write was throttled"
+    emulator.set_throughput_units(None)
+    bodies = []
+    for p in range(metered.partitions):
+        n = emulator.partition_properties(metered.name, p)["last_enqueued_sequence_number"] + 1
+        bodies += [e.body_as_str() for e in receive(metered.connection_string, n, partition_id=str(p),
+                                                    starting_position="-1")]  # fmt: skip
+    assert len(bodies) == rows and set(bodies) == {f"row-{i}" for i in range(rows)}, "every row once"
+
+
+def test_a_throttled_write_is_said_once_by_the_driver_with_the_sends_refused_and_the_wait(metered, caplog):
+    """A writer task (run here, as an executor runs it) counts the sends refused as busy and the time it waited
+    for them in its commit message; the driver's commit says it once for the batch, as a warning."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.sink import EventHubsBatchWriter
+
+    options = {"eventhubs.connectionString": metered.connection_string, "eventhubs.retry.initialDelay": "100ms",
+               "eventhubs.retry.maxDelay": "1s"}  # fmt: skip
+    writer = EventHubsBatchWriter(options, StructType([StructField("body", StringType())]))
+    chunks = [pa.RecordBatch.from_pydict({"body": [f"t{k}-{i}" for i in range(500)]}) for k in range(6)]
+    report = writer.write(iter(chunks))
+    assert sum(report.by_partition.values()) == 3000
+    assert report.throttled > 0 and report.throttled_wait > 0, report
+    with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+        writer.commit([report])
+    said = [r for r in caplog.records if "the namespace is throttling" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    assert f"refused {report.throttled} sends as busy" in said[0].getMessage()
+
+
+def test_forced_detaches_of_every_link_lose_and_repeat_nothing(eventhub):
+    """Every receiving link is detached with amqp:link:detach-forced, com.microsoft:timeout and
+    com.microsoft:server-busy while ranges are read: each range is read exactly, from the next sequence
+    number after the detach."""
+    settings = parse_connection_string(eventhub.connection_string)
+    for p in range(2):
+        send(eventhub.connection_string, [f"d-{p}-{i}" for i in range(3000)], partition_id=str(p))
+    runtime = Runtime(reap_every=0)
+    config = ReceiverConfig(receiver_timeout=30, prefetch=50)
+    stop = threading.Event()
+    detached: list[int] = []
+
+    def detach_all() -> None:
+        conditions = ["amqp:link:detach-forced", "com.microsoft:timeout", "com.microsoft:server-busy"]
+        i = 0
+        while not stop.wait(0.05):
+            detached.append(eventhub.emulator.detach_links(eventhub.name, condition=conditions[i % 3]))
+            i += 1
+
+    thread = threading.Thread(target=detach_all, daemon=True)
+    thread.start()
+    try:
+        for p in range(2):
+            for start in range(0, 3000, 500):
+                stats: dict = {}
+                request = RangeRequest(settings, config, str(p), start, start + 500, True)
+                seqs = [s for b in runtime.read(request, False, stats) for s in b.column("sequenceNumber").to_pylist()]
+                assert seqs == list(range(start, start + 500)), (p, start)
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(detached) > 0, "links were detached while reading"
+
+
+def test_a_black_holed_connection_is_found_dead_by_its_idle_timeout_and_the_range_read_exactly(eventhub):
+    """The connection stops answering without closing (no frames, no FIN): the receiver's connection idle
+    timeout (eventhubs.connectionIdleTimeout) finds it dead, a new connection is opened, and the range is read
+    from the next sequence number, long before eventhubs.receiverTimeout would have failed the task."""
+    settings = parse_connection_string(eventhub.connection_string)
+    settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=3.0))
+    send(eventhub.connection_string, [f"b{i}" for i in range(100)], partition_id="0")
+    runtime = Runtime(reap_every=0)
+    config = ReceiverConfig(receiver_timeout=60)
+
+    def read(start: int, end: int, stats: dict) -> list[int]:
+        request = RangeRequest(settings, config, "0", start, end, True)
+        return [s for b in runtime.read(request, False, stats) for s in b.column("sequenceNumber").to_pylist()]
+
+    assert read(0, 100, {}) == list(range(100))
+    assert eventhub.emulator.black_hole(None) >= 1
+    send(eventhub.connection_string, [f"b{i}" for i in range(100, 200)], partition_id="0")  # a new connection
+    stats: dict = {}
+    started = time.monotonic()
+    assert read(100, 200, stats) == list(range(100, 200))
+    assert stats["reconnects"] >= 1 and time.monotonic() - started < 30
+
+
+def test_a_black_hole_that_heals_delivers_what_it_held():
+    """A black hole for a set time: the connection's frames wait, then go through in order (a network that
+    heals); a producer's connection made after it is served at once."""
+    emulator = Emulator({"held": 1}).start()
+    try:
+        connection = emulator.connection_string("held")
+        producer = EventHubProducerClient.from_connection_string(connection)
+        producer.send_batch(_batch(producer, "0", ["before"]))
+        started = time.monotonic()
+        assert emulator.black_hole(3.0) >= 1  # the producer's connection(s)
+        send(connection, ["during"], partition_id="0")  # a new connection: served
+        producer.send_batch(_batch(producer, "0", ["held"]))  # waits for the hole to heal, then is stored
+        assert time.monotonic() - started >= 2.5
+        producer.close()
+        assert [e.body_as_str() for e in receive(connection, 3, partition_id="0", starting_position="-1")] == [
+            "before", "during", "held"]  # fmt: skip
+        assert emulator.stats()["black_holes"] >= 1
+    finally:
+        emulator.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_hub_to_hub_stream_through_forced_detaches_and_a_black_hole_loses_and_repeats_nothing(spark, tmp_path):
+    """A stream reads one hub and writes another while every link of events is detached every second, and
+    once, mid-stream, every open connection (the receivers' and the sink's) falls into a black hole for good:
+    each finds its connection dead by eventhubs.connectionIdleTimeout and opens another; every event reaches
+    the target hub once."""
+    import collections
+
+    from .sdk_helpers import wait_until
+
+    with Emulator({"source": 2, "target": 2}, detach_every=1.0) as emu:
+        source, target = emu.connection_string("source"), emu.connection_string("target")
+        query = (
+            spark.readStream.format("eventhubs")
+            .option("eventhubs.connectionString", source)
+            .option("eventhubs.startingPosition", '{"offset": "-1"}')
+            .option("eventhubs.connectionIdleTimeout", "3s")
+            .option("maxEventsPerTrigger", "200")
+            .load()
+            .selectExpr("body", "partition as partitionId")
+            .writeStream.format("eventhubs")
+            .option("eventhubs.connectionString", target)
+            .option("eventhubs.connectionIdleTimeout", "3s")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        expected: list[str] = []
+        try:
+            for round_ in range(3):
+                for p in range(2):
+                    batch = [f"r{round_}-p{p}-{i}" for i in range(300)]
+                    _send_through_detaches(source, batch, str(p))
+                    expected += batch
+
+                def arrived(count: int = len(expected)) -> bool:
+                    props = [emu.partition_properties("target", p) for p in range(2)]
+                    return sum(x["last_enqueued_sequence_number"] + 1 for x in props) >= count
+
+                wait_until(arrived, timeout=120, message=f"round {round_} in the target hub")
+                if round_ == 0:
+                    assert emu.black_hole(None) >= 1, "the stream's connections fall into a black hole"
+            assert query.exception() is None, query.exception()
+        finally:
+            query.stop()
+        stats = emu.stats()
+        assert stats["forced_detaches"] > 0 and stats["black_holes"] > 0, stats
+        got = []
+        for p in range(2):
+            n = emu.partition_properties("target", p)["last_enqueued_sequence_number"] + 1
+            got += [e.body_as_str() for e in receive(target, n, starting_position="-1", partition_id=str(p))]
+        counts = collections.Counter(got)
+        assert sorted(counts) == sorted(expected), "nothing lost"
+        assert max(counts.values()) == 1, "nothing repeated"
+
+
+def _send_through_detaches(connection: str, bodies: list[str], partition: str) -> None:
+    """The test's own producing, sent again when a forced detach interrupts it (the emulator detaches between
+    transfers, so a refused send was not stored)."""
+    for attempt in range(20):
+        try:
+            send(connection, bodies, partition_id=partition)
+            return
+        except Exception:
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
