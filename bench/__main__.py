@@ -13,6 +13,7 @@ from . import (
     memory,
     networks,
     planning,
+    pushback,
     read,
     read_profile,
     receivers,
@@ -36,6 +37,7 @@ BENCHMARKS = {
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
     "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
+    "pushback": pushback.run,  # issue 38, ten minutes: throttled, detached, black-holed; on its own
 }
 
 
@@ -43,7 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="./dev bench")
     parser.add_argument("names", nargs="*", choices=[*BENCHMARKS, []], help="benchmarks to run (default: all)")
     args = parser.parse_args()
-    for name in args.names or [n for n in BENCHMARKS if n != "soak"]:
+    for name in args.names or [n for n in BENCHMARKS if n not in ("soak", "pushback")]:
         print(f"running {name} ...", flush=True)
         BENCHMARKS[name]()
     print("results in bench/results.json and bench/RESULTS.md")

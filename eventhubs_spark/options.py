@@ -556,9 +556,9 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.connectionIdleTimeout",
         defaults.CONNECTION_IDLE_TIMEOUT,
         parse_duration,
-        "A connection that receives nothing for this long (the service sends heartbeats at least twice as often) "
-        "is taken for dead and opened again: a network that drops packets without closing costs this long, not a "
-        "failed task; keep it below eventhubs.receiverTimeout. 0 = never.",
+        "The receivers' connection, when it receives nothing for this long (the service sends heartbeats at least "
+        "twice as often), is taken for dead and opened again: a network that drops packets without closing costs "
+        "this long, not a failed task; keep it below eventhubs.receiverTimeout. 0 = never.",
         "30s",
     ),
     Spec(

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from azure.eventhub.exceptions import OperationTimeoutError
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from .amqp import failures, sdk
@@ -124,6 +125,7 @@ class EventSender:
         self.report = SendReport()
         self._busy_since: dict[int, float] = {}  # by sending thread: when the namespace last refused a send as busy
         self._client = runtime.current().producers.get(settings)
+        self._client_lock = threading.Lock()
         self._partition_ids: list[str] | None = None
         self._next_partition = 0
         self._pending: dict[tuple[str, str], list[Any]] = defaultdict(list)
@@ -256,14 +258,26 @@ class EventSender:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
 
         def send(seconds: float) -> None:
+            client = self._client
             try:
-                self._client.send_batch(batch, timeout=max(1.0, seconds))
+                client.send_batch(batch, timeout=max(1.0, seconds))
             except Exception as exc:
                 if sdk.condition(exc) == sdk.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
+                if isinstance(exc, TimeoutError | OperationTimeoutError):
+                    self._replace_client(client)  # unanswered: the next attempt goes over a new connection
                 raise
 
         self._retrying(send, f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})")
+
+    def _replace_client(self, failed: Any) -> None:
+        """A send went unanswered (a black-holed connection looks alive until a call times out): drop the
+        process's producer and take a new one, once for all the sending threads that used ``failed``."""
+        with self._client_lock:
+            if self._client is failed:
+                pool = runtime.current().producers
+                pool.invalidate(self.settings)
+                self._client = pool.get(self.settings)
 
     def _retrying(self, attempt: Callable[[float], T], what: str) -> T:
         """``attempt`` until it succeeds, retrying transient failures until ``eventhubs.operationTimeout``; a
@@ -297,7 +311,11 @@ class EventSender:
                 return
             _LOG.warning("%s failed (attempt %d), retrying: %s", what, tries, error)
 
-        return self.settings.retry.call(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log)
+        # One attempt waits at most the connection idle time-out: a live connection answers (or shows a frame) within
+        # it, so a send unanswered that long went into a black hole and is made again on a new connection.
+        idle = self.settings.network.idle_timeout
+        return self.settings.retry.call(said, timeout=self.timeout, what=what, is_retriable=transient, on_retry=log,
+                                        max_attempt=idle if idle > 0 else None)  # fmt: skip
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],

@@ -176,7 +176,9 @@ class SharedConnection:
                 hub = link.settings.hub
                 client = self._clients.get(hub)
                 if client is None:
-                    client = self._clients[hub] = link.settings.consumer(consumer_group=spec.consumer_group)
+                    client = self._clients[hub] = link.settings.consumer(
+                        consumer_group=spec.consumer_group, **link.settings.network.reader_kwargs()
+                    )
                     sdk.share_connection(client, self._manager)
                 link.consumer = sdk.new_consumer(
                     client, spec.consumer_group, spec.partition, spec.start, link.on_sdk_message,

@@ -142,7 +142,9 @@ class ManagementClient:
             what=f"management request for hub {self.settings.hub!r} on {self.settings.namespace}",
             on_retry=reconnect,
             attempt_share=1 / 3,
-            max_attempt=_ATTEMPT_TIMEOUT,
+            # a live connection shows a frame within its idle time-out: a request unanswered for that long went
+            # into a black hole, and is made again on a new connection (bench pushback)
+            max_attempt=min(_ATTEMPT_TIMEOUT, self.settings.network.idle_timeout or _ATTEMPT_TIMEOUT),
         )
 
     async def _with_timeout(self, make: Callable[[], Awaitable[T]], timeout: float) -> T:

@@ -57,9 +57,9 @@ class NetworkSettings:
     proxy: HttpProxy | None = None
     custom_endpoint: str | None = None  # sb://host[:port] of a private endpoint or gateway
     ca_file: str | None = None  # a PEM bundle to trust instead of certifi's (the SDK's connection_verify)
-    # A connection that receives no frame for this long is dead (0: never said): asked of the service in OPEN, which
-    # then sends a heartbeat at least twice as often, so only a network that drops everything (a black hole)
-    # reaches it, and the SDK closes the connection, and the receiver opens another.
+    # A receivers' connection that receives no frame for this long is dead (0: never said): asked of the service in
+    # OPEN, which then sends a heartbeat at least twice as often, so only a network that drops everything (a black
+    # hole) reaches it, and the SDK closes the connection, and the receivers open another (see reader_kwargs).
     idle_timeout: float = defaults.CONNECTION_IDLE_TIMEOUT
 
     @property
@@ -90,9 +90,14 @@ class NetworkSettings:
             kwargs["custom_endpoint_address"] = self.custom_endpoint
         if self.ca_file is not None:
             kwargs["connection_verify"] = self.ca_file
-        if self.idle_timeout > 0:
-            kwargs["idle_timeout"] = self.idle_timeout
         return kwargs
+
+    def reader_kwargs(self) -> dict[str, Any]:
+        """What a connection read all the time (the receivers' shared connection, whose reader thread reads
+        every frame) asks more: an idle time-out, so a black-holed connection is found dead. Not for
+        producers and management clients: nothing reads their connection between calls, so the service's
+        heartbeats would go unread and the next call after a quiet spell would find the connection "dead"."""
+        return {"idle_timeout": self.idle_timeout} if self.idle_timeout > 0 else {}
 
     def http_kwargs(self) -> dict[str, Any]:
         """azure-core's keyword arguments for the HTTPS clients beside the hub's: the same proxy and CA bundle

@@ -32,8 +32,10 @@ def net(**options: str) -> NetworkSettings:
 
 def test_the_defaults_are_the_sdks_amqp_over_tls():
     assert net() == NetworkSettings()
-    # but for the idle time-out every connection asks of the service (eventhubs.connectionIdleTimeout)
-    assert net().sdk_kwargs(False) == {"idle_timeout": 30.0} and net().http_kwargs() == {}
+    assert net().sdk_kwargs(False) == {} and net().http_kwargs() == {}
+    # the receivers' connection asks for an idle time-out (eventhubs.connectionIdleTimeout): a black hole is found
+    assert net().reader_kwargs() == {"idle_timeout": 30.0}
+    assert NetworkSettings(idle_timeout=0).reader_kwargs() == {}
 
 
 def test_transport_type_takes_either_spelling_and_refuses_others():
@@ -120,9 +122,7 @@ def test_the_sdk_gets_its_own_names():
         "http_proxy": {"proxy_hostname": "proxy.corp", "proxy_port": 3128, "username": "svc", "password": "p@ss:w/rd"},
         "custom_endpoint_address": "sb://gw.internal:8443",
         "connection_verify": "/certs/ca.pem",
-        "idle_timeout": 30.0,  # eventhubs.connectionIdleTimeout's default: a black-holed connection is dead after it
     }
-    assert NetworkSettings(idle_timeout=0).sdk_kwargs(False) == {}, "0: nothing asked of the service"
     assert settings.sdk_kwargs(True)["http_proxy"]["proxy_hostname"] == "http://proxy.corp"  # aiohttp takes a URL
     storage = settings.http_kwargs()
     assert storage["proxies"]["https"] == "http://svc:p%40ss%3Aw%2Frd@proxy.corp:3128"
