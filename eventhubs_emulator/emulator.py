@@ -156,6 +156,9 @@ class Emulator:
         try:
             loop.run_forever()
         finally:
+            for task in self._faults:  # the fault schedules end with the emulator
+                task.cancel()
+            self._faults.clear()
             loop.run_until_complete(self.server.stop())
             loop.close()
 
