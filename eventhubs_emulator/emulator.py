@@ -63,11 +63,8 @@ class Emulator:
         allowance may be used at once); ``detach_every`` seconds every link of events is detached with
         ``detach_condition`` (``amqp:link:detach-forced`` or ``com.microsoft:timeout``);
         ``black_hole_every`` seconds every open connection stops answering for ``black_hole_seconds``."""
-        if throughput_units is not None and throughput_units < 1:
-            raise ValueError(
-                f"throughput_units must be at least 1 (a Standard namespace's least), got {throughput_units}"
-            )
-        self.throughput_units = throughput_units
+        # made here so that a bad count fails the constructor (Meter checks it), not the emulator's thread
+        self._meter = Meter(throughput_units, burst_seconds) if throughput_units is not None else None
         self.burst_seconds = burst_seconds
         self.detach_every = detach_every
         self.detach_condition = detach_condition
@@ -134,7 +131,7 @@ class Emulator:
             tls_port=self._tls_port,
             websocket_port=self._websocket_port,
             certificate=self.certificate,
-            meter=Meter(self.throughput_units, self.burst_seconds) if self.throughput_units else None,
+            meter=self._meter,
         )
         if self.detach_every:
             every, condition = self.detach_every, self.detach_condition
@@ -362,12 +359,11 @@ class Emulator:
     def set_throughput_units(self, units: int | None, burst_seconds: float | None = None) -> None:
         """Scale the namespace now, as on the portal's Scale page (None: unmetered); the running totals
         start full."""
-        if units is not None and units < 1:
-            raise ValueError(f"throughput units must be at least 1, got {units}")
         burst = self.burst_seconds if burst_seconds is None else burst_seconds
+        meter = Meter(units, burst) if units is not None else None  # Meter refuses a count below 1
 
         def apply() -> None:
-            self._server().meter = Meter(units, burst) if units else None
+            self._server().meter = meter
 
         self._call(apply)
 

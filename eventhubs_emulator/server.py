@@ -147,6 +147,8 @@ class Server:
             "idle_connections_closed": 0,
             "idle_links_detached": 0,
             "heartbeats": 0,
+            "forced_detaches": 0,
+            "black_holes": 0,
         }
 
     @property
@@ -622,23 +624,16 @@ class Server:
         return sum(o.pongs for o in self._websockets())
 
     def detach_receivers(self, hub: str, partition: str) -> int:
-        n = 0
-        for (h, _g, p), links in list(self.receivers.items()):
-            if h == hub.lower() and p == partition:
-                for link in list(links):
-                    link.session.conn.detach(
-                        link, "amqp:link:detach-forced", "The link was detached by the emulator's fault controls."
-                    )
-                    n += 1
-        return n
+        return self.detach_links(hub, senders=False, partition=partition,
+                                 description="The link was detached by the emulator's fault controls.")  # fmt: skip
 
     def detach_links(
         self, hub: str | None = None, receivers: bool = True, senders: bool = True,
-        condition: str = "amqp:link:detach-forced", description: str = "",
+        condition: str = "amqp:link:detach-forced", description: str = "", partition: str | None = None,
     ) -> int:  # fmt: skip
-        """Detach every receiving and/or sending link of events (of one hub, or all) with ``condition``, as the
-        service does when it moves a partition (``amqp:link:detach-forced``) or times a link out
-        (``com.microsoft:timeout``); the number detached."""
+        """Detach every receiving and/or sending link of events (of one hub, or all; of one partition, or any)
+        with ``condition``, as the service does when it moves a partition (``amqp:link:detach-forced``) or
+        times a link out (``com.microsoft:timeout``); the number detached."""
         text = description or (
             "The link was force detached by the service (the emulator's fault controls). "
             if condition != "com.microsoft:timeout" else "The operation did not complete within the allotted "
@@ -648,15 +643,16 @@ class Server:
         for conn in list(self.connections):
             for session in list(conn.sessions.values()):
                 for link in list(session.links_by_remote.values()):
-                    if link.detached or getattr(link, "kind", None) != "events":
+                    if not isinstance(link, InLink | OutLink) or link.detached or link.kind != "events":
                         continue
-                    if (isinstance(link, OutLink) and not receivers) or (isinstance(link, InLink) and not senders):
+                    if not (receivers if isinstance(link, OutLink) else senders):
                         continue
-                    linked = link.hub if isinstance(link, (InLink, OutLink)) else None
-                    if hub is not None and (linked is None or linked.name.lower() != hub.lower()):
+                    if hub is not None and (link.hub is None or link.hub.name.lower() != hub.lower()):
+                        continue
+                    if partition is not None and (link.partition is None or link.partition.id != partition):
                         continue
                     conn.detach(link, condition, text)
-                    self.stats["forced_detaches"] = self.stats.get("forced_detaches", 0) + 1
+                    self.stats["forced_detaches"] += 1
                     n += 1
         return n
 
@@ -671,7 +667,7 @@ class Server:
             n += 1
             if seconds is not None:
                 asyncio.get_running_loop().call_later(seconds, conn.end_hole)
-        self.stats["black_holes"] = self.stats.get("black_holes", 0) + n
+        self.stats["black_holes"] += n
         return n
 
     def wake(self, partition: Partition) -> None:

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from azure.eventhub.exceptions import OperationTimeoutError
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from .amqp import failures, sdk
@@ -256,6 +255,8 @@ class EventSender:
 
     def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
+
+        from azure.eventhub.exceptions import OperationTimeoutError  # here: importing the sink loads no SDK
 
         def send(seconds: float) -> None:
             client = self._client

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,20 +17,27 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.partitions(6)
-def test_an_executor_killed_mid_stream_loses_and_repeats_nothing(eventhub, tmp_path):
+def stream_on_cluster(mode: str, eventhub, tmp_path: Path, per_trigger: int) -> tuple[Any, dict, set[str]]:
+    """200 events per partition, streamed by ``tests.integration.spark_app MODE`` (a Spark of its own) with
+    ``per_trigger`` events per micro-batch; (the finished process, its result.json, the bodies sent)."""
     expected = set()
     for p in range(eventhub.partitions):
-        bodies = [f"kill-{p}-{i}" for i in range(200)]
+        bodies = [f"{mode}-{p}-{i}" for i in range(200)]
         send(eventhub.connection_string, bodies, partition_id=str(p))
         expected.update(bodies)
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.spark_app", "local-cluster-kill", eventhub.connection_string,
-         str(tmp_path), "150"],
+        [sys.executable, "-m", "tests.integration.spark_app", mode, eventhub.connection_string, str(tmp_path),
+         str(per_trigger)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
+    (tmp_path / "driver-stderr.txt").write_text(proc.stderr)  # kept for a failure's post-mortem
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    return proc, json.loads((tmp_path / "result.json").read_text()), expected
+
+
+@pytest.mark.partitions(6)
+def test_an_executor_killed_mid_stream_loses_and_repeats_nothing(eventhub, tmp_path):
+    proc, result, expected = stream_on_cluster("local-cluster-kill", eventhub, tmp_path, per_trigger=150)
     assert result["killed"], "an executor was killed mid-stream"
     rows = result["rows"]
     assert len(rows) == len(expected) and set(rows) == expected, "every event once in the sink"
@@ -47,19 +55,7 @@ def test_a_home_refuses_strangers_and_homes_cut_off_mid_stream_lose_and_repeat_n
     its listening socket and connections; the executors live on) and each listens again at once and tells
     the driver; then one home stops answering for a while (SIGSTOP): the tasks away from it read their
     ranges themselves and say why, once. Every event reaches the sink once."""
-    expected = set()
-    for p in range(eventhub.partitions):
-        bodies = [f"cut-{p}-{i}" for i in range(200)]
-        send(eventhub.connection_string, bodies, partition_id=str(p))
-        expected.update(bodies)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.integration.spark_app", "local-cluster-homes-cut", eventhub.connection_string,
-         str(tmp_path), "60"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    (tmp_path / "driver-stderr.txt").write_text(proc.stderr)  # kept for a failure's post-mortem
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    proc, result, expected = stream_on_cluster("local-cluster-homes-cut", eventhub, tmp_path, per_trigger=60)
     rows = result["rows"]
     assert len(rows) == len(expected) and set(rows) == expected, "every event once in the sink"
     faults = result["faults"]
