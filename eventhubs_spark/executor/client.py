@@ -28,7 +28,7 @@ from ..ranges import Home, QueryKey, RangeRequest, RemoteRead
 from ..sealed import RefusedError, SealedSocket, client_handshake
 from . import protocol
 from .place import Place, executor_pid
-from .wire import DONE, ERROR, HELLO, RAW, READ, REMOTE_READ, SPANS, Conn, recv, send
+from .wire import ALIVE, DONE, ERROR, HELLO, RAW, READ, REMOTE_READ, SILENT_LIMIT, SPANS, Conn, recv, send
 
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 
@@ -143,10 +143,12 @@ def _range(
     next_seq = request.start
     decoded_here = 0  # events of raw batches the SDK's decoder made, here
     try:
-        sock.settimeout(request.config.receiver_timeout + 60.0)
+        sock.settimeout(SILENT_LIMIT)  # a service at the range says so every ALIVE_EVERY seconds
         send(sock, kind, asked)
         while True:
             kind, payload = recv(sock)
+            if kind == ALIVE:
+                continue
             if kind == RAW:
                 next_seq, n = SPANS.unpack_from(payload)
                 starts = np.frombuffer(payload, np.int64, n, SPANS.size)
@@ -163,6 +165,10 @@ def _range(
                 raise protocol.decode_error(payload)
             else:
                 raise OSError(f"unexpected message {kind!r} from the receiver service")
+    except TimeoutError as exc:
+        close()
+        raise ServiceGone(next_seq, f"it said nothing for {SILENT_LIMIT:g} s (stopped, or a firewall drops what "
+                          "it sends)") from exc  # fmt: skip
     except (OSError, EOFError, protocol.ProtocolError) as exc:
         close()
         raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc

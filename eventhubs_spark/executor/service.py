@@ -46,7 +46,7 @@ from ..ranges import RangeRequest, RangeResult
 from . import protocol
 from .listener import Listener
 from .pool import ReceiverPool, read_here
-from .wire import DONE, ERROR, HELLO, RAW, READ, SPANS, Conn, Message, recv, send, send_messages
+from .wire import ALIVE, ALIVE_EVERY, DONE, ERROR, HELLO, RAW, READ, SPANS, Conn, Message, recv, send, send_messages
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -180,10 +180,13 @@ class ReceiverService:
         """Send one range; False when the worker went away (the receiver is then dropped, not reused).
 
         Each chunk goes out as it is read, but the one that ends the range goes with the range's end in the
-        same write: the worker then wakes once for a quiet stream's whole range."""
+        same write: the worker then wakes once for a quiet stream's whole range. Between chunks the service
+        says it is still at the range (:data:`.wire.ALIVE`), so a worker knows a stopped service from a slow
+        range."""
         result = RangeResult()
         chunks = read_here(request, result, self.pool)
         held: list[Message] = []  # the range's last chunk, until the range's end goes with it
+        sender = _RangeSender(conn)
         try:
             for chunk in chunks:
                 pieces, starts, ends = chunk.pieces()  # the worker decodes; the pieces are sent as they are
@@ -193,20 +196,22 @@ class ReceiverService:
                 if after >= request.end:
                     held.append(message)
                 else:
-                    _send_to_worker(conn, *held, message)
+                    sender.send(*held, message)
                     held.clear()
             done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict()}
-            _send_to_worker(conn, *held, (DONE, (json.dumps(done).encode(),)))
+            sender.send(*held, (DONE, (json.dumps(done).encode(),)))
             return True
         except _WorkerGone:
             return False
         except Exception as exc:  # the range's own failure: raised again in the task, after what was read
             try:
-                _send_to_worker(conn, *held)
+                sender.send(*held)
+                sender.send((ERROR, (protocol.encode_error(exc),)))
             except _WorkerGone:
                 return False
-            return _send_error(conn, exc)
+            return True
         finally:
+            sender.stop()
             chunks.close()
 
 
@@ -214,19 +219,44 @@ class _WorkerGone(Exception):
     """The worker's end of the connection is gone (the task ended, or its worker did)."""
 
 
-def _send_to_worker(conn: Conn, *messages: Message) -> None:
-    try:
-        send_messages(conn, *messages)
-    except OSError as exc:
-        raise _WorkerGone(str(exc)) from exc
+class _RangeSender:
+    """One range's messages to its worker, and a thread that says :data:`.wire.ALIVE` whenever the range has
+    sent nothing for :data:`.wire.ALIVE_EVERY` seconds (waiting on Event Hubs, a link re-attaching). Sends
+    take turns under a lock: a sealed connection's frames must not interleave."""
 
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        threading.Thread(target=self._keep_alive, name="eventhubs-alive", daemon=True).start()
 
-def _send_error(conn: Conn, exc: BaseException) -> bool:
-    try:
-        send(conn, ERROR, protocol.encode_error(exc))
-        return True
-    except OSError:
-        return False
+    def send(self, *messages: Message) -> None:
+        with self._lock:
+            try:
+                send_messages(self.conn, *messages)
+            except OSError as exc:
+                raise _WorkerGone(str(exc)) from exc
+            finally:
+                self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:  # no keep-alive after this: the next range's messages follow on the connection
+            pass
+
+    def _keep_alive(self) -> None:
+        while not self._stopped.wait(ALIVE_EVERY / 2):
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                if time.monotonic() - self._last < ALIVE_EVERY:
+                    continue
+                try:
+                    send(self.conn, ALIVE)
+                except OSError:
+                    return  # the range's own send finds it out and says so
+                self._last = time.monotonic()
 
 
 def _same_user(conn: socket.socket) -> bool:

@@ -5,7 +5,9 @@ parts gathered into as few writes as the socket takes. The kinds: :data:`READ` (
 request, JSON: :mod:`.protocol`), :data:`RAW` (a chunk of the range: the next sequence number, the
 message count, each message's start and end, then the buffer the messages are in, the AMQP frames as
 they arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the
-range's counts, JSON) and :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`);
+range's counts, JSON), :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`) and
+:data:`ALIVE` (nothing: the service is still at the range, sent when it has had nothing else to send for
+:data:`ALIVE_EVERY` seconds, so a worker tells a slow range from a service that stopped answering);
 :data:`HELLO` and :data:`REMOTE_READ` serve homes (:mod:`.listener`).
 The worker decodes the spans into the source's Arrow record batches (:mod:`eventhubs_spark.codec.layout`).
 """
@@ -20,7 +22,7 @@ import pyarrow as pa
 
 from ..sealed import SealedSocket
 
-WIRE_VERSION = 2  # raised whenever a message below changes: old services and new workers never meet
+WIRE_VERSION = 3  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
 # next sequence number (8 bytes), message count n (8), each message's start and end (n + n int64, native order),
 # then the buffer they are in: the frames as they arrived, undecoded (amqp.messages.RawEvents.spans)
@@ -32,6 +34,13 @@ Conn: TypeAlias = "socket.socket | SealedSocket"  # a worker's Unix socket, or a
 READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
 HELLO = b"H"  # a RangeRequest of a stream whose first batch knows no homes yet: register, answer DONE at once
 REMOTE_READ = b"r"  # between executors, sealed: a RemoteRead (JSON), answered as a READ
+ALIVE = b"A"  # empty: the service is still at the range (see ALIVE_EVERY)
+# A service at a range says so at least this often, even while Event Hubs sends it nothing...
+ALIVE_EVERY = 1.0
+# ...so a worker that hears nothing for this long knows the service stopped answering (a stopped process, a
+# firewall that drops): it reads the rest itself rather than wait out the receiver time-out and a minute more.
+# Generous against a starved CPU: a healthy service's keep-alive thread wakes every ALIVE_EVERY seconds.
+SILENT_LIMIT = 10.0
 
 _IOV_MAX = 512  # pieces per sendmsg call, well under Linux's 1024
 

@@ -205,7 +205,7 @@ def cut_the_homes(spark: object, out: str, faults: dict[str, object]) -> None:
     os.kill(victim, signal.SIGSTOP)
     stopped = time.monotonic()
     try:
-        while time.monotonic() - stopped < 30 and not faults.get("unreachable"):
+        while time.monotonic() - stopped < 60 and not faults.get("unreachable"):
             for path in glob.glob(os.path.join(work, "*", "stderr")):
                 if "cannot serve it" in Path(path).read_text(errors="replace"):
                     faults["unreachable"] = True

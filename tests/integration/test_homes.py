@@ -149,3 +149,55 @@ def test_a_home_whose_port_is_closed_under_it_listens_again_and_tells_the_driver
         assert f"serves query {driver.query.query}" in said and driver.query.key.reveal() not in said
     finally:
         driver.close()
+
+
+def test_a_home_at_a_slow_range_says_it_is_alive_and_a_silent_one_is_left_for_the_task_to_read(
+    eventhub, home_service, monkeypatch, caplog
+):
+    """A range whose events are not there yet keeps the home quiet for longer than a worker waits on a silent
+    home: its keep-alives hold the task at the home until the events come. A home that says nothing at all (a
+    stopped process: no range, no keep-alive) is given up after that wait, not the receiver time-out and a
+    minute more, and the task reads the range itself: every event once."""
+    from eventhubs_spark.executor import client as client_module
+    from eventhubs_spark.executor import service as service_module
+
+    monkeypatch.setattr(client_module, "SILENT_LIMIT", 2.5)
+    _, worker = home_service
+    settings = parse_connection_string(eventhub.connection_string)
+    query = new_query_key()
+    config = ReceiverConfig(receiver_timeout=30)
+    mine = RangeRequest(settings, config, "1", 0, 0, True, query=query, homes=True)
+    port = int(worker.service().hello(mine)["port"])  # type: ignore[union-attr]
+    home = Home("another-executor", ("127.0.0.1",), port)
+    slow = RangeRequest(settings, config, "1", 0, 20, True, query=query, homes=True, home=home)
+    later = threading.Timer(6.0, send, args=(eventhub.connection_string, [f"s{i}" for i in range(20)]),
+                            kwargs={"partition_id": "1"})  # fmt: skip
+    later.start()
+    stats: dict = {}
+    started = time.monotonic()
+    rows = [s for b in worker.read(slow, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+    assert rows == list(range(20)) and stats["via"] == f"home:{home.executor}", stats
+    assert time.monotonic() - started >= 5.0, "the events came after 6 s: the home waited for them"
+
+    # a home that stops answering: its range never starts and it sends no keep-alive
+    release = threading.Event()
+
+    def stopped(request, result, pool):
+        release.wait(60)
+        yield from ()
+
+    monkeypatch.setattr(service_module, "read_here", stopped)
+    monkeypatch.setattr(service_module._RangeSender, "_keep_alive", lambda self: None)
+    again = RangeRequest(settings, config, "1", 0, 20, True, query=query, homes=True, home=home)
+    stats = {}
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+            rows = [s for b in worker.read(again, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+    finally:
+        release.set()
+    waited = time.monotonic() - started
+    assert rows == list(range(20)) and stats["via"] == "worker", stats
+    assert waited < 20, f"the task waited {waited:.1f} s on a silent home"
+    said = [r.getMessage() for r in caplog.records if "cannot serve it" in r.getMessage()]
+    assert len(said) == 1 and "said nothing for 2.5 s" in said[0], said
