@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -107,6 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--black-hole-seconds", type=float, default=20.0, metavar="SECONDS",
         help="how long each --black-hole-every lasts (default 20)",
     )  # fmt: skip
+    parser.add_argument(
+        "--geo-replicated", action="store_true",
+        help="every hub is geo-replicated (Premium/Dedicated): offsets become opaque 'segment:offset' strings, "
+        "events carry their replication segment, and Emulator.promote begins a new segment",
+    )  # fmt: skip
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -117,6 +123,8 @@ def build(args: argparse.Namespace) -> Emulator:
         if not sep or not name or not key:
             raise ValueError(f"--key {text!r}: expected NAME=KEY, e.g. --key RootManageSharedAccessKey=secret")
         config.keys[name] = key
+    if getattr(args, "geo_replicated", False):
+        config.hubs = [dataclasses.replace(hub, geo_replicated=True) for hub in config.hubs]
     if not config.hubs:
         raise ValueError("no event hub configured: add --hub NAME:PARTITIONS (e.g. --hub telemetry:4) or --config")
     config.max_message_size = args.max_message_size

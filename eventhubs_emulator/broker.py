@@ -4,6 +4,15 @@ Everything here runs on the emulator's event-loop thread; the public :class:`~.E
 marshals calls onto it. Sequence numbers start at 0 per partition; offsets are byte positions in the
 partition's log (as on the service, strings on the wire); enqueued times are milliseconds since the
 epoch, never decreasing within a partition.
+
+Every event carries ``x-opt-sequence-number-epoch``, its replication segment, first among its annotations
+as the service sends it: -1 on a hub that is not geo-replicated. A geo-replicated hub's partitions count
+segments from 1; its offsets are opaque strings, ``"<segment>:<offset>"``; and :meth:`Partition.promote`
+begins a new segment, as a promotion of the secondary region does: a forced one loses the events not
+yet replicated, so the new segment's sequence numbers go on from the last event kept and may repeat
+ones the old segment had given. (segment, sequence number) names an event; a sequence number alone no
+longer does. Internally each event also has an ``ordinal``, its place in the log, which is what the
+links deliver by.
 """
 
 from __future__ import annotations
@@ -24,7 +33,16 @@ _K_SEQ = amqp.encode_value(amqp.Symbol("x-opt-sequence-number"))
 _K_OFFSET = amqp.encode_value(amqp.Symbol("x-opt-offset"))
 _K_TIME = amqp.encode_value(amqp.Symbol("x-opt-enqueued-time"))
 _K_KEY = amqp.encode_value(amqp.Symbol("x-opt-partition-key"))
-_STAMPED = {"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-opt-partition-key"}
+_K_EPOCH = amqp.encode_value(amqp.Symbol("x-opt-sequence-number-epoch"))
+_STAMPED = {
+    "x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-opt-partition-key",
+    "x-opt-sequence-number-epoch",
+}  # fmt: skip
+
+
+def _epoch_value(segment: int) -> bytes:
+    """A replication segment as the service encodes it: a byte (``T``) when it fits, else an int."""
+    return b"\x54" + struct.pack(">b", segment) if -128 <= segment <= 127 else b"\x71" + struct.pack(">i", segment)
 
 
 class Event:
@@ -37,7 +55,9 @@ class Event:
         "enqueued_ms",
         "header",
         "offset",
+        "ordinal",
         "partition_key",
+        "segment",
         "sequence_number",
         "size",
     )
@@ -51,8 +71,12 @@ class Event:
         header: bytes,
         body: bytes,
         delivery_entries: tuple[bytes, ...] = (),
+        segment: int = -1,
+        ordinal: int = 0,
     ) -> None:
         self.sequence_number = sequence_number
+        self.segment = segment
+        self.ordinal = ordinal
         self.offset = offset
         self.enqueued_ms = enqueued_ms
         self.partition_key = partition_key
@@ -132,11 +156,49 @@ class Partition:
         self.listeners: set[Callable[[], None]] = set()
         self.stalled = False
         self.delay_s = 0.0
+        self.segment = 1 if hub.geo_replicated else -1  # the replication segment new events get
+        self.next_ordinal = 0  # the next event's place in the log (what links deliver by)
 
     # -- positions --
     @property
     def beginning_sequence_number(self) -> int:
         return self.events[0].sequence_number if self.events else self.next_sequence_number
+
+    @property
+    def beginning_segment(self) -> int:
+        return self.events[0].segment if self.events else self.segment
+
+    @property
+    def first_ordinal(self) -> int:
+        return self.events[0].ordinal if self.events else self.next_ordinal
+
+    def index_of_ordinal(self, ordinal: int) -> int:
+        if not self.events:
+            return 0
+        return max(0, min(len(self.events), ordinal - self.events[0].ordinal))
+
+    def ordinal_at(self, index: int) -> int:
+        return self.events[index].ordinal if index < len(self.events) else self.next_ordinal
+
+    def index_of_position(self, segment: int, seq: int, inclusive: bool) -> int:
+        """Index of the first event at or after (``inclusive``) or after (segment, seq). Segment -1 means the
+        current one; on a hub that is not geo-replicated the segment is ignored."""
+        if not self.hub.geo_replicated:
+            return self.index_of_sequence(seq if inclusive else seq + 1)
+        key = (self.segment if segment < 0 else segment, seq)
+        fn = bisect.bisect_left if inclusive else bisect.bisect_right
+        return fn(self.events, key, key=lambda e: (e.segment, e.sequence_number))
+
+    def wire_offset(self, offset: int, segment: int | None = None) -> str:
+        """An offset as it goes on the wire: an opaque ``segment:offset`` on a geo-replicated hub."""
+        if not self.hub.geo_replicated:
+            return str(offset)
+        return f"{self.segment if segment is None else segment}:{offset}"
+
+    @staticmethod
+    def parse_offset(text: str) -> int:
+        """An offset from a filter: ``segment:offset`` (geo-replicated hubs) or a plain number."""
+        return int(text.rpartition(":")[2])
 
     def index_of_sequence(self, seq: int) -> int:
         """Index in ``events`` of the first event with sequence number >= ``seq``."""
@@ -159,21 +221,39 @@ class Partition:
             seq = self.next_sequence_number
             offset = self.next_offset
             pkey = key if key is not None else m.partition_key
-            entries = [raw for _, raw in m.annotations]
+            entries = [_K_EPOCH + _epoch_value(self.segment)]  # first, as the service puts it
+            entries.extend(raw for _, raw in m.annotations)
             entries.append(_K_SEQ + b"\x81" + _q.pack(seq))
-            entries.append(_K_OFFSET + amqp.encode_value(str(offset)))
+            entries.append(_K_OFFSET + amqp.encode_value(self.wire_offset(offset)))
             entries.append(_K_TIME + b"\x83" + _q.pack(now))
             if pkey is not None:
                 entries.append(_K_KEY + amqp.encode_value(pkey))
             body = b"\x00\x53\x72" + amqp.map_from_raw(entries) + m.rest
-            event = Event(seq, offset, now, pkey, m.header, body, m.delivery)
+            event = Event(seq, offset, now, pkey, m.header, body, m.delivery, self.segment, self.next_ordinal)
             self.events.append(event)
+            self.next_ordinal += 1
             self.next_sequence_number = seq + 1
             self.next_offset = offset + event.size
             self.last_offset = offset
         self.last_enqueued_ms = now
         for notify in list(self.listeners):
             notify()
+
+    def promote(self, lose: int = 0) -> int:
+        """A promotion of the secondary region: a new replication segment begins. A forced one loses the
+        last ``lose`` events (not yet replicated): the new segment's sequence numbers go on from the last
+        event kept. Returns how many were lost."""
+        if not self.hub.geo_replicated:
+            raise ValueError(f"hub {self.hub.name!r} is not geo-replicated: nothing to promote")
+        lost = min(max(lose, 0), len(self.events))
+        if lost:
+            gone = self.events[-lost:]
+            del self.events[-lost:]
+            self.next_sequence_number = gone[0].sequence_number
+            self.next_ordinal = gone[0].ordinal
+        self.last_offset = self.events[-1].offset if self.events else -1
+        self.segment += 1
+        return lost
 
     def trim_before(self, sequence_number: int) -> int:
         """Drop events with a sequence number below ``sequence_number``; returns how many."""
@@ -188,15 +268,20 @@ class Partition:
 
     def properties(self) -> dict[str, object]:
         last = self.next_sequence_number - 1
-        return {
+        last_segment = self.events[-1].segment if self.events else self.segment
+        found: dict[str, object] = {
             "name": self.hub.name,
             "partition": self.id,
             "begin_sequence_number": self.beginning_sequence_number,
             "last_enqueued_sequence_number": last,
-            "last_enqueued_offset": str(self.last_offset),
+            "last_enqueued_offset": self.wire_offset(self.last_offset, last_segment),
             "is_partition_empty": not self.events,
             "last_enqueued_time_utc": amqp.Timestamp(self.last_enqueued_ms),
         }
+        if self.hub.geo_replicated:
+            found["begin_replication_segment"] = self.beginning_segment
+            found["last_enqueued_replication_segment"] = last_segment
+        return found
 
 
 @dataclass
@@ -206,6 +291,7 @@ class Hub:
     consumer_groups: set[str] = field(default_factory=lambda: {"$default"})
     retention_s: float | None = None
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    geo_replicated: bool = False
     _round_robin: int = 0
 
     def add_partitions(self, count: int) -> None:
@@ -251,6 +337,7 @@ class Broker:
         partitions: int,
         consumer_groups: list[str] | tuple[str, ...] = (),
         retention_s: float | None = None,
+        geo_replicated: bool = False,
     ) -> Hub:
         if not name or "/" in name:
             raise ValueError(f"invalid hub name {name!r}: use letters, digits, '.', '-' or '_', e.g. 'telemetry'")
@@ -259,7 +346,7 @@ class Broker:
         key = name.lower()
         if key in self.hubs:
             raise ValueError(f"hub {name!r} already exists")
-        hub = Hub(name=name, retention_s=retention_s)
+        hub = Hub(name=name, retention_s=retention_s, geo_replicated=geo_replicated)
         hub.consumer_groups.update(g.lower() for g in consumer_groups)
         hub.add_partitions(partitions)
         self.hubs[key] = hub

@@ -16,12 +16,14 @@ DEFAULT_CONSUMER_GROUP = "$Default"
 
 @dataclass(frozen=True)
 class HubConfig:
-    """One event hub: its name, partition count, consumer groups and optional retention."""
+    """One event hub: its name, partition count, consumer groups, optional retention, and whether it is
+    geo-replicated (replication segments, opaque offsets: :mod:`.broker`)."""
 
     name: str
     partitions: int = 4
     consumer_groups: tuple[str, ...] = (DEFAULT_CONSUMER_GROUP,)
     retention_seconds: float | None = None
+    geo_replicated: bool = False
 
 
 @dataclass

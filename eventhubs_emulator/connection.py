@@ -26,6 +26,7 @@ _LOG = logging.getLogger("eventhubs_emulator")
 _I = struct.Struct(">I")
 _FRAME_HEADER = struct.Struct(">IBBH")
 RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
+GEO_REPLICATION = "com.microsoft:georeplication"  # the SDKs ask for it; offered back on geo-replicated hubs
 _SEND_CREDIT = 1000
 _INCOMING_WINDOW = 1_000_000
 
@@ -82,9 +83,10 @@ class OutLink(Link):
         self.hub: Hub | None = None
         self.partition: Partition | None = None
         self.consumer_group = ""
-        self.next_sequence_number = 0
+        self.next_ordinal = 0  # the next event's place in its partition's log
         self.epoch: int | None = None
         self.runtime_metrics = False
+        self.georeplication = False  # asked for com.microsoft:georeplication on a geo-replicated hub
         self.pump_scheduled = False
         self.prefix = b""
         self.notify: Callable[[], None] | None = None
@@ -427,7 +429,10 @@ class Connection(asyncio.Protocol):
                 except LinkError as exc:
                     error = exc
         session.links_by_remote[remote_handle] = link
-        offered = [Symbol(RUNTIME_METRIC)] if isinstance(link, OutLink) and link.runtime_metrics else None
+        offered = None
+        if isinstance(link, OutLink):
+            wanted = ((RUNTIME_METRIC, link.runtime_metrics), (GEO_REPLICATION, link.georeplication))
+            offered = [Symbol(c) for c, on in wanted if on] or None
         self.send(
             session.channel,
             amqp.ATTACH,

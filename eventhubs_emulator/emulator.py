@@ -94,7 +94,8 @@ class Emulator:
         self.certificate: Certificate | None = certificate
         self.broker = Broker(max_message_size=self.config.max_message_size)
         for hub in self.config.hubs:
-            self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds)
+            self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds,
+                                hub.geo_replicated)  # fmt: skip
         self.server: Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -279,8 +280,25 @@ class Emulator:
         partitions: int = 4,
         consumer_groups: tuple[str, ...] = (DEFAULT_CONSUMER_GROUP,),
         retention_seconds: float | None = None,
+        geo_replicated: bool = False,
     ) -> None:
-        self._call(lambda: self.broker.add_hub(name, partitions, consumer_groups, retention_seconds))
+        """A hub; ``geo_replicated`` makes it a geo-replicated one (see :meth:`promote`)."""
+        self._call(lambda: self.broker.add_hub(name, partitions, consumer_groups, retention_seconds, geo_replicated))
+
+    def promote(self, hub: str, lose: int | dict[str, int] = 0) -> dict[str, int]:
+        """Promote a geo-replicated hub's secondary region: every partition begins a new replication segment,
+        and every link of events is detached (the namespace now points at the other region). A forced
+        promotion loses the events not yet replicated: ``lose`` of each partition (a count for all, or per
+        partition id). Returns the events lost per partition."""
+
+        def apply() -> dict[str, int]:
+            found = self._hub(hub)
+            lost = {p.id: p.promote(lose.get(p.id, 0) if isinstance(lose, dict) else lose) for p in found.partitions}
+            self._server().detach_links(hub=found.name, condition="amqp:link:detach-forced",
+                                        description="The namespace's secondary region was promoted.")  # fmt: skip
+            return lost
+
+        return self._call(apply)
 
     def add_partitions(self, hub: str, count: int) -> None:
         """Grow a hub by ``count`` partitions (Premium and Dedicated tiers allow this at runtime)."""

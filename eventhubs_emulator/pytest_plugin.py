@@ -7,7 +7,8 @@ loads into no other pytest run of an environment that has the package.
 
 * ``eventhubs_emulator`` (session): one running emulator for the whole test session, serving plain
   AMQP, AMQPS and AMQP over WebSockets (each on a free port, TLS with a generated certificate).
-* ``eventhub`` (function): a fresh, uniquely named hub with 4 partitions on it, so tests never see
+* ``eventhub`` (function): a fresh, uniquely named hub with 4 partitions on it (``@pytest.mark.partitions(n)``
+  for another count, ``@pytest.mark.geo_replicated`` for a geo-replicated hub), so tests never see
   each other's events. Use ``eventhub.connection_string`` with the SDK or the connector (plain AMQP),
   or ``eventhub.tls_connection_string`` with ``eventhub.tls_endpoint`` (or ``websocket_endpoint``) as
   the custom endpoint address and ``eventhub.ca_file`` as the CA bundle, as a real namespace is reached.
@@ -70,10 +71,12 @@ def eventhubs_emulator() -> Iterator[Emulator]:
 def eventhub(eventhubs_emulator: Emulator, request: pytest.FixtureRequest) -> EventHubHandle:
     marker = request.node.get_closest_marker("partitions")
     partitions = int(marker.args[0]) if marker else 4
+    geo = request.node.get_closest_marker("geo_replicated") is not None
     name = f"hub{next(_counter)}"
-    eventhubs_emulator.add_hub(name, partitions, consumer_groups=("$Default", "other"))
+    eventhubs_emulator.add_hub(name, partitions, consumer_groups=("$Default", "other"), geo_replicated=geo)
     return EventHubHandle(eventhubs_emulator, name, partitions)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "partitions(n): partition count of the `eventhub` fixture's hub")
+    config.addinivalue_line("markers", "geo_replicated: the `eventhub` fixture's hub is geo-replicated")

@@ -24,7 +24,7 @@ from typing import Any
 from . import amqp
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
-from .connection import RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
+from .connection import GEO_REPLICATION, RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
 from .metering import Meter
 from .tls import Certificate
 
@@ -369,7 +369,8 @@ class Server:
         if isinstance(desired, str):
             desired = [desired]
         link.runtime_metrics = RUNTIME_METRIC in desired
-        link.next_sequence_number = self._start_position(partition, source)
+        link.georeplication = GEO_REPLICATION in desired and hub.geo_replicated
+        link.next_ordinal = self._start_position(partition, source)
         self._admit(conn, link)
         key = link.key()
         self.consumer_attaches[key] = self.consumer_attaches.get(key, 0) + 1
@@ -377,6 +378,7 @@ class Server:
         partition.listeners.add(link.notify)
 
     def _start_position(self, partition: Partition, source: list[Any]) -> int:
+        """The ordinal (place in the log) of the first event the link's filter selects."""
         filters = source[7] if len(source) > 7 and isinstance(source[7], dict) else {}
         expr = None
         for value in filters.values():
@@ -386,26 +388,26 @@ class Server:
             if isinstance(value, str):
                 expr = value
         if expr is None:
-            return partition.beginning_sequence_number
+            return partition.first_ordinal
         field, inclusive, value = parse_selector(expr)
-        events = partition.events
         try:
             if field == "x-opt-offset":
                 if value == "-1":
-                    return partition.beginning_sequence_number
+                    return partition.first_ordinal
                 if value == "@latest":
-                    return partition.next_sequence_number
-                index = partition.index_of_offset(int(value), inclusive)
+                    return partition.next_ordinal
+                index = partition.index_of_offset(partition.parse_offset(value), inclusive)
             elif field == "x-opt-sequence-number":
-                seq = int(value) if inclusive else int(value) + 1
-                return max(seq, partition.beginning_sequence_number)
+                # '<replication segment>:<sequence number>' (segment -1: unknown), or the number alone
+                segment, _, seq = value.rpartition(":")
+                index = partition.index_of_position(int(segment) if segment else -1, int(seq), inclusive)
             elif field == "x-opt-enqueued-time":
                 index = partition.index_of_time(int(value), inclusive)
             else:
                 raise LinkError("amqp:invalid-field", f"Unsupported selector field {field!r} in {expr!r}")
         except ValueError:
             raise LinkError("amqp:invalid-field", f"Invalid selector filter value in {expr!r}") from None
-        return events[index].sequence_number if index < len(events) else partition.next_sequence_number
+        return partition.ordinal_at(index)
 
     def _admit(self, conn: Connection, link: OutLink) -> None:
         """Owner-level rules: a higher (or equal) epoch steals, a lower one or a non-epoch is refused."""
@@ -473,10 +475,10 @@ class Server:
         events = partition.events
         if not events:
             return
-        base = events[0].sequence_number
-        if link.next_sequence_number < base:
-            link.next_sequence_number = base  # retention removed what this reader had not read
-        index = link.next_sequence_number - base
+        base = events[0].ordinal
+        if link.next_ordinal < base:
+            link.next_ordinal = base  # retention removed what this reader had not read
+        index = link.next_ordinal - base
         budget = min(link.credit, len(events) - index, _PUMP_BURST)
         if partition.delay_s > 0:
             budget = min(budget, 1)
@@ -495,7 +497,7 @@ class Server:
                 amqp.encode_value(Symbol(k)) + amqp.encode_value(v)
                 for k, v in (
                     ("last_enqueued_sequence_number", partition.next_sequence_number - 1),
-                    ("last_enqueued_offset", str(partition.last_offset)),
+                    ("last_enqueued_offset", partition.wire_offset(partition.last_offset)),
                     ("last_enqueued_time_utc", Timestamp(partition.last_enqueued_ms)),
                     ("runtime_info_retrieval_time_utc", Timestamp(int(time.time() * 1000))),
                 )
@@ -515,7 +517,7 @@ class Server:
                     else ev.delivery
                 )
             out.append(encode(link, ev.header + delivery + ev.body))
-            link.next_sequence_number = ev.sequence_number + 1
+            link.next_ordinal = ev.ordinal + 1
         data = b"".join(out)
         conn.write(data)
         if self.meter is not None:
@@ -524,7 +526,7 @@ class Server:
         self.stats["events_out"] += len(out)
         hub_name = link.hub.name.lower() if link.hub is not None else ""
         self.events_out_by_hub[hub_name] = self.events_out_by_hub.get(hub_name, 0) + len(out)
-        if link.credit > 0 and link.next_sequence_number < partition.next_sequence_number:
+        if link.credit > 0 and link.next_ordinal < partition.next_ordinal:
             if partition.delay_s > 0:
                 link.pump_scheduled = True
                 asyncio.get_running_loop().call_later(partition.delay_s, self._pump, link)

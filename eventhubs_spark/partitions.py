@@ -21,7 +21,9 @@ _LOG = logging.getLogger("eventhubs_spark")
 
 @dataclass(frozen=True)
 class PartitionInfo:
-    """A partition's properties; ``end`` is the next sequence number the partition will assign."""
+    """A partition's properties; ``end`` is the next sequence number the partition will assign. On a
+    geo-replicated hub the sequence numbers here are positions with their replication segment
+    (:mod:`.segments`); elsewhere positions are sequence numbers."""
 
     id: str
     beginning_sequence_number: int

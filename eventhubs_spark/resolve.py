@@ -20,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import segments
 from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
 from .errors import EventHubsTimeoutError
@@ -49,6 +50,11 @@ def resolve(
             out[pid] = info.end
         elif isinstance(pos, SequenceNumber):
             out[pid] = pos.first()  # may lie past the end: reading starts when the partition gets there
+            segment = segments.segment_of(info.end)
+            if segment >= 0 and segments.segment_of(out[pid]) < 0:
+                # a bare sequence number on a geo-replicated hub: in the partition's last replication segment,
+                # as the service reads a filter without one (a checkpoint's position carries its own)
+                out[pid] = segments.pack(segment, out[pid])
         elif _past_end(pos, info):
             out[pid] = info.end
         else:
@@ -70,6 +76,9 @@ def _past_end(pos: Offset | EnqueuedTime, info: PartitionInfo) -> bool:
         return True
     _, inclusive, value = selector(pos)
     if isinstance(pos, Offset):
+        # a geo-replicated hub's offsets are opaque ("10:0030"): never compared as numbers; the lookup decides
+        if not (str(value).isdigit() and str(info.last_enqueued_offset).isdigit()):
+            return False
         last = int(info.last_enqueued_offset)
         return int(value) > last or (int(value) == last and not inclusive)
     if info.last_enqueued_time is not None:
@@ -80,13 +89,24 @@ def _past_end(pos: Offset | EnqueuedTime, info: PartitionInfo) -> bool:
 def _first_sequence(
     settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position, timeout: float
 ) -> int | None:
-    return int(first_event(settings, config, partition, pos, timeout).sequence_number)
+    return event_position(first_event(settings, config, partition, pos, timeout))
+
+
+def event_position(event: Any) -> int:
+    """An SDK event's position: its sequence number, with its replication segment on a geo-replicated hub."""
+    epoch = (event.system_properties or {}).get(b"x-opt-sequence-number-epoch")
+    return segments.pack(epoch if isinstance(epoch, int) else -1, int(event.sequence_number))
 
 
 def offset_of(settings: ConnectionSettings, config: ReceiverConfig, partition: str, sequence_number: int,
-              timeout: float) -> str:  # fmt: skip
-    """The offset of one event, read from the hub (there is no management call for it)."""
-    return str(first_event(settings, config, partition, SequenceNumber(sequence_number), timeout).offset)
+              timeout: float) -> str | None:  # fmt: skip
+    """The offset of one event (by its position), read from the hub (there is no management call for it);
+    None when that event is not there (retention took it, or on a geo-replicated hub a new segment began
+    right after it, so the position before the segment's first event names no event)."""
+    event = first_event(settings, config, partition, SequenceNumber(sequence_number), timeout)
+    if event_position(event) != sequence_number:
+        return None
+    return str(event.offset)
 
 
 def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition: str, pos: Position,

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from . import defaults
+from . import defaults, segments
 from .arrow import SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
 from .checkpoints.mirror import CheckpointMirror
@@ -305,7 +305,7 @@ class _Planner:
             "because failOnDataLoss=false",
             self.settings.hub,
             partition,
-            lost_until - start,
+            segments.count(start, lost_until),
             start,
             lost_until,
         )
@@ -435,11 +435,11 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._last_batch_at = now
         end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
         self._last_end = end
-        behind = {p: latest[p] - end[p] for p in latest}
+        behind = {p: segments.count(end[p], latest[p]) for p in latest}
         _LOG.info(
             "hub %s: planned %d events; events behind latest: total=%d max=%d (%s)",
             self.hub,
-            sum(end[p] - begin[p] for p in begin),
+            sum(segments.count(begin[p], end[p]) for p in begin),
             sum(behind.values()),
             max(behind.values(), default=0),
             ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),

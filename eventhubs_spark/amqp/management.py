@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from .. import segments
 from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsError, TransientError
 from ..partitions import PartitionInfo
@@ -215,11 +216,26 @@ def _partition_info(pid: str, reply: Any) -> PartitionInfo:
 
     ms = reply.get(b"last_enqueued_time_utc")
     when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc) if ms else None
+    offset = text(reply[b"last_enqueued_offset"])
+    last_segment = _segment(reply.get(b"last_enqueued_replication_segment"), offset)
+    begin_segment = _segment(reply.get(b"begin_replication_segment"), None, last_segment)
     return PartitionInfo(
         id=pid,
-        beginning_sequence_number=int(reply[b"begin_sequence_number"]),
-        last_enqueued_sequence_number=int(reply[b"last_enqueued_sequence_number"]),
-        last_enqueued_offset=text(reply[b"last_enqueued_offset"]),
+        beginning_sequence_number=segments.pack(begin_segment, int(reply[b"begin_sequence_number"])),
+        last_enqueued_sequence_number=segments.pack(last_segment, int(reply[b"last_enqueued_sequence_number"])),
+        last_enqueued_offset=offset,
         last_enqueued_time=when,
         is_empty=bool(reply[b"is_partition_empty"]),
     )
+
+
+def _segment(value: Any, offset: str | None, default: int = -1) -> int:
+    """A partition's replication segment: as the service names it, else from a geo-replicated offset's
+    ``segment:`` prefix, else ``default`` (-1: the hub is not geo-replicated)."""
+    if isinstance(value, int) and value >= 0:
+        return value
+    if offset is not None and ":" in offset:
+        head = offset.partition(":")[0]
+        if head.isdigit():
+            return int(head)
+    return default

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import segments
+
 _I = struct.Struct(">I").unpack_from
 _i = struct.Struct(">i").unpack_from
 _q = struct.Struct(">q").unpack_from
@@ -25,6 +27,7 @@ _d = struct.Struct(">d").unpack_from
 
 # The annotations the service stamps on every event (symbols), and what the source's columns come from.
 SEQUENCE_NUMBER = b"x-opt-sequence-number"
+SEQUENCE_EPOCH = b"x-opt-sequence-number-epoch"  # the replication segment (-1: the hub is not geo-replicated)
 OFFSET = b"x-opt-offset"
 ENQUEUED_TIME = b"x-opt-enqueued-time"
 PARTITION_KEY = b"x-opt-partition-key"
@@ -113,10 +116,15 @@ def skip(buf: bytes, p: int) -> int:
 
 
 def sequence_number(buf: bytes, p: int, end: int) -> int:
-    """The ``x-opt-sequence-number`` of the message in ``buf[p:end]``, found without decoding the rest
-    (receivers read ahead this way and leave the decoding to :mod:`.layout`, a batch at a time)."""
-    if buf.startswith(A_SEQUENCE_NUMBER, p + 6) and buf.startswith(ANNOTATIONS_MAP8, p) and buf[p + 5] >= 2:
-        return _q(buf, p + 30)[0]  # the service's usual form: annotations first, the sequence number first
+    """The position of the message in ``buf[p:end]`` (its ``x-opt-sequence-number``, with its
+    ``x-opt-sequence-number-epoch``, the replication segment, where that is one: :mod:`..segments`), found
+    without decoding the rest (receivers read ahead this way and leave the decoding to :mod:`.layout`, a
+    batch at a time)."""
+    if (
+        buf.startswith(A_SEQUENCE_NUMBER, p + 6) and buf.startswith(ANNOTATIONS_MAP8, p) and buf[p + 5] >= 2
+        and buf.find(SEQUENCE_EPOCH, p + 38, p + 6 + buf[p + 4]) < 0
+    ):  # fmt: skip
+        return _q(buf, p + 30)[0]  # the older usual form: annotations first, the sequence number first, no segment
     while p < end:
         if buf[p] != 0 or buf[p + 1] != 0x53:
             raise Unsupported("a section descriptor in its long form")
@@ -124,21 +132,26 @@ def sequence_number(buf: bytes, p: int, end: int) -> int:
         p += 3
         if d == 0x72:
             count, q, _ = compound(buf, p)
+            seq: Any = None
+            segment: Any = -1
             for _ in range(count >> 1):
                 c = buf[q]
                 if c == 0xA3 or c == 0xA1:
                     n = buf[q + 1]
-                    is_seq = buf[q + 2 : q + 2 + n] == SEQUENCE_NUMBER
+                    key = buf[q + 2 : q + 2 + n]
                     q += 2 + n
                 else:
                     key, q = scalar(buf, q)
-                    is_seq = key == SEQUENCE_NUMBER
                 value, q = scalar(buf, q)
-                if is_seq:
-                    if type(value) is not int:
-                        raise Unsupported("a sequence number that is not an integer")
-                    return value
-            raise Unsupported("no x-opt-sequence-number annotation")
+                if key == SEQUENCE_NUMBER:
+                    seq = value
+                elif key == SEQUENCE_EPOCH:
+                    segment = value
+            if seq is None:
+                raise Unsupported("no x-opt-sequence-number annotation")
+            if type(seq) is not int:
+                raise Unsupported("a sequence number that is not an integer")
+            return segments.pack(segment, seq) if type(segment) is int and segment >= 0 else seq
         if d == 0x70 or d == 0x71:
             p = skip(buf, p)
             continue

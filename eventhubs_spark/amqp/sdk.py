@@ -19,6 +19,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from .. import segments
 from ..errors import (
     AuthenticationFailedError,
     EventHubsError,
@@ -50,6 +51,8 @@ def create_consumer(
     The public ``receive`` runs a whole processor loop on the calling thread; a Spark task needs a
     consumer it can pull a bounded number of events from, keep between tasks and close at will.
     """
+    if type(position) is int:  # a position with a replication segment filters as '<segment>:<sequence number>'
+        position = segments.sdk_position(position)
     return client._create_consumer(
         consumer_group,
         partition,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from .. import segments
 from ..auth.credentials import EntraSettings
 from ..auth.settings import ConnectionSettings
 from ..partitions import PartitionInfo
@@ -119,12 +120,17 @@ class CheckpointMirror:
     def _write(self, todo: dict[str, int], infos: Mapping[str, PartitionInfo], released: str | None) -> None:
         store = self.store()
         with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-            checkpoints = list(pool.map(lambda item: self._checkpoint(item[0], item[1], infos, released), todo.items()))
+            found = list(pool.map(lambda item: self._checkpoint(item[0], item[1], infos, released), todo.items()))
+        checkpoints = [c for c in found if c is not None]
         store.update_checkpoints(checkpoints)
-        self._mirrored.update(todo)
+        self._mirrored.update({c.partition_id: todo[c.partition_id] for c in checkpoints})
 
     def _checkpoint(self, pid: str, nxt: int, infos: Mapping[str, PartitionInfo], released_by: str | None) -> Any:
-        """The checkpoint for a partition whose next event is ``nxt``: it names event ``nxt - 1``."""
+        """The checkpoint for a partition whose next event is ``nxt``: it names event ``nxt - 1``, by its
+        sequence number (without its replication segment, as every SDK writes it) and its offset (which on a
+        geo-replicated hub carries the segment). None when that event cannot be found (it expired, or a
+        new replication segment begins at ``nxt``): the store keeps its older checkpoint until the next
+        commit, which re-reads a little and loses nothing."""
         from ..resolve import offset_of
 
         info = infos.get(pid)
@@ -139,5 +145,10 @@ class CheckpointMirror:
             # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
             # executor receiver of this partition (it reopens at its position; see executor.receiver).
             offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
+            if offset is None:
+                _LOG.info("hub %s: partition %s: no event at %s to checkpoint (expired, or a replication segment "
+                          "begins after it); the checkpoint store keeps the one before", self.settings.hub, pid,
+                          segments.show(nxt - 1))  # fmt: skip
+                return None
         ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
-        return Checkpoint(ns, hub, group, pid, nxt - 1, offset, released_by=released_by)
+        return Checkpoint(ns, hub, group, pid, segments.seq_of(nxt - 1), offset, released_by=released_by)

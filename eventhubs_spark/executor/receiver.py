@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Generator, Iterator
 
+from .. import segments
 from ..amqp import failures, sdk
 from ..amqp.engine import Connections, Link, LinkSpec, SharedConnection
 from ..amqp.messages import RawEvents
@@ -143,6 +144,12 @@ class PartitionReceiver:
             if not chunk.seqs:
                 return expected
             seqs = chunk.seqs
+        if seqs[0] > expected and segments.segment_of(seqs[0]) > segments.segment_of(expected):
+            # a new replication segment (the secondary region was promoted): the partition goes on there, and
+            # what the old segment lost in the promotion is not a gap in what this query can read
+            _LOG.info("hub %s partition %s: a new replication segment begins at %s (after %s)", self.settings.hub,
+                      self.partition, segments.show(seqs[0]), segments.show(expected - 1))  # fmt: skip
+            expected = seqs[0]
         if seqs[0] > expected:  # the events before this chunk are gone
             expected = self._lost(expected, min(seqs[0], end), fail_on_data_loss, result)
             if expected >= end:
@@ -285,12 +292,12 @@ class _Recovery:
 
 
 def _first_gap(seqs: list[int]) -> int | None:
-    """The index of the first sequence number that does not follow the one before it, or None when they
-    run on without a gap (the usual case, found without a loop)."""
+    """The index of the first position that does not follow the one before it, or None when they run on
+    without a gap (the usual case, found without a loop). A new replication segment is no gap."""
     if seqs[-1] - seqs[0] == len(seqs) - 1:
         return None
     for i in range(1, len(seqs)):
-        if seqs[i] != seqs[i - 1] + 1:
+        if seqs[i] != seqs[i - 1] + 1 and segments.segment_of(seqs[i]) == segments.segment_of(seqs[i - 1]):
             return i
     return None
 

@@ -262,3 +262,45 @@ def _send_through_detaches(connection: str, bodies: list[str], partition: str) -
             if attempt == 19:
                 raise
             time.sleep(0.1)
+
+
+@pytest.mark.geo_replicated
+@pytest.mark.partitions(1)
+def test_a_geo_replicated_hub_names_events_by_segment_and_a_promotion_goes_on_from_the_last_event_kept(eventhub):
+    """Opaque offsets, each event's replication segment, the capability offered back, partition properties
+    with segments, sequence-number filters with a segment, and a forced promotion, proven with the SDK."""
+    from eventhubs_spark import segments
+
+    emulator = eventhub.emulator
+    send(eventhub.connection_string, [f"a{i}" for i in range(10)], partition_id="0")
+    first = receive(eventhub.connection_string, 10, partition_id="0", starting_position="-1")
+    assert [e.sequence_number for e in first] == list(range(10))
+    assert all(e.offset.startswith("1:") for e in first), [e.offset for e in first]
+    assert {e.system_properties[b"x-opt-sequence-number-epoch"] for e in first} == {1}
+    assert all(link.georeplication for links in emulator._server().receivers.values() for link in links)
+    assert emulator.promote(eventhub.name, lose=3) == {"0": 3}  # a7..a9 were not replicated: gone
+    send(eventhub.connection_string, [f"b{i}" for i in range(5)], partition_id="0")
+    props = emulator.partition_properties(eventhub.name, 0)
+    assert (props["begin_replication_segment"], props["last_enqueued_replication_segment"]) == (1, 2)
+    assert props["last_enqueued_sequence_number"] == 11 and props["last_enqueued_offset"].startswith("2:")
+
+    def bodies(position, inclusive=True):
+        got = receive(eventhub.connection_string, 20, timeout=3, partition_id="0", starting_position=position,
+                      starting_position_inclusive=inclusive)  # fmt: skip
+        return [e.body_as_str() for e in got]
+
+    assert bodies(segments.sdk_position(segments.pack(1, 5))) == ["a5", "a6", "b0", "b1", "b2", "b3", "b4"]
+    # a position the promotion lost: the new segment's first event (sequence number 7 again)
+    assert bodies(segments.sdk_position(segments.pack(1, 8))) == ["b0", "b1", "b2", "b3", "b4"]
+    assert bodies(segments.sdk_position(segments.pack(2, 9)), inclusive=False) == ["b3", "b4"]
+    assert bodies(9) == ["b2", "b3", "b4"]  # no segment: the current one
+    offset = first[3].offset  # "1:..." offsets work as filters, exclusive or not
+    assert bodies(offset, inclusive=False) == ["a4", "a5", "a6", "b0", "b1", "b2", "b3", "b4"]
+
+
+def test_a_hub_that_is_not_geo_replicated_stamps_segment_minus_one_and_plain_offsets(eventhub):
+    send(eventhub.connection_string, ["x"], partition_id="1")
+    (event,) = receive(eventhub.connection_string, 1, partition_id="1", starting_position="-1")
+    assert event.system_properties[b"x-opt-sequence-number-epoch"] == -1 and event.offset.isdigit()
+    with pytest.raises(ValueError, match="not geo-replicated"):
+        eventhub.emulator.promote(eventhub.name)

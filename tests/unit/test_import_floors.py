@@ -16,7 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # eventhubs_spark's floors, lowest first: each entry is a top-level module or subpackage of the package
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors", "defaults", "partitions", "positions", "offsets", "arrow", "localspark", "retry", "placement"),  # pure
+    (
+        "errors",
+        "defaults",
+        "segments",
+        "partitions",
+        "positions",
+        "offsets",
+        "arrow",
+        "localspark",
+        "retry",
+        "placement",
+    ),  # pure
     ("auth",),  # connection, network and identity settings as plain data; sign-in
     ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
     ("codec",),  # AMQP messages into Arrow columns and back

@@ -1,0 +1,98 @@
+"""Positions on geo-replicated hubs: a sequence number with its replication segment, as one integer.
+
+On a geo-replicated namespace (Premium, Dedicated) a promotion of the secondary region begins a new
+replication segment in every partition. A forced promotion loses the events the old primary had not yet
+replicated, and the new segment's sequence numbers go on from the last event kept: a sequence number alone
+then names two events, one lost and one new. The service stamps each event's segment
+(``x-opt-sequence-number-epoch``, -1 where the hub is not geo-replicated), takes a sequence-number filter
+as ``'<segment>:<sequence number>'``, and answers a position in a segment it no longer has (past the events
+it lost) with the new segment's first event. Offsets there are opaque strings (``"10:0030"``): never
+parsed as numbers.
+
+Everywhere the connector plans, reads and counts, a position is one integer, :func:`pack`: the segment
+plus one in the bits above :data:`SEQ_BITS`, the sequence number below. A hub that is not geo-replicated
+has segment -1, so its positions *are* its sequence numbers: nothing changes for it, and Spark checkpoints
+written before this module read the same. On a geo-replicated hub positions order as the partition's
+events do (segment, then sequence number), so ranges ``[start, end)`` and comparisons keep working
+across a promotion; only counting across one needs :func:`count` and :func:`advance`.
+"""
+
+from __future__ import annotations
+
+SEQ_BITS = 40  # 1.1e12 events per partition and segment: 35 years at 1,000 events/s
+SEQ_MASK = (1 << SEQ_BITS) - 1
+MAX_SEGMENT = (1 << (63 - SEQ_BITS)) - 2
+
+
+def pack(segment: int, seq: int) -> int:
+    """The position of sequence number ``seq`` in replication segment ``segment`` (-1: none)."""
+    if segment < 0:
+        return seq
+    if segment > MAX_SEGMENT or not 0 <= seq <= SEQ_MASK:
+        raise ValueError(
+            f"replication segment {segment} and sequence number {seq} are past what a position holds "
+            f"(segments up to {MAX_SEGMENT}, sequence numbers below 2**{SEQ_BITS})"
+        )
+    return ((segment + 1) << SEQ_BITS) | seq
+
+
+def segment_of(position: int) -> int:
+    """The replication segment of a position (-1 on a hub that is not geo-replicated)."""
+    return (position >> SEQ_BITS) - 1 if position > SEQ_MASK else -1
+
+
+def seq_of(position: int) -> int:
+    """The sequence number of a position, as the service and the SDKs show it."""
+    return position & SEQ_MASK if position > SEQ_MASK else position
+
+
+def show(position: int) -> str:
+    """A position for people: ``"42"``, or ``"2:42"`` (segment 2, sequence number 42)."""
+    segment = segment_of(position)
+    return str(position) if segment < 0 else f"{segment}:{seq_of(position)}"
+
+
+def parse(text: str) -> int:
+    """The inverse of :func:`show` (``ValueError`` on anything else)."""
+    segment, sep, seq = str(text).strip().partition(":")
+    if not sep:
+        return int(segment)
+    return pack(int(segment), int(seq))
+
+
+def count(start: int, end: int) -> int:
+    """About how many events lie in ``[start, end)``: exact within a segment; across a promotion the new
+    segment's first sequence number is not known, so the events of ``end``'s segment up to ``end`` count,
+    as if it began after ``start``'s sequence number (never less than 1)."""
+    if end <= start:
+        return 0
+    if segment_of(start) == segment_of(end):
+        return end - start
+    return max(1, seq_of(end) - seq_of(start))
+
+
+def advance(start: int, n: int, end: int) -> int:
+    """The position ``n`` events after ``start``, at most ``end``. Across a promotion the whole way to
+    ``end`` is taken: ``start + n`` would name a place in a segment the partition no longer adds to, and a
+    range that ends there could never read an event."""
+    if segment_of(start) != segment_of(end):
+        return end
+    return min(start + n, end)
+
+
+class SegmentedSequence(int):
+    """A position handed to the SDK's consumer as its event position: an ``int`` (so the SDK filters by
+    sequence number) that formats as ``'<segment>:<sequence number>'``, the geo-replicated filter's form.
+    Only made for positions with a segment (see :func:`sdk_position`)."""
+
+    def __format__(self, spec: str) -> str:
+        return show(int(self)) if not spec else int.__format__(int(self), spec)
+
+    def __str__(self) -> str:
+        return show(int(self))
+
+
+def sdk_position(position: int) -> int:
+    """What the SDK gets to filter on ``position``: the position itself, or on a geo-replicated hub one that
+    renders with its segment."""
+    return SegmentedSequence(position) if position > SEQ_MASK else position
