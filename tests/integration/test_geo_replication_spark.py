@@ -35,8 +35,7 @@ def test_a_forced_promotion_loses_nothing_the_query_has_not_read_and_repeats_not
 
     for p in range(2):
         send(eventhub.connection_string, [f"old-{p}-{i}" for i in range(30)], partition_id=str(p))
-    options = dict(eventhubs__startingPosition='{"offset": "-1"}', eventhubs__maxEventsPerTrigger="25",
-                   **store_options)  # fmt: skip
+    options = dict(eventhubs__startingPosition='{"offset": "-1"}', **store_options)
     run_and_mirror(spark, eventhub, tmp_path, **options)
     assert sorted(output(spark, tmp_path)) == sorted(f"old-{p}-{i}" for p in range(2) for i in range(30))
     assert last_offsets(tmp_path)[eventhub.name] == {"0": "1:30", "1": "1:30"}
@@ -51,6 +50,11 @@ def test_a_forced_promotion_loses_nothing_the_query_has_not_read_and_repeats_not
     assert eventhub.emulator.promote(eventhub.name, lose={"0": 4}) == {"0": 4, "1": 0}
     for p in range(2):
         send(eventhub.connection_string, [f"new-{p}-{i}" for i in range(10)], partition_id=str(p))
+    # a new query from the store's checkpoints, written before the promotion: right after them
+    from_store = tmp_path / "from-store"
+    run_available_now(spark, eventhub, from_store, eventhubs__startFromCheckpointStore="true", **store_options)
+    assert sorted(output(spark, from_store)) == sorted(f"new-{p}-{i}" for p in range(2) for i in range(10))
+    # and the first query, from its own checkpoint
     run_and_mirror(spark, eventhub, tmp_path, **options)
     rows = output(spark, tmp_path)
     assert len(rows) == len(set(rows)) == 80, "every event once"
@@ -60,7 +64,7 @@ def test_a_forced_promotion_loses_nothing_the_query_has_not_read_and_repeats_not
     assert {p: c["sequence_number"] for p, c in listed.items()} == {"0": 35, "1": 39}
     assert all(str(c["offset"]).startswith("2:") for c in listed.values()), listed
 
-    # The official SDK's processor from the store, then a new query from the store: both right after.
+    # The official SDK's processor from the store, then another new query from the store: both right after.
     for p in range(2):
         send(eventhub.connection_string, [f"more-{p}-{i}" for i in range(3)], partition_id=str(p))
     client = EventHubConsumerClient.from_connection_string(
