@@ -9,7 +9,8 @@ services heard from within :data:`EXPIRY` seconds, sorted by id, so a new execut
 share and a gone one's partitions find a new home within the next trigger. The first batch is planned
 before any service exists; its tasks ask here once their own service has announced itself, and the
 answer waits until the services have settled (no new one for :data:`SETTLE` seconds), so the first
-batch already reads each partition at its home.
+batch already reads each partition at its home. In local mode (Spark's one executor lives in the
+driver's JVM, which each service names) no other service can come, and the answer does not wait.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .channel import DriverChannel
+from .executor.place import executor_pid
 from .placement import homes
 from .ranges import DriverAddress, Home, QueryKey, new_query_key
 
@@ -44,6 +46,9 @@ class QueryDriver:
         self._last_new = clock()
         self._said: set[tuple[Any, ...]] = set()
         self._dropped: set[str] = set()  # services dropped as unreachable (see _service)
+        self._jvms: dict[str, str | None] = {}  # each service's executor JVM, as it names it (host:pid)
+        pid = executor_pid()  # the stream runner's JVM: the driver's
+        self.jvm = f"{socket.gethostname()}:{pid}" if pid is not None else None
         self._cond = threading.Condition()
         self.channel = DriverChannel(self.query, self.handle, bind=bind)
 
@@ -101,6 +106,8 @@ class QueryDriver:
                 _LOG.info("eventhubs: hub %s: receiver service %s serves the query (port %d)", self.hub,
                           home.executor, home.port)  # fmt: skip
             self._services[home.executor] = (home, self.clock())
+            jvm = message.get("jvm")
+            self._jvms[home.executor] = jvm if isinstance(jvm, str) else None
             self._cond.notify_all()
         return {"ok": True}
 
@@ -111,13 +118,18 @@ class QueryDriver:
             while True:
                 now = self.clock()
                 quiet = now - self._last_new
-                if (self._services and quiet >= SETTLE) or now - asked >= MAX_SETTLE:
+                if (self._services and (quiet >= SETTLE or self._local())) or now - asked >= MAX_SETTLE:
                     break
                 self._cond.wait(max(0.05, min(SETTLE - quiet, MAX_SETTLE - (now - asked))))
         home = self.homes([partition]).get(partition)
         if home is None:
             return {}
         return {"home": {"executor": home.executor, "hosts": list(home.hosts), "port": home.port}}
+
+    def _local(self) -> bool:
+        """Local mode: every service known runs in the driver's own JVM, so no other executor will come
+        (called with the lock held)."""
+        return self.jvm is not None and all(self._jvms.get(e) == self.jvm for e in self._services)
 
     def _told(self, kind: str, message: dict[str, Any]) -> None:
         host, executor = message.get("host"), message.get("executor")

@@ -60,10 +60,13 @@ class Listener:
         serve: Callable[[SealedSocket, RangeRequest], bool],
         busy: Callable[[int], None],
         clock: Callable[[], float] = time.monotonic,
+        jvm: str | None = None,
     ) -> None:
         """``serve(connection, request)`` sends one range (False when the caller went away); ``busy(+1/-1)``
-        counts a remote connection's request in and out of the service's activity."""
+        counts a remote connection's request in and out of the service's activity. ``jvm`` names the
+        executor's JVM (``host:pid``), told to the driver: one in the driver's own JVM is local mode."""
         self.executor = executor
+        self.jvm = jvm
         self.serve = serve
         self.busy = busy
         self.clock = clock
@@ -214,7 +217,8 @@ class Listener:
         with self._lock:
             if self._server is None:
                 return True  # no port (lost): announcing the old one would make the driver place partitions here
-        message = {"kind": "service", "executor": self.executor, "hosts": list(self.hosts), "port": self.port}
+        message = {"kind": "service", "executor": self.executor, "hosts": list(self.hosts), "port": self.port,
+                   "jvm": self.jvm}  # fmt: skip
         return ask(driver, query, message) is not None
 
     def _heartbeat(self, driver: DriverAddress, query: QueryKey) -> None:

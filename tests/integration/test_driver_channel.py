@@ -66,6 +66,28 @@ def test_homes_are_placed_over_the_live_services_and_a_first_batch_waits_for_the
         driver.close()
 
 
+def test_in_local_mode_a_first_batch_does_not_wait_for_other_services_that_cannot_come():
+    """Spark's one executor in local mode lives in the driver's JVM, as its service says: no other can come,
+    so the first batch's question is answered at once; a service in another JVM (a cluster) brings the
+    settling wait back."""
+    driver = QueryDriver("telemetry", bind="127.0.0.1")
+    driver.jvm = "this-host:4242"  # the stream runner's JVM (found from /proc when Spark runs it)
+    try:
+        where, query = driver.address(), driver.query
+        announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": 9, "jvm": "this-host:4242"}
+        channel.ask(where, query, announce)
+        started = time.monotonic()
+        answer = channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
+        assert time.monotonic() - started < 1.0, "nothing to wait for in local mode"
+        assert answer == {"home": {"executor": "e1", "hosts": ["127.0.0.1"], "port": 9}}
+        channel.ask(where, query, {**announce, "executor": "e2", "jvm": "other-host:77"})
+        started = time.monotonic()
+        channel.ask(where, query, {"kind": "home", "partition": "1"}, timeout=20)
+        assert time.monotonic() - started >= 1.0, "an executor of a cluster: the answer waits for the others"
+    finally:
+        driver.close()
+
+
 def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub, tmp_path, monkeypatch, caplog):
     """A stream's planned ranges carry its key and driver; a task whose executor's receiver service cannot be
     used (here: the socket directory has the wrong mode) reads every event itself, and the driver's log says
