@@ -400,6 +400,8 @@ class Server:
             elif field == "x-opt-sequence-number":
                 # '<replication segment>:<sequence number>' (segment -1: unknown), or the number alone
                 segment, _, seq = value.rpartition(":")
+                if not partition.hub.geo_replicated:  # ordinals are sequence numbers: one past the end waits
+                    return max(int(seq) if inclusive else int(seq) + 1, partition.first_ordinal)
                 index = partition.index_of_position(int(segment) if segment else -1, int(seq), inclusive)
             elif field == "x-opt-enqueued-time":
                 index = partition.index_of_time(int(value), inclusive)

@@ -22,7 +22,7 @@ from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.executor.runtime import Runtime
 from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
 
-from .sdk_helpers import receive, send
+from .sdk_helpers import Receiver, receive, send
 
 
 @pytest.fixture
@@ -273,11 +273,14 @@ def test_a_geo_replicated_hub_names_events_by_segment_and_a_promotion_goes_on_fr
 
     emulator = eventhub.emulator
     send(eventhub.connection_string, [f"a{i}" for i in range(10)], partition_id="0")
-    first = receive(eventhub.connection_string, 10, partition_id="0", starting_position="-1")
+    with Receiver(eventhub.connection_string, partition_id="0", starting_position="-1") as reader:
+        first = reader.wait_for(10)
+        mine = [link for key, links in emulator._server().receivers.items() if key[0] == eventhub.name
+                for link in links]  # fmt: skip
+        assert mine and all(link.georeplication for link in mine), "the capability, offered back"
     assert [e.sequence_number for e in first] == list(range(10))
     assert all(e.offset.startswith("1:") for e in first), [e.offset for e in first]
     assert {e.system_properties[b"x-opt-sequence-number-epoch"] for e in first} == {1}
-    assert all(link.georeplication for links in emulator._server().receivers.values() for link in links)
     assert emulator.promote(eventhub.name, lose=3) == {"0": 3}  # a7..a9 were not replicated: gone
     send(eventhub.connection_string, [f"b{i}" for i in range(5)], partition_id="0")
     props = emulator.partition_properties(eventhub.name, 0)
