@@ -74,7 +74,9 @@ def count(start: int, end: int) -> int:
 def advance(start: int, n: int, end: int) -> int:
     """The position ``n`` events after ``start``, at most ``end``. Across a promotion the whole way to
     ``end`` is taken: ``start + n`` would name a place in a segment the partition no longer adds to, and a
-    range that ends there could never read an event."""
+    range that ends there could never read an event. Never before ``start``."""
+    if end <= start or n <= 0:
+        return start
     if segment_of(start) != segment_of(end):
         return end
     return min(start + n, end)

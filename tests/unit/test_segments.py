@@ -49,6 +49,7 @@ def test_counting_and_advancing_across_a_promotion():
     assert segments.count(new, old) == 0
     assert segments.advance(segments.pack(1, 10), 5, old) == segments.pack(1, 15)
     assert segments.advance(old, 5, new) == new  # start + 5 would be a place the partition never reaches
+    assert segments.advance(new, 5, old) == new and segments.advance(old, 0, new) == old  # never backwards
 
 
 def test_the_rate_limit_and_splits_never_plan_a_range_that_ends_in_a_finished_segment():
