@@ -113,6 +113,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every hub is geo-replicated (Premium/Dedicated): offsets become opaque 'segment:offset' strings, "
         "events carry their replication segment, and Emulator.promote begins a new segment",
     )  # fmt: skip
+    parser.add_argument(
+        "--promote-every", type=float, metavar="SECONDS",
+        help="with --geo-replicated: promote the secondary region this often (a new replication segment in every "
+        "partition, every link detached) (default: never)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--promote-lose", type=int, default=0, metavar="N",
+        help="with --promote-every: each promotion loses every partition's last N events, as a forced one loses "
+        "what was not yet replicated (default 0)",
+    )  # fmt: skip
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -125,6 +135,11 @@ def build(args: argparse.Namespace) -> Emulator:
         config.keys[name] = key
     if getattr(args, "geo_replicated", False):
         config.hubs = [dataclasses.replace(hub, geo_replicated=True) for hub in config.hubs]
+    elif getattr(args, "promote_every", None) is not None:
+        raise ValueError("--promote-every needs --geo-replicated: only a geo-replicated hub can be promoted, e.g. "
+                         "--geo-replicated --promote-every 60")  # fmt: skip
+    if getattr(args, "promote_lose", 0) < 0:
+        raise ValueError(f"--promote-lose {args.promote_lose}: expected 0 or more events, e.g. --promote-lose 5")
     if not config.hubs:
         raise ValueError("no event hub configured: add --hub NAME:PARTITIONS (e.g. --hub telemetry:4) or --config")
     config.max_message_size = args.max_message_size
@@ -145,7 +160,7 @@ def build(args: argparse.Namespace) -> Emulator:
     units = getattr(args, "throughput_units", None)
     if units is not None and units < 1:
         raise ValueError(f"--throughput-units {units}: expected 1 or more, e.g. --throughput-units 2")
-    for name in ("burst_seconds", "detach_every", "black_hole_every", "black_hole_seconds"):
+    for name in ("burst_seconds", "detach_every", "black_hole_every", "black_hole_seconds", "promote_every"):
         value = getattr(args, name, None)
         if value is not None and value <= 0:
             raise ValueError(
@@ -158,6 +173,9 @@ def build(args: argparse.Namespace) -> Emulator:
         detach_condition=getattr(args, "detach_condition", "amqp:link:detach-forced"),
         black_hole_every=getattr(args, "black_hole_every", None),
         black_hole_seconds=getattr(args, "black_hole_seconds", 20.0),
+        geo_replicated=getattr(args, "geo_replicated", False),
+        promote_every=getattr(args, "promote_every", None),
+        promote_lose=getattr(args, "promote_lose", 0),
     )
     if not getattr(args, "entra", False):
         return Emulator(config=config, host=args.host, port=args.port, **network)

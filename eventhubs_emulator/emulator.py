@@ -46,6 +46,9 @@ class Emulator:
         detach_condition: str = "amqp:link:detach-forced",
         black_hole_every: float | None = None,
         black_hole_seconds: float = 20.0,
+        geo_replicated: bool = False,
+        promote_every: float | None = None,
+        promote_lose: int = 0,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
         ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
@@ -62,7 +65,9 @@ class Emulator:
         ``com.microsoft:server-busy``, deliveries wait for the egress allowance; ``burst_seconds`` of
         allowance may be used at once); ``detach_every`` seconds every link of events is detached with
         ``detach_condition`` (``amqp:link:detach-forced`` or ``com.microsoft:timeout``);
-        ``black_hole_every`` seconds every open connection stops answering for ``black_hole_seconds``."""
+        ``black_hole_every`` seconds every open connection stops answering for ``black_hole_seconds``.
+        ``geo_replicated`` makes every hub geo-replicated (:meth:`add_hub`); ``promote_every`` seconds each
+        geo-replicated hub is promoted, losing its partitions' last ``promote_lose`` events (:meth:`promote`)."""
         # made here so that a bad count fails the constructor (Meter checks it), not the emulator's thread
         self._meter = Meter(throughput_units, burst_seconds) if throughput_units is not None else None
         self.burst_seconds = burst_seconds
@@ -70,6 +75,9 @@ class Emulator:
         self.detach_condition = detach_condition
         self.black_hole_every = black_hole_every
         self.black_hole_seconds = black_hole_seconds
+        self.geo_replicated = geo_replicated
+        self.promote_every = promote_every
+        self.promote_lose = promote_lose
         self._faults: list[asyncio.Task[None]] = []  # the scheduled faults' tasks
         self.token_verifier = token_verifier
         self.config = config or EmulatorConfig()
@@ -95,7 +103,7 @@ class Emulator:
         self.broker = Broker(max_message_size=self.config.max_message_size)
         for hub in self.config.hubs:
             self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds,
-                                hub.geo_replicated)  # fmt: skip
+                                hub.geo_replicated or geo_replicated)  # fmt: skip
         self.server: Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -138,6 +146,11 @@ class Emulator:
             every, condition = self.detach_every, self.detach_condition
             self._faults.append(
                 loop.create_task(_every(every, lambda server: server.detach_links(condition=condition), self.server))
+            )
+        if self.promote_every:
+            lose = self.promote_lose
+            self._faults.append(
+                loop.create_task(_every(self.promote_every, lambda server: _promote_all(server, lose), self.server))
             )
         if self.black_hole_every:
             hole = self.black_hole_seconds
@@ -280,10 +293,12 @@ class Emulator:
         partitions: int = 4,
         consumer_groups: tuple[str, ...] = (DEFAULT_CONSUMER_GROUP,),
         retention_seconds: float | None = None,
-        geo_replicated: bool = False,
+        geo_replicated: bool | None = None,
     ) -> None:
-        """A hub; ``geo_replicated`` makes it a geo-replicated one (see :meth:`promote`)."""
-        self._call(lambda: self.broker.add_hub(name, partitions, consumer_groups, retention_seconds, geo_replicated))
+        """A hub; ``geo_replicated`` makes it a geo-replicated one (see :meth:`promote`; default: as the
+        emulator's ``geo_replicated``)."""
+        geo = self.geo_replicated if geo_replicated is None else geo_replicated
+        self._call(lambda: self.broker.add_hub(name, partitions, consumer_groups, retention_seconds, geo))
 
     def promote(self, hub: str, lose: int | dict[str, int] = 0) -> dict[str, int]:
         """Promote a geo-replicated hub's secondary region: every partition begins a new replication segment,
@@ -291,14 +306,7 @@ class Emulator:
         promotion loses the events not yet replicated: ``lose`` of each partition (a count for all, or per
         partition id). Returns the events lost per partition."""
 
-        def apply() -> dict[str, int]:
-            found = self._hub(hub)
-            lost = {p.id: p.promote(lose.get(p.id, 0) if isinstance(lose, dict) else lose) for p in found.partitions}
-            self._server().detach_links(hub=found.name, condition="amqp:link:detach-forced",
-                                        description="The namespace's secondary region was promoted.")  # fmt: skip
-            return lost
-
-        return self._call(apply)
+        return self._call(lambda: _promote(self._server(), self._hub(hub), lose))
 
     def add_partitions(self, hub: str, count: int) -> None:
         """Grow a hub by ``count`` partitions (Premium and Dedicated tiers allow this at runtime)."""
@@ -450,6 +458,21 @@ class Emulator:
         if p is None:
             raise KeyError(f"hub {hub!r} has no partition {partition!r}")
         return p
+
+
+def _promote(server: Server, hub: Any, lose: int | dict[str, int]) -> dict[str, int]:
+    """Promote one hub (on the emulator's loop): a new segment in every partition, links detached."""
+    lost = {p.id: p.promote(lose.get(p.id, 0) if isinstance(lose, dict) else lose) for p in hub.partitions}
+    server.detach_links(hub=hub.name, condition="amqp:link:detach-forced",
+                        description="The namespace's secondary region was promoted.")  # fmt: skip
+    return lost
+
+
+def _promote_all(server: Server, lose: int) -> None:
+    """The ``promote_every`` schedule: every geo-replicated hub is promoted."""
+    for hub in list(server.broker.hubs.values()):
+        if hub.geo_replicated:
+            _promote(server, hub, lose)
 
 
 async def _every(seconds: float, action: Callable[[Server], Any], server: Server) -> None:

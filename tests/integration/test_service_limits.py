@@ -307,3 +307,20 @@ def test_a_hub_that_is_not_geo_replicated_stamps_segment_minus_one_and_plain_off
     assert event.system_properties[b"x-opt-sequence-number-epoch"] == -1 and event.offset.isdigit()
     with pytest.raises(ValueError, match="not geo-replicated"):
         eventhub.emulator.promote(eventhub.name)
+
+
+def test_a_promotion_schedule_begins_new_segments_and_loses_the_unreplicated_tail():
+    with Emulator({"g": 1}, geo_replicated=True, promote_every=0.5, promote_lose=1) as emu:
+        with EventHubProducerClient.from_connection_string(emu.connection_string("g")) as producer:
+            producer.send_batch([EventData(f"e{i}") for i in range(5)], partition_id="0")
+
+        def segment() -> int:  # the segment a new event would get
+            return emu._call(lambda: emu._partition("g", 0).segment)
+
+        after_send = segment()
+        deadline = time.monotonic() + 10
+        while segment() < after_send + 2:
+            assert time.monotonic() < deadline, "no promotions on schedule"
+            time.sleep(0.05)
+        props = emu.partition_properties("g", 0)
+        assert props["last_enqueued_sequence_number"] <= 2  # two promotions since: each lost the last event left

@@ -235,6 +235,21 @@ def test_cli_build_merges_config_and_flags(tmp_path):
     assert emu.config.keys == {"k": "v"}
 
 
+def test_cli_geo_replication_flags_and_their_errors():
+    import argparse
+
+    from eventhubs_emulator.__main__ import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    emu = build(parser.parse_args(["--hub", "g:2", "--geo-replicated", "--promote-every", "30", "--promote-lose", "3"]))
+    assert emu.broker.hubs["g"].geo_replicated and (emu.promote_every, emu.promote_lose) == (30.0, 3)
+    with pytest.raises(ValueError, match="--promote-every needs --geo-replicated"):
+        build(parser.parse_args(["--hub", "g:2", "--promote-every", "30"]))
+    with pytest.raises(ValueError, match="--promote-lose -1"):
+        build(parser.parse_args(["--hub", "g:2", "--geo-replicated", "--promote-lose", "-1"]))
+
+
 def test_the_module_entry_runs_the_emulator():
     import subprocess
     import sys
