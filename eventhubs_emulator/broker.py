@@ -172,19 +172,12 @@ class Partition:
     def first_ordinal(self) -> int:
         return self.events[0].ordinal if self.events else self.next_ordinal
 
-    def index_of_ordinal(self, ordinal: int) -> int:
-        if not self.events:
-            return 0
-        return max(0, min(len(self.events), ordinal - self.events[0].ordinal))
-
     def ordinal_at(self, index: int) -> int:
         return self.events[index].ordinal if index < len(self.events) else self.next_ordinal
 
     def index_of_position(self, segment: int, seq: int, inclusive: bool) -> int:
-        """Index of the first event at or after (``inclusive``) or after (segment, seq). Segment -1 means the
-        current one; on a hub that is not geo-replicated the segment is ignored."""
-        if not self.hub.geo_replicated:
-            return self.index_of_sequence(seq if inclusive else seq + 1)
+        """Index of the first event at or after (``inclusive``) or after (segment, seq), on a geo-replicated
+        hub (elsewhere ordinals are sequence numbers). Segment -1 means the current one."""
         key = (self.segment if segment < 0 else segment, seq)
         fn = bisect.bisect_left if inclusive else bisect.bisect_right
         return fn(self.events, key, key=lambda e: (e.segment, e.sequence_number))

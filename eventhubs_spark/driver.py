@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .channel import DriverChannel
-from .executor.place import executor_pid
+from .executor.place import executor_pid, jvm_name
 from .placement import homes
 from .ranges import DriverAddress, Home, QueryKey, new_query_key
 
@@ -47,8 +47,7 @@ class QueryDriver:
         self._said: set[tuple[Any, ...]] = set()
         self._dropped: set[str] = set()  # services dropped as unreachable (see _service)
         self._jvms: dict[str, str | None] = {}  # each service's executor JVM, as it names it (host:pid)
-        pid = executor_pid()  # the stream runner's JVM: the driver's
-        self.jvm = f"{socket.gethostname()}:{pid}" if pid is not None else None
+        self.jvm = jvm_name(executor_pid())  # the stream runner's JVM: the driver's
         self._cond = threading.Condition()
         self.channel = DriverChannel(self.query, self.handle, bind=bind)
 

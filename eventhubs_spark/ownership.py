@@ -142,17 +142,11 @@ def checkpoint_position(checkpoint: Checkpoint | None, configured: Position) -> 
     geo-replicated hub the offset (``"<segment>:<offset>"``) says which replication segment the sequence
     number is in: after a promotion that lost events, the same number names another event."""
     if checkpoint is not None and checkpoint.sequence_number is not None:
-        segment = _offset_segment(checkpoint.offset)
+        segment = segments.of_offset(checkpoint.offset)
         return SequenceNumber(segments.pack(segment, checkpoint.sequence_number + 1))  # the event after it
     if checkpoint is not None and checkpoint.offset is not None:
         return Offset(str(checkpoint.offset), inclusive=False)  # the event after it
     return configured
-
-
-def _offset_segment(offset: object) -> int:
-    """The replication segment a geo-replicated offset starts with (``"2:887"`` is in segment 2), else -1."""
-    head, sep, _ = str(offset or "").partition(":")
-    return int(head) if sep and head.isdigit() else -1
 
 
 class OwnedPartitions:

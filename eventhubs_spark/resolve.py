@@ -95,7 +95,7 @@ def _first_sequence(
 def event_position(event: Any) -> int:
     """An SDK event's position: its sequence number, with its replication segment on a geo-replicated hub."""
     epoch = (event.system_properties or {}).get(b"x-opt-sequence-number-epoch")
-    return segments.pack(epoch if isinstance(epoch, int) else -1, int(event.sequence_number))
+    return segments.of_event(epoch, int(event.sequence_number))
 
 
 def offset_of(settings: ConnectionSettings, config: ReceiverConfig, partition: str, sequence_number: int,

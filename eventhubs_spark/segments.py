@@ -46,6 +46,19 @@ def seq_of(position: int) -> int:
     return position & SEQ_MASK if position > SEQ_MASK else position
 
 
+def of_event(segment: object, seq: int) -> int:
+    """An event's position from its ``x-opt-sequence-number-epoch`` annotation (anything but a segment,
+    missing or -1, means none) and its sequence number."""
+    return pack(segment, seq) if type(segment) is int else seq
+
+
+def of_offset(offset: object) -> int:
+    """The replication segment an offset names: a geo-replicated one's ``segment:`` prefix (``"2:887"`` is in
+    segment 2), else -1."""
+    head, sep, _ = str(offset or "").partition(":")
+    return int(head) if sep and head.isdigit() else -1
+
+
 def show(position: int) -> str:
     """A position for people: ``"42"``, or ``"2:42"`` (segment 2, sequence number 42)."""
     segment = segment_of(position)

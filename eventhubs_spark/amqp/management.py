@@ -217,8 +217,9 @@ def _partition_info(pid: str, reply: Any) -> PartitionInfo:
     ms = reply.get(b"last_enqueued_time_utc")
     when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc) if ms else None
     offset = text(reply[b"last_enqueued_offset"])
-    last_segment = _segment(reply.get(b"last_enqueued_replication_segment"), offset)
-    begin_segment = _segment(reply.get(b"begin_replication_segment"), None, last_segment)
+    # as the service names them, else from a geo-replicated offset's prefix (-1: not geo-replicated)
+    last_segment = _segment(reply.get(b"last_enqueued_replication_segment"), segments.of_offset(offset))
+    begin_segment = _segment(reply.get(b"begin_replication_segment"), last_segment)
     return PartitionInfo(
         id=pid,
         beginning_sequence_number=segments.pack(begin_segment, int(reply[b"begin_sequence_number"])),
@@ -229,13 +230,6 @@ def _partition_info(pid: str, reply: Any) -> PartitionInfo:
     )
 
 
-def _segment(value: Any, offset: str | None, default: int = -1) -> int:
-    """A partition's replication segment: as the service names it, else from a geo-replicated offset's
-    ``segment:`` prefix, else ``default`` (-1: the hub is not geo-replicated)."""
-    if isinstance(value, int) and value >= 0:
-        return value
-    if offset is not None and ":" in offset:
-        head = offset.partition(":")[0]
-        if head.isdigit():
-            return int(head)
-    return default
+def _segment(value: Any, default: int) -> int:
+    """A replication segment the service named in partition properties, else ``default``."""
+    return value if isinstance(value, int) and value >= 0 else default

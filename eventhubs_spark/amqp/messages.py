@@ -151,7 +151,7 @@ def sequence_number(buf: bytes, p: int, end: int) -> int:
                 raise Unsupported("no x-opt-sequence-number annotation")
             if type(seq) is not int:
                 raise Unsupported("a sequence number that is not an integer")
-            return segments.pack(segment, seq) if type(segment) is int and segment >= 0 else seq
+            return segments.of_event(segment, seq)
         if d == 0x70 or d == 0x71:
             p = skip(buf, p)
             continue

@@ -42,7 +42,7 @@ import numpy as np
 from .. import segments
 from ..errors import DecodeError
 from . import sdk
-from .messages import RawEvents, Unsupported, sequence_number
+from .messages import A_SEQUENCE_NUMBER, ANNOTATIONS_MAP8, RawEvents, Unsupported, sequence_number
 from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
 
 _LOG = logging.getLogger(__name__)
@@ -50,13 +50,12 @@ _LOG = logging.getLogger(__name__)
 _HEADER = struct.Struct(">IBBH").unpack_from
 _I = struct.Struct(">I").unpack_from
 _Q = struct.Struct(">q").unpack_from
-_ANNOTATIONS8 = b"\x00\x53\x72\xc1"  # message annotations as a map8, the first section
-_SEQ_FIRST = b"\xa3\x15x-opt-sequence-number\x81"  # its first key, and a long
+_ANNOTATIONS8 = ANNOTATIONS_MAP8  # message annotations as a map8, the first section
+_SEQ_FIRST = A_SEQUENCE_NUMBER  # the sequence number's key, and a long
 # The service's form since it stamps replication segments: the segment first (a byte, -1 where the hub is not
 # geo-replicated), then the sequence number: the segment's byte at 36, the sequence number's key at 37.
 _EPOCH_FIRST = b"\xa3\x1bx-opt-sequence-number-epoch\x54"
 assert len(_EPOCH_FIRST) == 30
-_EPOCH_KEY = b"x-opt-sequence-number-epoch"
 _CHUNK = 256 * 1024
 _BATCH = 512  # transfers decoded per call before the SDK gets control back
 _EMPTY = (1, b"EMPTY")
@@ -70,13 +69,11 @@ _RUN = 4096  # frames one run takes at most before the SDK gets control back
 _VECTOR_MIN = 16  # runs this long read their sequence numbers with numpy
 _ANN_AT = np.arange(4)
 _ANN_BYTES = np.frombuffer(_ANNOTATIONS8, np.uint8)
-_SEQ_AT = 6 + np.arange(len(_SEQ_FIRST))
-_SEQ_BYTES = np.frombuffer(_SEQ_FIRST, np.uint8)
-_VALUE_AT = 30 + np.arange(8)
 _EPOCH_AT = 6 + np.arange(len(_EPOCH_FIRST))
 _EPOCH_BYTES = np.frombuffer(_EPOCH_FIRST, np.uint8)
-_SEQ2_AT = 37 + np.arange(len(_SEQ_FIRST))
-_VALUE2_AT = 61 + np.arange(8)
+_SEQ_AT = 37 + np.arange(len(_SEQ_FIRST))
+_SEQ_BYTES = np.frombuffer(_SEQ_FIRST, np.uint8)
+_VALUE_AT = 61 + np.arange(8)
 
 
 class LinkSink:
@@ -585,54 +582,37 @@ class FrameTap:
 
 def _position(data: bytes, start: int, end: int) -> int:
     """One message's position, read inline where the service puts it (annotations first: the replication
-    segment then the sequence number, or the sequence number first), else by :func:`_one_sequence_number`."""
-    if data.startswith(_ANNOTATIONS8, start):
-        if data.startswith(_EPOCH_FIRST, start + 6) and data.startswith(_SEQ_FIRST, start + 37) and data[start + 5] > 3:
-            segment = data[start + 36]
-            seq = _Q(data, start + 61)[0]
-            return seq if segment >= 128 else segments.pack(segment, seq)  # a byte >= 128 is negative: none
-        if data.startswith(_SEQ_FIRST, start + 6) and data[start + 5] > 1 and _no_segment(data, start):
-            return _Q(data, start + 30)[0]
+    segment, then the sequence number), else by :func:`_one_sequence_number` (any other form)."""
+    if (
+        data.startswith(_ANNOTATIONS8, start) and data.startswith(_EPOCH_FIRST, start + 6)
+        and data.startswith(_SEQ_FIRST, start + 37) and data[start + 5] > 3
+    ):  # fmt: skip
+        segment = data[start + 36]
+        seq = _Q(data, start + 61)[0]
+        return seq if segment >= 128 else segments.pack(segment, seq)  # a byte >= 128 is negative: none
     return _one_sequence_number(data, start, end)
-
-
-def _no_segment(data: bytes, start: int) -> bool:
-    """Whether a message whose annotations (a map8) begin with its sequence number names no replication
-    segment after it."""
-    return data.find(_EPOCH_KEY, start + 38, start + 6 + data[start + 4]) < 0
 
 
 def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
     """The positions of the messages ``data[starts[i]:ends[i]]``: read where the service puts them (see
     :func:`_position`), for a long run with numpy all at once as the layout decoder checks its messages; any
     message in another form one by one."""
-    if len(starts) < _VECTOR_MIN or len(data) <= _VALUE2_AT[-1]:
+    if len(starts) < _VECTOR_MIN or len(data) <= _VALUE_AT[-1]:
         return [_position(data, s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
     buf = np.frombuffer(data, np.uint8)
-    long = (ends - starts) > _VALUE2_AT[-1]
-    at = np.where(long, starts, 0)  # a message too short for these forms is read one by one
-    annotated = long & (buf[at[:, None] + _ANN_AT] == _ANN_BYTES).all(axis=1)
-    epoch_first = annotated & (buf[at + 5] > 3) & (buf[at[:, None] + _EPOCH_AT] == _EPOCH_BYTES).all(axis=1)
-    epoch_first &= (buf[at[:, None] + _SEQ2_AT] == _SEQ_BYTES).all(axis=1)
-    seq_first = annotated & ~epoch_first & (buf[at + 5] > 1) & (buf[at[:, None] + _SEQ_AT] == _SEQ_BYTES).all(axis=1)
-    values = (
-        np.where(epoch_first[:, None], buf[at[:, None] + _VALUE2_AT], buf[at[:, None] + _VALUE_AT])
-        .copy()
-        .view(">i8")
-        .ravel()
-        .astype(np.int64)
-    )
+    long = (ends - starts) > _VALUE_AT[-1]
+    at = np.where(long, starts, 0)  # a message too short for the service's form is read one by one
+    usual = long & (buf[at[:, None] + _ANN_AT] == _ANN_BYTES).all(axis=1) & (buf[at + 5] > 3)
+    usual &= (buf[at[:, None] + _EPOCH_AT] == _EPOCH_BYTES).all(axis=1)
+    usual &= (buf[at[:, None] + _SEQ_AT] == _SEQ_BYTES).all(axis=1)
+    values = buf[at[:, None] + _VALUE_AT].copy().view(">i8").ravel().astype(np.int64)
     segment = buf[at + 36].view(np.int8).astype(np.int64)
-    geo = epoch_first & (segment >= 0)
-    if geo.any():
+    geo = usual & (segment >= 0)
+    if geo.any():  # segments.pack, for the whole run
         values = np.where(geo, ((segment + 1) << segments.SEQ_BITS) | values, values)
     found: list[int] = values.tolist()
-    for i in np.flatnonzero(seq_first).tolist():  # not the service's form today: a segment may come later
-        if not _no_segment(data, int(starts[i])):
-            seq_first[i] = False
-    known = epoch_first | seq_first
-    if not known.all():
-        for i in np.flatnonzero(~known).tolist():
+    if not usual.all():
+        for i in np.flatnonzero(~usual).tolist():
             found[i] = _one_sequence_number(data, int(starts[i]), int(ends[i]))
     return found
 
@@ -651,5 +631,4 @@ def _event_sequence_number(message: Any) -> int:
     seq = annotations.get(b"x-opt-sequence-number")
     if type(seq) is not int:
         raise DecodeError("a received message has no x-opt-sequence-number annotation")
-    segment = annotations.get(b"x-opt-sequence-number-epoch")
-    return segments.pack(segment, seq) if type(segment) is int and segment >= 0 else seq
+    return segments.of_event(annotations.get(b"x-opt-sequence-number-epoch"), seq)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import socket
 import stat
 import tempfile
 
@@ -66,6 +67,11 @@ def executor_pid() -> int | None:
             return None
         pid = parent
     return None
+
+
+def jvm_name(pid: int | None) -> str | None:
+    """A JVM as services and the driver name it to each other, ``host:pid`` (None when not known)."""
+    return f"{socket.gethostname()}:{pid}" if pid is not None else None
 
 
 def private_directory(parent: str | None = None) -> str:

@@ -45,6 +45,7 @@ from ..amqp.engine import Connections
 from ..ranges import RangeRequest, RangeResult
 from . import protocol
 from .listener import Listener
+from .place import jvm_name
 from .pool import ReceiverPool, read_here
 from .wire import ALIVE, ALIVE_EVERY, DONE, ERROR, HELLO, RAW, READ, SPANS, Conn, Message, recv, send, send_messages
 
@@ -76,8 +77,7 @@ class ReceiverService:
         self.refused = 0  # connections closed for a message the protocol does not allow
         # the service's id (its place's name): how the driver and other executors name this home
         self.executor = os.path.basename(socket_path).removesuffix(".sock")
-        jvm = f"{socket.gethostname()}:{watch_pid}" if watch_pid is not None else None
-        self.listener = Listener(self.executor, self._read, self._busy, jvm=jvm)
+        self.listener = Listener(self.executor, self._read, self._busy, jvm=jvm_name(watch_pid))
 
     def run(self) -> str:
         """Serve until the executor is gone or nothing happened for ``idle_exit``; returns why it ended."""

@@ -41,10 +41,31 @@ def official_store(azurite, options):
     )
 
 
-def test_spark_mirrors_progress_and_an_sdk_processor_resumes_after_it(spark, azurite, eventhub, tmp_path,
-                                                                      store_options):  # fmt: skip
+def sdk_processor_reads(eventhub, store, count: int) -> list[str]:
+    """The bodies an official SDK processor reads with the official store, from its checkpoints (waiting for
+    ``count`` of them)."""
     from azure.eventhub import EventHubConsumerClient
 
+    client = EventHubConsumerClient.from_connection_string(
+        eventhub.connection_string, consumer_group="$Default", checkpoint_store=store
+    )
+    seen: list[str] = []
+    thread = threading.Thread(
+        target=client.receive,
+        kwargs={"on_event": lambda ctx, e: seen.append(e.body_as_str()), "starting_position": "-1"},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        wait_until(lambda: len(seen) >= count, timeout=60, message="the SDK processor's events")
+    finally:
+        client.close()
+        thread.join(30)
+    return seen
+
+
+def test_spark_mirrors_progress_and_an_sdk_processor_resumes_after_it(spark, azurite, eventhub, tmp_path,
+                                                                      store_options):  # fmt: skip
     for p in range(4):
         send(eventhub.connection_string, [f"spark-{p}-{i}" for i in range(5 + p)], partition_id=str(p))
     run_and_mirror(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}', **store_options)
@@ -58,22 +79,7 @@ def test_spark_mirrors_progress_and_an_sdk_processor_resumes_after_it(spark, azu
     # An SDK processor with the official store starts right after Spark's last event, by offset.
     for p in range(4):
         send(eventhub.connection_string, [f"sdk-{p}"], partition_id=str(p))
-    client = EventHubConsumerClient.from_connection_string(
-        eventhub.connection_string, consumer_group="$Default", checkpoint_store=store
-    )
-    seen: list[str] = []
-    thread = threading.Thread(
-        target=client.receive,
-        kwargs={"on_event": lambda ctx, e: seen.append(e.body_as_str()), "starting_position": "-1"},
-        daemon=True,
-    )
-    thread.start()
-    try:
-        wait_until(lambda: len(seen) >= 4, timeout=60, message="the SDK processor's events")
-    finally:
-        client.close()
-        thread.join(30)
-    assert sorted(seen) == ["sdk-0", "sdk-1", "sdk-2", "sdk-3"]
+    assert sorted(sdk_processor_reads(eventhub, store, 4)) == ["sdk-0", "sdk-1", "sdk-2", "sdk-3"]
 
 
 def test_a_new_query_starts_from_the_store(spark, azurite, eventhub, tmp_path, store_options):

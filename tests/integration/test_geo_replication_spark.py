@@ -5,13 +5,12 @@ each go on exactly after what was read (the emulator's rules: eventhubs_emulator
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 
 from .sdk_helpers import send, wait_until
-from .test_checkpoint_mirror_spark import official_store, run_and_mirror, store_options  # noqa: F401
+from .test_checkpoint_mirror_spark import official_store, run_and_mirror, sdk_processor_reads, store_options  # noqa: F401
 from .test_reader_spark import output, run_available_now
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite]
@@ -31,7 +30,6 @@ def test_a_forced_promotion_loses_nothing_the_query_has_not_read_and_repeats_not
     tmp_path,
     store_options,  # noqa: F811
 ):
-    from azure.eventhub import EventHubConsumerClient
 
     for p in range(2):
         send(eventhub.connection_string, [f"old-{p}-{i}" for i in range(30)], partition_id=str(p))
@@ -67,21 +65,7 @@ def test_a_forced_promotion_loses_nothing_the_query_has_not_read_and_repeats_not
     # The official SDK's processor from the store, then another new query from the store: both right after.
     for p in range(2):
         send(eventhub.connection_string, [f"more-{p}-{i}" for i in range(3)], partition_id=str(p))
-    client = EventHubConsumerClient.from_connection_string(
-        eventhub.connection_string, consumer_group="$Default", checkpoint_store=store
-    )
-    seen: list[str] = []
-    thread = threading.Thread(
-        target=client.receive,
-        kwargs={"on_event": lambda ctx, e: seen.append(e.body_as_str()), "starting_position": "-1"},
-        daemon=True,
-    )
-    thread.start()
-    try:
-        wait_until(lambda: len(seen) >= 6, timeout=60, message="the SDK processor's events")
-    finally:
-        client.close()
-        thread.join(30)
+    seen = sdk_processor_reads(eventhub, store, 6)
     assert sorted(seen) == sorted(f"more-{p}-{i}" for p in range(2) for i in range(3))
     fresh = tmp_path / "fresh"
     run_available_now(spark, eventhub, fresh, eventhubs__startFromCheckpointStore="true", **store_options)
