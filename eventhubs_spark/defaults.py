@@ -28,3 +28,5 @@ RETRY_MAX_DELAY = 2.0
 RETRY_JITTER = 0.2
 PARTITION_HOMES = True  # streams read each partition at its home executor (eventhubs.partitionHomes)
 EXECUTOR_PORTS = "0"  # where a home listens for other executors: any free port
+STALLED_AFTER_BATCHES = 10  # a partition with events waiting that no batch moved this many times is stalled...
+STALLED_AFTER = 300.0  # ...or that has not moved for this many seconds (eventhubs.lag.*)

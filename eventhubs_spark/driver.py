@@ -37,8 +37,17 @@ MAX_SETTLE = 10.0  # ...but not longer than this after the question
 class QueryDriver:
     """One streaming query's key, channel, live services and homes (in the stream runner process)."""
 
-    def __init__(self, hub: str, clock: Callable[[], float] = time.monotonic, bind: str = "0.0.0.0") -> None:
+    def __init__(
+        self,
+        hub: str,
+        clock: Callable[[], float] = time.monotonic,
+        bind: str = "0.0.0.0",
+        on_read: Callable[[str, int, int], None] | None = None,
+    ) -> None:
+        """``on_read(partition, end, enqueued_micros)``: a task read a range of the partition up to ``end``,
+        its last event enqueued then (the query's lag figures, :mod:`.lag`)."""
         self.hub = hub
+        self.on_read = on_read
         self.clock = clock
         self.query: QueryKey = new_query_key()
         self._services: dict[str, tuple[Home, float]] = {}
@@ -80,7 +89,25 @@ class QueryDriver:
         if kind in ("worker_reads", "home_unreachable"):
             self._told(kind, message)
             return {"ok": True}
+        if kind == "read":
+            self._read(message.get("ranges"))
+            return {"ok": True}
         return None
+
+    def _read(self, ranges: Any) -> None:
+        if self.on_read is None or not isinstance(ranges, list):
+            return
+        for entry in ranges:
+            try:
+                partition, end, micros = str(entry[0]), int(entry[1]), int(entry[2])
+            except (TypeError, ValueError, IndexError):
+                continue  # a malformed entry says nothing (the time of that partition stays unknown)
+            self.on_read(partition, end, micros)
+
+    def unreachable(self) -> set[str]:
+        """The services a task could not reach and the driver could not either (dropped as homes)."""
+        with self._cond:
+            return set(self._dropped)
 
     def _service(self, message: dict[str, Any]) -> dict[str, Any] | None:
         try:

@@ -21,6 +21,7 @@ from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
 from .auth.secret import Secret
 from .auth.settings import ConnectionSettings, host_and_port
 from .errors import OptionError
+from .lag import local_path
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 from .retry import RetryPolicy
 from .sign_in import resolve_sign_in
@@ -117,6 +118,17 @@ def _ports(option: str, value: str) -> str:
         raise OptionError(f"{option}: expected a port or a range such as 40000-40099 (0: any free port), got "
                           f"{value!r}. Example: {example}", example)  # fmt: skip
     return f"{first}-{last}" if dash else str(first)
+
+
+def _local_location(option: str, value: str) -> str:
+    """A checkpoint location the driver's Python process can write to (see :func:`lag.local_path`)."""
+    text = _text(option, value).strip()
+    try:
+        local_path(text)
+    except ValueError as exc:
+        example = f".option({option!r}, '/dbfs/checkpoints/telemetry')"
+        raise OptionError(f"{option}: {exc}. Example: {example}", example) from None
+    return text
 
 
 def _choice(*allowed: str) -> Callable[[str, str], str]:
@@ -653,6 +665,38 @@ SPECS: tuple[Spec, ...] = (
         field="executor_ports",
     ),
     Spec(
+        "eventhubs.checkpointLocation",
+        None,
+        _local_location,
+        "The query's own checkpoint location (writeStream's checkpointLocation, which Spark does not tell a "
+        "Python source): the driver writes each trigger's lag figures under eventhubs-lag/ there, for "
+        "`eventhubs-spark lag --checkpoint-location` and the notebooks. A local path, file: or dbfs:/ (through "
+        "/dbfs); unset: the figures go to the driver's log (and the progress's latestOffset on Spark 4.2+) only.",
+        "/dbfs/checkpoints/telemetry",
+        frozenset({STREAM}),
+        field="checkpoint_location",
+    ),
+    Spec(
+        "eventhubs.lag.stalledAfterBatches",
+        defaults.STALLED_AFTER_BATCHES,
+        _int(1),
+        "A partition with events waiting that this many micro-batches in a row did not move is called stalled "
+        "(by name, with the likely cause, in the driver's log and the lag figures).",
+        "20",
+        frozenset({STREAM}),
+        field="stalled_after_batches",
+    ),
+    Spec(
+        "eventhubs.lag.stalledAfter",
+        defaults.STALLED_AFTER,
+        parse_duration,
+        "A partition with events waiting that has not moved for this long is called stalled, however few "
+        "micro-batches ran meanwhile.",
+        "10m",
+        frozenset({STREAM}),
+        field="stalled_after",
+    ),
+    Spec(
         "eventhubs.readAhead.maxEvents",
         defaults.READ_AHEAD_EVENTS,
         _int(1),
@@ -917,6 +961,9 @@ class ReadOptions:
     receiver_service: bool
     partition_homes: bool
     executor_ports: str
+    checkpoint_location: str | None
+    stalled_after_batches: int
+    stalled_after: float
     min_events_per_task: int
     read_ahead_events: int
     read_ahead_bytes: int

@@ -19,13 +19,14 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from . import defaults, segments
-from .arrow import SCHEMA_DDL, Projection, projection
+from . import channel, defaults, segments
+from .arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
 from .checkpoints.mirror import CheckpointMirror
 from .driver import QueryDriver
 from .errors import OptionError, data_loss_error
 from .executor import runtime
+from .lag import LagFiles, LagReport, LagTracker
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
@@ -58,6 +59,9 @@ def _worker_logging() -> None:
 BATCH_IDLE_TIMEOUT = 10.0
 MIN_STREAM_IDLE_TIMEOUT = 10.0
 MAX_STREAM_IDLE_TIMEOUT = 120.0
+
+LAG_FILE_EVERY = 60.0  # seconds: a quiet stream still writes its lag figures this often (the command shows their age)
+LAG_KEY = "@lag"  # where the progress's latestOffset carries the lag figures (Spark 4.2+)
 
 try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
     from pyspark.sql.streaming.datasource import (
@@ -98,6 +102,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     ctx = TaskContext.get()
     runtime.task_started()
     retry = ctx is not None and ctx.attemptNumber() > 0
+    done: list[list[Any]] = []  # each range read: [partition, end, its last event's enqueued time (µs)]
     for request in split.requests:
         if request.end <= request.start:
             continue
@@ -105,8 +110,12 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
             request = dataclasses.replace(request, retry=True)
         stats: dict[str, Any] = {}
         started = time.monotonic()
+        last = None
         try:
-            yield from runtime.current().read(request, split.service, stats)
+            for last in runtime.current().read(request, split.service, stats):
+                yield last
+            if last is not None and last.num_rows:
+                done.append([request.partition, request.end, last.column(_ENQUEUED)[last.num_rows - 1].value])
         finally:
             if stats.get("fallbacks"):
                 slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
@@ -115,7 +124,15 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
                 _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
                           request.settings.hub, request.partition, request.start, request.end,
                           time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+    first = split.requests[0] if split.requests else None
+    if done and first is not None and first.driver is not None:
+        # The stream's driver works out how far behind the query is in time from each range's last event
+        # (lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
+        channel.ask(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
 
+
+_ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")
+_TELL_READ_TIMEOUT = 2.0  # seconds a task waits to tell the driver what it read (best effort: never fails it)
 
 _SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
 
@@ -332,6 +349,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
         self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
         self._no_driver = False  # it could not listen: not tried again
+        typed = self.planner.options
+        self._lag = LagTracker(self.hub, typed.stalled_after_batches, typed.stalled_after)
+        self._lag_files = LagFiles(typed.checkpoint_location, self.hub) if typed.checkpoint_location else None
+        self._lag_report: LagReport | None = None  # this trigger's figures (reportLatestOffset shows them)
+        self._lag_written: tuple[Any, float] | None = None  # what the last lag file said, and when
+        self._planned_batch = False  # the last trigger planned a batch (a partition it left counts to a stall)
+        self._skipping = False  # the last trigger was skipped for minEventsPerTrigger
 
     def _refresh(self) -> dict[str, PartitionInfo]:
         self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
@@ -407,6 +431,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
         if completed:
             self.planner.mirror.mirror(begin, infos)
+        report = self._lag_report = self._lag.observe(begin, infos, self._planned_batch, self._stall_cause)
         if limit is None:
             max_events = self._limit_without_admission_control()
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
@@ -424,27 +449,58 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             now=now,
             last_batch_at=self._last_batch_at,
         )
-        latest = self._latest = plan.latest
+        self._latest = plan.latest
+        self._skipping = plan.skipped
         if plan.skipped:
             _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger", self.hub,
                       plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
             self._last_end = begin
+            self._planned_batch = False
+            self._said_lag(report, 0)
             return SourceOffset(self.hub, begin).to_json()
         end = plan.end
         if end != begin:
             self._last_batch_at = now
         end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
         self._last_end = end
-        behind = {p: segments.count(end[p], latest[p]) for p in latest}
-        _LOG.info(
-            "hub %s: planned %d events; events behind latest: total=%d max=%d (%s)",
-            self.hub,
-            sum(segments.count(begin[p], end[p]) for p in begin),
-            sum(behind.values()),
-            max(behind.values(), default=0),
-            ", ".join(f"{p}:{n}" for p, n in sorted(behind.items(), key=lambda kv: int(kv[0])) if n),
-        )
+        self._planned_batch = end != begin
+        self._lag.planned(end, infos)
+        self._said_lag(report, sum(segments.count(begin[p], end[p]) for p in begin))
         return SourceOffset(self.hub, end).to_json()
+
+    def _said_lag(self, report: LagReport, planned: int) -> None:
+        """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
+        file in the checkpoint location (when a batch is planned, the figures changed, or a minute passed)."""
+        _LOG.info("hub %s: planned %d events; %s", self.hub, planned, report.log_line())
+        for lag in self._lag.newly_stalled(report):
+            _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, lag.partition, lag.stalled)
+        if self._lag_files is None:
+            return
+        figures = tuple((p, v.events, v.seconds, v.stalled) for p, v in sorted(report.partitions.items()))
+        now = time.monotonic()
+        last = self._lag_written
+        if planned or last is None or last[0] != figures or now - last[1] >= LAG_FILE_EVERY:
+            try:
+                self._lag_files.write(report)
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: the lag figures could not be written under %s: %s", self.hub,
+                             self._lag_files.directory, exc)  # fmt: skip
+            self._lag_written = (figures, now)
+
+    def _stall_cause(self, partition: str) -> str | None:
+        """Why a partition with events waiting may not move, where the driver knows."""
+        if self._skipping:
+            return "the triggers are skipped: fewer events wait than minEventsPerTrigger (see maxTriggerDelay)"
+        options = self.planner.options
+        driver = self._driver
+        if driver is not None and options.receiver_service and options.partition_homes:
+            if not driver.live():
+                return ("no home executor: no executor's receiver service has told the driver it serves the query "
+                        "in the last 30 s (executors lost, or a firewall between them and the driver)")  # fmt: skip
+            gone = driver.unreachable()
+            if gone:
+                return f"executors {sorted(gone)} could not be reached as homes and were dropped"
+        return None
 
     def _limit_without_admission_control(self) -> int | None:
         """Spark 4.0/4.1 have no admission control for Python sources, and Trigger.AvailableNow there takes
@@ -466,7 +522,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return options.max_events_per_trigger
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None if self._latest is None else SourceOffset(self.hub, self._latest).to_json()
+        """The latest positions, as the progress's ``latestOffset`` (Spark 4.2+), with this trigger's lag figures
+        beside them under ``"@lag"`` (no hub can have that name): the one place in a progress report a Python
+        source can fill, since Spark gives it no metrics hook."""
+        if self._latest is None:
+            return None
+        shown = SourceOffset(self.hub, self._latest).to_json()
+        if self._lag_report is not None:
+            shown[LAG_KEY] = self._lag_report.progress()
+        return shown
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:
         s = SourceOffset.from_json(start, self.hub).positions
@@ -508,7 +572,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         on one executor: each executor's service opens its own links)."""
         if self._driver is None and not self._no_driver:
             try:
-                self._driver = QueryDriver(self.hub)
+                self._driver = QueryDriver(self.hub, on_read=self._lag.read)
             except OSError as exc:
                 _LOG.warning("eventhubs: hub %s: the driver cannot listen (%s): partitions get no home, and what "
                              "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip

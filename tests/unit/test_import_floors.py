@@ -37,7 +37,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "channel",
     ),  # a task's range and its receiver's settings: what the driver plans and an executor reads
     ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client
-    ("resolve", "sign_in", "options", "checkpoints", "ownership", "driver"),  # the driver's planning
+    ("lag", "resolve", "sign_in", "options", "checkpoints", "ownership", "driver"),  # the driver's planning
     ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (

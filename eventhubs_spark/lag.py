@@ -1,0 +1,334 @@
+"""How far behind a stream is, per partition, each trigger: in events and in time, and which partitions stall.
+
+Spark's Kafka source answers "how far behind are we?" in every progress report; a Python source gets no
+metrics hook on Spark 4.0 to 4.3, so the stream's driver works the figures out itself at each trigger
+(:class:`LagTracker`) and gives them where a user can see them: a log line, the progress's
+``latestOffset`` on Spark 4.2+ (the only field of a progress report a Python source fills), and a small
+JSON file per trigger (:class:`LagFiles`) that ``eventhubs-spark lag`` and the notebooks read.
+
+The figures are measured when the driver plans a trigger, against what the query has finished reading
+(the start of the batch it plans: every batch before it has completed), from the partition properties it
+asks for anyway, with no extra call per partition:
+
+- **events behind**: the events enqueued that the query has not read (last enqueued sequence number + 1
+  minus the next one to read, across a replication segment on a geo-replicated hub; 0 for an empty
+  partition);
+- **seconds behind**: the last enqueued event's time minus the enqueued time of the last event the query
+  read, 0 when nothing waits. The driver knows that time from the last event of each range the executors
+  read (each task tells the driver when it is done) or from a trigger's properties when the query had
+  read to the partition's end; it is unknown (None) only until the query's first batch on a partition
+  completes.
+
+A partition with events waiting that has not moved for ``stalled_batches`` triggers that read other
+partitions, or for ``stalled_after`` seconds, is **stalled**: named in the figures with the likely cause
+where the driver knows one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import segments
+from .partitions import PartitionInfo
+
+UTC = dt.timezone.utc
+KEEP_FILES = 100  # trigger files kept per hub (Spark keeps 100 batches of its own logs by default)
+FILE_DIRECTORY = "eventhubs-lag"  # under the query's checkpoint location, one folder per hub
+
+
+def _micros(when: dt.datetime) -> int:
+    return int((when - dt.datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1_000_000)
+
+
+def _time(micros: int | None) -> dt.datetime | None:
+    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=micros)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One partition's figures at a trigger. ``committed``: the next position the query reads (its batches
+    so far have read everything before it); ``latest``: the next the partition will assign."""
+
+    partition: str
+    committed: int
+    latest: int
+    events: int
+    seconds: float | None
+    last_enqueued: dt.datetime | None
+    last_read: dt.datetime | None
+    stalled: str | None = None  # why, when stalled
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "committed": segments.show(self.committed),
+            "latest": segments.show(self.latest),
+            "eventsBehind": self.events,
+            "secondsBehind": None if self.seconds is None else round(self.seconds, 6),
+            "lastEnqueuedTime": None if self.last_enqueued is None else self.last_enqueued.isoformat(),
+            "lastReadEnqueuedTime": None if self.last_read is None else self.last_read.isoformat(),
+            "stalled": self.stalled,
+        }
+
+    @classmethod
+    def from_json(cls, partition: str, doc: Mapping[str, Any]) -> PartitionLag:
+        def when(key: str) -> dt.datetime | None:
+            value = doc.get(key)
+            return None if value is None else dt.datetime.fromisoformat(str(value))
+
+        seconds = doc.get("secondsBehind")
+        return cls(
+            partition,
+            segments.parse(str(doc["committed"])),
+            segments.parse(str(doc["latest"])),
+            int(doc["eventsBehind"]),
+            None if seconds is None else float(seconds),
+            when("lastEnqueuedTime"),
+            when("lastReadEnqueuedTime"),
+            doc.get("stalled"),
+        )
+
+
+@dataclass(frozen=True)
+class LagReport:
+    """A trigger's figures for one hub: per partition, and summed up under the Kafka source's names."""
+
+    hub: str
+    at: dt.datetime
+    partitions: Mapping[str, PartitionLag]
+
+    def summary(self) -> dict[str, Any]:
+        """``avg/max/minOffsetsBehindLatest`` as the Kafka source names them (events here), the same in
+        seconds (over the partitions whose time is known), and the stalled partitions."""
+        events = [p.events for p in self.partitions.values()]
+        seconds = [p.seconds for p in self.partitions.values() if p.seconds is not None]
+        out: dict[str, Any] = {
+            "avgOffsetsBehindLatest": round(sum(events) / len(events), 3) if events else 0.0,
+            "maxOffsetsBehindLatest": max(events, default=0),
+            "minOffsetsBehindLatest": min(events, default=0),
+            "avgSecondsBehindLatest": round(sum(seconds) / len(seconds), 6) if seconds else None,
+            "maxSecondsBehindLatest": round(max(seconds), 6) if seconds else None,
+            "minSecondsBehindLatest": round(min(seconds), 6) if seconds else None,
+        }
+        out["stalledPartitions"] = sorted((p for p, v in self.partitions.items() if v.stalled), key=_by_number)
+        return out
+
+    def progress(self) -> dict[str, Any]:
+        """What a progress report carries: the summary, and each partition's events and seconds behind."""
+        ordered = sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
+        return {
+            **self.summary(),
+            "eventsBehindLatest": {p: v.events for p, v in ordered},
+            "secondsBehindLatest": {p: None if v.seconds is None else round(v.seconds, 6) for p, v in ordered},
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hub": self.hub,
+            "time": self.at.isoformat(),
+            **self.summary(),
+            "partitions": {
+                p: v.to_json() for p, v in sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
+            },
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LagReport:
+        return cls(
+            str(doc["hub"]),
+            dt.datetime.fromisoformat(str(doc["time"])),
+            {str(p): PartitionLag.from_json(str(p), v) for p, v in dict(doc["partitions"]).items()},
+        )
+
+    def log_line(self) -> str:
+        """One line for the driver's log: the summary, each partition behind, each stalled one and why."""
+        s = self.summary()
+        behind = ", ".join(
+            f"{p}:{v.events}" + ("" if v.seconds is None else f"/{v.seconds:.1f}s")
+            for p, v in sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
+            if v.events
+        )
+        seconds = "unknown" if s["maxSecondsBehindLatest"] is None else f"{s['maxSecondsBehindLatest']:.3f}s"
+        return (
+            f"hub {self.hub}: behind latest: events total={sum(v.events for v in self.partitions.values())} "
+            f"max={s['maxOffsetsBehindLatest']} avg={s['avgOffsetsBehindLatest']} min={s['minOffsetsBehindLatest']}; "
+            f"time max={seconds} ({behind or 'none behind'})"
+        )
+
+
+@dataclass
+class _Moving:
+    """Where a partition's reading stood, since when, and for how many triggers that read others."""
+
+    position: int
+    since: float
+    batches: int = 0
+    said: bool = False
+
+
+@dataclass
+class LagTracker:
+    """The driver's lag figures of one hub's stream, trigger after trigger (the stream runner keeps one).
+
+    ``clock``: monotonic seconds (stall durations); ``wall``: the time the figures are stamped with.
+    """
+
+    hub: str
+    stalled_batches: int = 10
+    stalled_after: float = 300.0
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(UTC))
+    _read: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> (position, its event's time)
+    _moving: dict[str, _Moving] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def read(self, partition: str, end: int, enqueued_micros: int) -> None:
+        """An executor read a range of ``partition`` up to ``end`` (exclusive); its last event was enqueued
+        at ``enqueued_micros`` (microseconds since 1970, UTC)."""
+        with self._lock:
+            known = self._read.get(partition)
+            if known is None or end >= known[0]:
+                self._read[partition] = (end, enqueued_micros)
+
+    def planned(self, end: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
+        """A trigger planned to read up to ``end``: where that is a partition's end, the last event it reads
+        is the partition's last enqueued one, whose time the properties gave."""
+        for p, position in end.items():
+            info = infos.get(p)
+            if info is not None and not info.is_empty and position == info.end and info.last_enqueued_time:
+                self.read(p, position, _micros(info.last_enqueued_time))
+
+    def observe(
+        self,
+        committed: Mapping[str, int],
+        infos: Mapping[str, PartitionInfo],
+        batch_planned: bool,
+        cause: Callable[[str], str | None] = lambda _: None,
+    ) -> LagReport:
+        """This trigger's figures: ``committed`` is where the query's reading of each partition stands (the
+        batch about to be planned starts there); ``batch_planned``: the last trigger planned a batch (a
+        partition that did not move through it counts one batch towards a stall); ``cause``: why a
+        partition might be stalled, where the caller knows."""
+        now = self.clock()
+        out: dict[str, PartitionLag] = {}
+        for p, position in committed.items():
+            info = infos.get(p)
+            if info is None:
+                continue
+            latest = max(info.end, position)
+            events = segments.count(position, latest) if latest > position else 0
+            last_enqueued = None if info.is_empty else info.last_enqueued_time
+            with self._lock:
+                known = self._read.get(p)
+            last_read = _time(known[1]) if known is not None and known[0] == position else None
+            if events == 0:
+                seconds: float | None = 0.0
+                last_read = last_read or last_enqueued
+            elif last_read is not None and last_enqueued is not None:
+                seconds = max(0.0, (last_enqueued - last_read).total_seconds())
+            else:
+                seconds = None
+            out[p] = PartitionLag(p, position, latest, events, seconds, last_enqueued, last_read,
+                                  self._stall(p, position, events, batch_planned, now, cause))  # fmt: skip
+        return LagReport(self.hub, self.wall(), out)
+
+    def _stall(
+        self, p: str, position: int, events: int, batch_planned: bool, now: float, cause: Callable[[str], str | None]
+    ) -> str | None:
+        moving = self._moving.get(p)
+        if moving is None or moving.position != position or events == 0:
+            self._moving[p] = _Moving(position, now)
+            return None
+        if batch_planned:
+            moving.batches += 1
+        waited = now - moving.since
+        if moving.batches < self.stalled_batches and waited < self.stalled_after:
+            return None
+        why = cause(p) or "cause unknown: no failure was reported for it"
+        return f"{events} events waiting, no progress for {moving.batches} batches and {waited:.0f} s; {why}"
+
+    def newly_stalled(self, report: LagReport) -> list[PartitionLag]:
+        """The stalled partitions not said before (each is said once until it moves again)."""
+        out = []
+        for p, lag in report.partitions.items():
+            moving = self._moving.get(p)
+            if lag.stalled and moving is not None and not moving.said:
+                moving.said = True
+                out.append(lag)
+        return out
+
+
+class LagFiles:
+    """A stream's lag figures, a small JSON file per trigger under ``<checkpoint location>/eventhubs-lag/
+    <hub>/``, the newest :data:`KEEP_FILES` kept. Written whole (a temporary file renamed), so a reader
+    never sees half of one."""
+
+    def __init__(self, checkpoint_location: str, hub: str) -> None:
+        self.directory = Path(local_path(checkpoint_location)) / FILE_DIRECTORY / hub
+
+    def write(self, report: LagReport) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stamp = _micros(report.at)
+        while (self.directory / f"{stamp:017d}.json").exists():  # two triggers in one microsecond: both kept
+            stamp += 1
+        name = f"{stamp:017d}.json"
+        path = self.directory / name
+        temporary = self.directory / f".{name}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps(report.to_json(), indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(temporary, path)
+        for old in self.files()[:-KEEP_FILES]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+        return path
+
+    def files(self) -> list[Path]:
+        """The trigger files, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+
+    def reports(self, last: int | None = None) -> list[LagReport]:
+        """The reports of the last ``last`` triggers (all kept ones: None), oldest first; a file that cannot
+        be read (removed meanwhile) is passed over."""
+        out = []
+        for path in self.files()[-last:] if last else self.files():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                out.append(LagReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
+        return out
+
+
+def local_path(location: str) -> str:
+    """A checkpoint location as a path this process can open: a local path or ``file:`` URI as it is, and
+    Databricks' ``dbfs:/x`` as its FUSE mount ``/dbfs/x``. Others (``abfss://``, ``s3://``) raise ValueError:
+    the stream runner has no Hadoop file system to write there."""
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    if location.startswith("dbfs:/"):
+        return "/dbfs/" + location[len("dbfs:/") :].lstrip("/")
+    if "://" in location:
+        raise ValueError(f"{location!r} is not a local path: the lag files are written by the driver's Python "
+                         "process, which reaches local paths, file: URIs and dbfs:/ (through /dbfs) only")  # fmt: skip
+    return location
+
+
+def _by_number(partition: str) -> tuple[int, str]:
+    return (int(partition), partition) if partition.isdigit() else (1 << 62, partition)

@@ -1,0 +1,196 @@
+"""Lag figures, worked out by the stream's driver at each trigger (lag.py), and where they are shown."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+
+import pytest
+
+from eventhubs_spark import segments
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.lag import KEEP_FILES, LagFiles, LagReport, LagTracker, local_path
+from eventhubs_spark.options import read_options
+from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.source import LAG_KEY, EventHubsStreamReader
+
+CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"
+T0 = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def micros(when: dt.datetime) -> int:
+    return int((when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)).total_seconds() * 1_000_000)
+
+
+def info(pid: str, end: int, last_time: dt.datetime | None, begin: int = 0) -> PartitionInfo:
+    """A partition whose next sequence number is ``end`` (0: empty), its last event enqueued at ``last_time``."""
+    return PartitionInfo(pid, begin, end - 1, str(end), last_time, end <= begin)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tracker(**kwargs) -> tuple[LagTracker, Clock]:
+    clock = Clock()
+    return LagTracker("hub", clock=clock, wall=lambda: T0, **kwargs), clock
+
+
+def test_events_behind_are_exact_and_seconds_come_from_the_last_event_an_executor_read():
+    lag, _ = tracker()
+    lag.read("0", 70, micros(at(7)))  # a task read [.., 70): event 69 was enqueued at +7 s
+    report = lag.observe({"0": 70, "1": 5, "2": 0}, {"0": info("0", 100, at(10)), "1": info("1", 5, at(3)),
+                                                     "2": info("2", 0, None)}, batch_planned=True)  # fmt: skip
+    p = report.partitions
+    assert (p["0"].events, p["0"].seconds) == (30, 3.0)
+    assert (p["1"].events, p["1"].seconds) == (0, 0.0)  # read to the end: nothing behind, in events or time
+    assert (p["2"].events, p["2"].seconds) == (0, 0.0)  # empty: lag 0, not an error
+    assert report.summary() == {
+        "avgOffsetsBehindLatest": 10.0, "maxOffsetsBehindLatest": 30, "minOffsetsBehindLatest": 0,
+        "avgSecondsBehindLatest": 1.0, "maxSecondsBehindLatest": 3.0, "minSecondsBehindLatest": 0.0,
+        "stalledPartitions": [],
+    }  # fmt: skip
+
+
+def test_seconds_are_unknown_until_a_read_ends_where_the_query_stands_then_exact():
+    lag, _ = tracker()
+    infos = {"0": info("0", 100, at(10))}
+    assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds is None  # restarted from a checkpoint
+    lag.read("0", 30, micros(at(1)))  # an older range's report says nothing of position 40
+    assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds is None
+    lag.read("0", 40, micros(at(4)))
+    assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds == 6.0
+    lag.read("0", 30, micros(at(1)))  # a late report of an older range does not take its place
+    assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds == 6.0
+
+
+def test_a_batch_planned_to_a_partitions_end_knows_its_last_events_time_from_the_properties():
+    lag, _ = tracker()
+    lag.planned({"0": 100, "1": 50}, {"0": info("0", 100, at(10)), "1": info("1", 80, at(12))})
+    after = lag.observe({"0": 100, "1": 50}, {"0": info("0", 130, at(25)), "1": info("1", 80, at(12))}, True)
+    assert (after.partitions["0"].events, after.partitions["0"].seconds) == (30, 15.0)
+    assert after.partitions["1"].seconds is None  # planned short of its end: the event's time comes from a task
+
+
+def test_geo_replicated_positions_count_across_a_new_segment():
+    lag, _ = tracker()
+    committed = segments.pack(1, 40)
+    latest_info = PartitionInfo("0", segments.pack(2, 0), segments.pack(2, 44), "2:900", at(9), False)
+    lag.read("0", committed, micros(at(5)))
+    p = lag.observe({"0": committed}, {"0": latest_info}, True).partitions["0"]
+    assert p.events == segments.count(committed, segments.pack(2, 45)) == 5
+    assert p.seconds == 4.0
+    assert p.to_json()["committed"] == "1:40" and p.to_json()["latest"] == "2:45"
+
+
+def test_a_partition_that_does_not_move_while_events_wait_is_stalled_after_n_batches_or_m_seconds():
+    lag, clock = tracker(stalled_batches=3, stalled_after=60.0)
+    infos = {"0": info("0", 100, at(10)), "1": info("1", 100, at(10))}
+
+    def cause(p: str) -> str | None:
+        return "no home executor" if p == "0" else None
+
+    for _ in range(3):  # partition 1 moves every batch; 0 stays
+        clock.now += 1
+        report = lag.observe({"0": 10, "1": 10 + int(clock.now)}, infos, True, cause)
+        assert not report.summary()["stalledPartitions"]
+    clock.now += 1
+    report = lag.observe({"0": 10, "1": 20}, infos, True, cause)
+    assert report.summary()["stalledPartitions"] == ["0"]
+    assert "90 events waiting" in report.partitions["0"].stalled and "no home executor" in report.partitions["0"].stalled
+    assert [p.partition for p in lag.newly_stalled(report)] == ["0"]
+    assert lag.newly_stalled(lag.observe({"0": 10, "1": 21}, infos, True, cause)) == []  # said once
+    assert lag.observe({"0": 11, "1": 22}, infos, True, cause).partitions["0"].stalled is None  # it moved
+    # by time alone, with no batch planned meanwhile (skipped triggers)
+    clock.now += 61
+    quiet = lag.observe({"0": 11, "1": 22}, infos, False, cause)
+    assert quiet.partitions["0"].stalled and "cause unknown" in quiet.partitions["1"].stalled
+    # nothing waiting is never a stall
+    assert lag.observe({"0": 100, "1": 100}, infos, True).summary()["stalledPartitions"] == []
+
+
+def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
+    lag, _ = tracker()
+    files = LagFiles(f"file:{tmp_path}", "hub")
+    report = lag.observe({"0": 5}, {"0": info("0", 8, at(3))}, True)
+    files.write(report)
+    assert files.directory == tmp_path / "eventhubs-lag" / "hub"
+    (back,) = files.reports()
+    assert back == report and back.to_json() == json.loads(json.dumps(report.to_json()))
+    for i in range(KEEP_FILES + 5):
+        files.write(LagReport("hub", at(i), report.partitions))
+    kept = files.reports()
+    assert len(kept) == KEEP_FILES and kept[-1].at == at(KEEP_FILES + 4)
+
+
+def test_checkpoint_locations_the_driver_can_write_and_a_clear_error_for_others():
+    assert local_path("/tmp/cp") == "/tmp/cp"
+    assert local_path("file:///tmp/cp") == "/tmp/cp"
+    assert local_path("dbfs:/checkpoints/q") == "/dbfs/checkpoints/q"
+    with pytest.raises(OptionError, match=r"eventhubs.checkpointLocation: 'abfss://c@a.dfs.core.windows.net/q'.*"
+                       r"Example: .*/dbfs/checkpoints"):  # fmt: skip
+        read_options({"eventhubs.connectionString": CONN,
+                      "eventhubs.checkpointLocation": "abfss://c@a.dfs.core.windows.net/q"}, "stream")  # fmt: skip
+
+
+class Table:
+    """Partition id -> (next sequence number, last enqueued time)."""
+
+    def __init__(self, partitions: dict[str, tuple[int, dt.datetime]]) -> None:
+        self.partitions = partitions
+
+    def partition_ids(self) -> list[str]:
+        return sorted(self.partitions, key=int)
+
+    def partition_properties(self, ids: list[str]) -> dict[str, PartitionInfo]:
+        return {p: info(p, *self.partitions[p]) for p in ids}
+
+
+def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_stalled_partition(tmp_path, caplog):
+    table = Table({"0": (100, at(10)), "1": (20, at(20))})
+    options = {
+        "eventhubs.connectionString": CONN,
+        "eventhubs.startingPosition": '{"seqNo": 0}',
+        "maxEventsPerTrigger": "60",
+        "eventhubs.checkpointLocation": str(tmp_path),
+        "eventhubs.lag.stalledAfterBatches": "2",
+    }
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    start = reader.initialOffset()
+    caplog.set_level(logging.INFO, logger="eventhubs_spark")
+    end = reader.latestOffset(start, None)  # before any batch: the whole backlog is behind
+    assert end == {"hub": {"0": 50, "1": 10}}  # 60 split by backlog
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["eventsBehindLatest"] == {"0": 100, "1": 20} and shown["maxOffsetsBehindLatest"] == 100
+    assert shown["secondsBehindLatest"] == {"0": None, "1": None}  # nothing read yet: no time to go by
+    assert "behind latest: events total=120 max=100" in caplog.text
+    # the batch's tasks tell the driver the last event each read (0: event 49, enqueued at +6 s)
+    reader._lag.read("0", 50, micros(at(6)))
+    reader._lag.read("1", 10, micros(at(15)))
+    later = reader.latestOffset(end, None)
+    assert later == {"hub": {"0": 100, "1": 20}}
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["eventsBehindLatest"] == {"0": 50, "1": 10}
+    assert shown["secondsBehindLatest"] == {"0": 4.0, "1": 5.0}
+    assert not shown["stalledPartitions"]
+    # Spark runs the next batches, but partition 1 never gets past 10 (as when its tasks cannot read)
+    stuck = {"hub": {"0": 100, "1": 10}}
+    reader.latestOffset(stuck, None)
+    assert not reader.reportLatestOffset()[LAG_KEY]["stalledPartitions"]
+    assert "is stalled" not in caplog.text
+    reader.latestOffset(stuck, None)  # the second batch in a row that left it
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["stalledPartitions"] == ["1"] and shown["eventsBehindLatest"] == {"0": 0, "1": 10}
+    assert "hub hub partition 1 is stalled: 10 events waiting, no progress for 2 batches" in caplog.text
+    written = LagFiles(str(tmp_path), "hub").reports()
+    assert [r.partitions["0"].events for r in written] == [100, 50, 0, 0]
+    assert written[-1].partitions["1"].stalled and not written[-2].partitions["1"].stalled
