@@ -1,4 +1,4 @@
-"""The ``eventhubs-spark`` command: ``demo``, ``emulator``, ``send`` and ``checkpoints``.
+"""The ``eventhubs-spark`` command: ``demo``, ``emulator``, ``send``, ``checkpoints`` and ``lag``.
 
 ``demo`` is the README's first command: it starts the embedded emulator, produces sample events and
 runs a Spark streaming query on them with ``spark.readStream.format("eventhubs")``, showing a live
@@ -390,6 +390,126 @@ def _checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- lag ---------------------------------------------------------------------------------------------
+def lag_report(options: dict[str, str], checkpoint_location: str, now: float | None = None) -> dict[str, Any]:
+    """How far behind a query is now, per partition: where its Spark checkpoint's last committed batch left each
+    partition, the partition's latest event (asked of the hub now), the lag in events and in time, the age of
+    the last commit, and stalled partitions (as its driver last called them in the lag files, or events waiting
+    with no batch committed for ``eventhubs.lag.stalledAfter``)."""
+    from . import segments
+    from .executor import runtime
+    from .lag import LagFiles, LagTracker, last_commit
+    from .options import STREAM, read_options
+
+    typed = read_options(options, STREAM)
+    hub = typed.settings.hub
+    commit = last_commit(checkpoint_location, hub)
+    management = runtime.current().management(typed.settings, typed.operation_timeout)
+    infos = management.partition_properties(management.partition_ids())
+    committed = dict(commit.positions) if commit else {}
+    recent = LagFiles(checkpoint_location, hub).reports(last=10)
+    tracker = LagTracker(hub)
+    said: dict[str, str | None] = {}
+    for report in recent:  # the driver's figures where they stand where the checkpoint does
+        for p, lag in report.partitions.items():
+            if committed.get(p) == lag.committed:
+                if lag.last_read is not None:
+                    tracker.read(p, lag.committed, int(lag.last_read.timestamp() * 1_000_000))
+                said[p] = lag.stalled
+    figures = tracker.observe(committed, infos, batch_planned=False)
+    now = time.time() if now is None else now
+    age = None if commit is None else max(0.0, now - commit.committed_at.timestamp())
+    partitions: dict[str, Any] = {}
+    for p in sorted(infos, key=int):
+        row = figures.partitions.get(p)
+        stalled = said.get(p) if row is not None and row.events else None
+        if row is not None and row.events and not stalled and age is not None and age >= typed.stalled_after:
+            stalled = f"{row.events} events waiting, no batch committed for {age:.0f} s (is the query running?)"
+        partitions[p] = {"committed": None, "latest": segments.show(infos[p].end), "eventsBehind": None,
+                         "secondsBehind": None, "lastEnqueuedTime": None, "lastReadEnqueuedTime": None,
+                         "stalled": None}  # fmt: skip
+        if row is not None:
+            partitions[p] = {**row.to_json(), "stalled": stalled}
+    summary = figures.summary()
+    summary["stalledPartitions"] = [p for p, v in partitions.items() if v["stalled"]]
+    return {
+        "hub": hub,
+        "checkpointLocation": checkpoint_location,
+        "batch": None if commit is None else commit.batch,
+        "committedAt": None if commit is None else commit.committed_at.isoformat(),
+        "commitAgeSeconds": None if age is None else round(age, 3),
+        **summary,
+        "partitions": partitions,
+    }
+
+
+def _lag_text(report: dict[str, Any]) -> str:
+    def shown(value: Any, unit: str = "") -> str:
+        return "-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+    batch = report["batch"]
+    head = (f"hub {report['hub']!r}: " + ("no batch committed yet" if batch is None else
+            f"batch {batch} committed {shown(report['commitAgeSeconds'], ' s')} ago") +
+            f"; behind latest: max {report['maxOffsetsBehindLatest']} events, "
+            f"max {shown(report['maxSecondsBehindLatest'], ' s')}")  # fmt: skip
+    headers = ["partition", "committed", "latest", "events behind", "seconds behind", "last read enqueued"]
+    rows = [[p, shown(v["committed"]), v["latest"], shown(v["eventsBehind"]), shown(v["secondsBehind"]),
+             shown(v["lastReadEnqueuedTime"])] for p, v in report["partitions"].items()]  # fmt: skip
+    lines = [head, _table(headers, rows)]
+    lines += [f"STALLED partition {p}: {v['stalled']}" for p, v in report["partitions"].items() if v["stalled"]]
+    return "\n".join(lines)
+
+
+def _lag_options(args: argparse.Namespace) -> dict[str, str]:
+    """The query's options: a JSON file of them (as it was started with), each --option, and the connection
+    string (flag, else the environment, where neither names a namespace)."""
+    options: dict[str, str] = {}
+    if args.options:
+        with open(args.options, encoding="utf-8") as f:
+            options.update({str(k): str(v) for k, v in json.load(f).items() if not str(k).startswith("_")})
+    for item in args.option or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(
+                f"error: --option takes KEY=VALUE, e.g. --option eventhubs.consumerGroup=spark; got {item!r}"
+            )
+        options[key.strip()] = value
+    given = {k.lower() for k in options}
+    if args.connection_string:
+        options["eventhubs.connectionString"] = args.connection_string
+    elif "eventhubs.connectionstring" not in given and "eventhubs.namespace" not in given:
+        options["eventhubs.connectionString"] = _secret(None, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    return options
+
+
+def _lag(args: argparse.Namespace) -> int:
+    from .errors import OptionError
+
+    options = _lag_options(args)
+    location = args.checkpoint_location or next(
+        (v for k, v in options.items() if k.lower() == "eventhubs.checkpointlocation"), None
+    )
+    if not location:
+        raise SystemExit("error: pass --checkpoint-location (the query's Spark checkpoint location)")
+    shown = 0
+    while True:
+        try:
+            report = lag_report(options, location)
+        except (OptionError, ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(report, indent=2) if args.json else _lag_text(report), flush=True)
+        shown += 1
+        if args.watch is None or (args.iterations and shown >= args.iterations):
+            return 0
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return 0
+        if not args.json:
+            print()
+
+
 def _secret(value: str | None, env: str, flag: str) -> str:
     found = value or os.environ.get(env)
     if not found:
@@ -428,6 +548,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     cps.add_argument("--container", required=True, help="the checkpoint store's blob container")
     cps.add_argument("--consumer-group", default="$Default")
     cps.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    lag = sub.add_parser(
+        "lag",
+        help="how far behind a streaming query is, per partition, from its checkpoint location and the hub",
+        description="Reads the query's Spark checkpoint (the last committed batch) and the lag files its driver "
+        "writes there (with eventhubs.checkpointLocation), asks the hub for each partition's latest event, and "
+        "prints the lag in events and in time, the last commit's age and any stalled partition.",
+    )
+    lag.add_argument("--checkpoint-location", help="the query's checkpoint location (a local path, file: or dbfs:/)")
+    lag.add_argument("--connection-string", help="Event Hubs, with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    lag.add_argument("--options", help="a JSON file of the options the query was started with (conf/*.json)")
+    lag.add_argument("--option", action="append", metavar="KEY=VALUE", help="an option of the query (repeatable)")
+    lag.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    lag.add_argument("--watch", type=float, nargs="?", const=5.0, metavar="SECONDS",
+                     help="refresh every SECONDS (default 5) until Ctrl-C")  # fmt: skip
+    lag.add_argument("--iterations", type=int, default=0, help="with --watch: stop after this many refreshes")
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(arguments)
     if args.command == "demo":
@@ -436,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _send(args)
     if args.command == "checkpoints":
         return _checkpoints(args)
+    if args.command == "lag":
+        return _lag(args)
     try:
         emulator = emulator_cli.build(args)
     except (ValueError, OSError) as exc:

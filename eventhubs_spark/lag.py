@@ -314,6 +314,46 @@ class LagFiles:
         return out
 
 
+@dataclass(frozen=True)
+class SparkCommit:
+    """What a Spark checkpoint location says of one hub: the last committed batch, where it left each
+    partition (the next position to read), and when its commit was written."""
+
+    batch: int
+    positions: Mapping[str, int]
+    committed_at: dt.datetime
+
+
+def last_commit(checkpoint_location: str, hub: str) -> SparkCommit | None:
+    """The last batch Spark committed (``commits/N``) and this hub's end offset in it (``offsets/N``: a version
+    line, the batch's metadata, then one line per source; ours is ``{"<hub>": {"<partition>": <position>}}``).
+    None when no batch has been committed yet. A location of another hub's query raises ValueError."""
+    root = Path(local_path(checkpoint_location))
+    commits = sorted((int(p.name), p) for p in (root / "commits").glob("*") if p.name.isdigit())
+    if not commits:
+        if not root.is_dir():
+            raise ValueError(f"no Spark checkpoint at {checkpoint_location!r}: the folder does not exist")
+        return None
+    batch, commit = commits[-1]
+    lines = (root / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    hubs: list[str] = []
+    for line in lines[2:]:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue  # "-": a source without an offset in this batch
+        if not isinstance(doc, dict):
+            continue
+        hubs.extend(str(k) for k in doc)
+        found = {str(k).lower(): v for k, v in doc.items()}.get(hub.lower())
+        if isinstance(found, dict):
+            positions = {str(p): segments.parse(str(v)) for p, v in found.items()}
+            stamp = dt.datetime.fromtimestamp(commit.stat().st_mtime, UTC)
+            return SparkCommit(batch, positions, stamp)
+    raise ValueError(f"the checkpoint at {checkpoint_location!r} is of a query reading {sorted(hubs) or 'no hub'}, "
+                     f"not {hub!r}: name the hub its query reads (EntityPath or eventhubs.name)")  # fmt: skip
+
+
 def local_path(location: str) -> str:
     """A checkpoint location as a path this process can open: a local path or ``file:`` URI as it is, and
     Databricks' ``dbfs:/x`` as its FUSE mount ``/dbfs/x``. Others (``abfss://``, ``s3://``) raise ValueError:

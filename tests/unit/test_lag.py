@@ -106,7 +106,9 @@ def test_a_partition_that_does_not_move_while_events_wait_is_stalled_after_n_bat
     clock.now += 1
     report = lag.observe({"0": 10, "1": 20}, infos, True, cause)
     assert report.summary()["stalledPartitions"] == ["0"]
-    assert "90 events waiting" in report.partitions["0"].stalled and "no home executor" in report.partitions["0"].stalled
+    assert (
+        "90 events waiting" in report.partitions["0"].stalled and "no home executor" in report.partitions["0"].stalled
+    )
     assert [p.partition for p in lag.newly_stalled(report)] == ["0"]
     assert lag.newly_stalled(lag.observe({"0": 10, "1": 21}, infos, True, cause)) == []  # said once
     assert lag.observe({"0": 11, "1": 22}, infos, True, cause).partitions["0"].stalled is None  # it moved

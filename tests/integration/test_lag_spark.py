@@ -1,0 +1,91 @@
+"""Lag on every Spark: a real stream on the emulator, its driver's figures checked to the event and to the
+microsecond against the events in its sink, then the command against its checkpoint location."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from .sdk_helpers import send, wait_until
+from .test_reader_spark import fill, output, stream
+
+pytestmark = pytest.mark.spark
+
+
+def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint(spark, eventhub, tmp_path, capsys):
+    from eventhubs_spark.cli import main
+    from eventhubs_spark.lag import LagFiles
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL, LAG_KEY
+
+    fill(eventhub, {0: 60, 1: 30})  # partitions 2 and 3 stay empty
+    checkpoint = tmp_path / "checkpoint"
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "400 milliseconds"},
+                   eventhubs__startingPosition='{"seqNo": 0}', maxEventsPerTrigger="30",
+                   eventhubs__checkpointLocation=str(checkpoint))  # fmt: skip
+    files = LagFiles(str(checkpoint), eventhub.name)
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) == 90, timeout=120, message="all events")
+        caught_up = lambda: any(r.partitions["0"].events == 0 and r.partitions["1"].events == 0  # noqa: E731
+                                for r in files.reports())  # fmt: skip
+        wait_until(caught_up, timeout=30, message="a trigger after the last batch")
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(tmp_path / "data")).collect()
+    enqueued = {(r.partition, r.sequenceNumber): r.enqueuedTime.replace(tzinfo=dt.timezone.utc) for r in rows}
+    last = {"0": enqueued[("0", 59)], "1": enqueued[("1", 29)]}
+    reports = files.reports()
+    first = reports[0].partitions
+    assert {p: (v.committed, v.events, v.seconds) for p, v in first.items()} == {
+        "0": (0, 60, None),
+        "1": (0, 30, None),
+        "2": (0, 0, 0.0),
+        "3": (0, 0, 0.0),
+    }  # before any batch: the whole backlog, and no time yet (nothing was read)
+    middle = [r for r in reports if 0 < r.partitions["0"].committed < 60 and r.partitions["1"].committed < 30]
+    assert middle, [r.to_json() for r in reports]
+    for report in [*middle, reports[-1]]:
+        for p, end in (("0", 60), ("1", 30)):
+            lag = report.partitions[p]
+            assert lag.events == end - lag.committed  # exact to the event
+            read_up_to = enqueued.get((p, lag.committed - 1))
+            if read_up_to is not None:  # the last event the query had read: its time came from the task
+                assert lag.seconds == pytest.approx((last[p] - read_up_to).total_seconds(), abs=1e-6)
+            assert lag.last_enqueued == last[p]
+    assert reports[-1].summary()["maxOffsetsBehindLatest"] == 0 and reports[-1].summary()["maxSecondsBehindLatest"] == 0
+    if HAS_ADMISSION_CONTROL:  # Spark 4.2+: the same figures in the query's progress
+        shown = [p["sources"][0]["latestOffset"] for p in query.recentProgress if p["numInputRows"] > 0]
+        shown = [json.loads(s) if isinstance(s, str) else s for s in shown]
+        assert all(LAG_KEY in s for s in shown)
+        start = [p["sources"][0]["startOffset"] for p in query.recentProgress if p["numInputRows"] > 0]
+        for s, begin in zip(shown, start, strict=True):
+            latest = s[eventhub.name]
+            begin = json.loads(begin) if isinstance(begin, str) else begin
+            # the first batch has no start offset: it starts at the starting position, seqNo 0
+            begin = {p: 0 for p in latest} if begin is None else begin[eventhub.name]
+            assert s[LAG_KEY]["eventsBehindLatest"] == {p: latest[p] - begin[p] for p in latest}
+
+    # the command, against the stopped query's checkpoint location: nothing behind
+    assert main(["lag", "--checkpoint-location", str(checkpoint), "--connection-string", eventhub.connection_string,
+                 "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["maxOffsetsBehindLatest"] == 0 and report["stalledPartitions"] == []
+    assert {p: v["committed"] for p, v in report["partitions"].items()} == {"0": "60", "1": "30", "2": "0", "3": "0"}
+    # five more events in partition 1, and the query does not run: behind by five, by their time, and stalled
+    send(eventhub.connection_string, [f"late-{i}" for i in range(5)], partition_id="1")
+    from azure.eventhub import EventHubConsumerClient
+
+    with EventHubConsumerClient.from_connection_string(eventhub.connection_string, "$Default") as client:
+        newest = client.get_partition_properties("1")["last_enqueued_time_utc"]
+    assert main(["lag", "--checkpoint-location", str(checkpoint), "--connection-string", eventhub.connection_string,
+                 "--option", "eventhubs.lag.stalledAfter=0s"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "STALLED partition 1: 5 events waiting, no batch committed for" in text
+    assert main(["lag", "--checkpoint-location", str(checkpoint), "--connection-string", eventhub.connection_string,
+                 "--json", "--watch", "0.1", "--iterations", "2"]) == 0  # fmt: skip
+    watched = [json.loads(chunk) for chunk in capsys.readouterr().out.replace("}\n{", "}\n\x00{").split("\x00")]
+    assert len(watched) == 2
+    one = watched[-1]["partitions"]["1"]
+    assert one["eventsBehind"] == 5
+    assert one["secondsBehind"] == pytest.approx((newest - last["1"]).total_seconds(), abs=1e-6)
