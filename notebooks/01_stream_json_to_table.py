@@ -91,7 +91,8 @@ def _total(offset):
     if not offset:
         return 0
     doc = json.loads(offset) if isinstance(offset, str) else offset
-    return sum(int(n) for positions in doc.values() for n in positions.values())
+    # each hub's positions; "@lag" beside them holds the lag figures themselves (notebook 05 plots those)
+    return sum(int(n) for hub, positions in doc.items() if not hub.startswith("@") for n in positions.values())
 
 
 progress = [p for p in query.recentProgress if p["sources"]]

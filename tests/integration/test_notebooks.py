@@ -21,7 +21,7 @@ def test_every_notebook_is_in_databricks_source_format_and_tested():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.py"))
     assert len(names) >= 4
     tested = {"01_stream_json_to_table.py", "02_write_to_event_hubs.py", "03_backfill_between_times.py",
-              "04_scale_out_with_ownership.py"}  # fmt: skip
+              "04_scale_out_with_ownership.py", "05_watch_lag.py"}  # fmt: skip
     assert set(names) == tested, "a new notebook needs a test here"
     for name in names:
         assert cells(NOTEBOOKS / name), name
@@ -102,3 +102,22 @@ def test_scale_out_with_ownership(spark, eventhub, azurite, tmp_path):
     read = [r.body for q in ("orders-query-1", "orders-query-2")
             for r in spark.read.parquet(str(tmp_path / "out" / q)).collect()]  # fmt: skip
     assert sorted(read) == sorted(f"o-{p}-{i}" for p in range(4) for i in range(10))
+
+
+def test_watch_lag(spark, eventhub, tmp_path):
+    for p, n in enumerate([30, 10, 0, 0]):
+        if n:
+            send(eventhub.connection_string, [f"lag-{p}-{i}" for i in range(n)], partition_id=str(p))
+    run = run_notebook(
+        NOTEBOOKS / "05_watch_lag.py", spark,
+        secrets={("eventhubs", "connection-string"): eventhub.connection_string},
+        widgets={"output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"), "run_seconds": "8"},
+    )  # fmt: skip
+    per_trigger, now = run.tables()
+    first = {r["partition"]: r["events_behind"] for r in per_trigger if r["at"] == per_trigger[0]["at"]}
+    assert first == {"0": 30, "1": 10, "2": 0, "3": 0}  # before the first batch: every event is behind
+    assert {r["partition"]: (r["committed"], r["events_behind"], r["seconds_behind"]) for r in now} == {
+        "0": ("30", 0, 0.0), "1": ("10", 0, 0.0), "2": ("0", 0, 0.0), "3": ("0", 0, 0.0)
+    }
+    (figure,) = run.figures()
+    assert len(figure.axes) == 2 and all(axis.lines for axis in figure.axes), "events and seconds behind are plotted"
