@@ -117,7 +117,10 @@ def test_watch_lag(spark, eventhub, tmp_path):
     first = {r["partition"]: r["events_behind"] for r in per_trigger if r["at"] == per_trigger[0]["at"]}
     assert first == {"0": 30, "1": 10, "2": 0, "3": 0}  # before the first batch: every event is behind
     assert {r["partition"]: (r["committed"], r["events_behind"], r["seconds_behind"]) for r in now} == {
-        "0": ("30", 0, 0.0), "1": ("10", 0, 0.0), "2": ("0", 0, 0.0), "3": ("0", 0, 0.0)
+        "0": ("30", 0, 0.0),
+        "1": ("10", 0, 0.0),
+        "2": ("0", 0, 0.0),
+        "3": ("0", 0, 0.0),
     }
     (figure,) = run.figures()
     assert len(figure.axes) == 2 and all(axis.lines for axis in figure.axes), "events and seconds behind are plotted"
