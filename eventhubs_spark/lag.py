@@ -187,7 +187,10 @@ class LagTracker:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(UTC))
     _read: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> (position, its event's time)
+    _done: dict[str, int] = field(default_factory=dict)  # partition -> the furthest end a task said it read
     _moving: dict[str, _Moving] = field(default_factory=dict)
+    _inflight: dict[str, tuple[int, int]] = field(default_factory=dict)  # the running batch's ranges
+    _inflight_since: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -203,9 +206,34 @@ class LagTracker:
         """An executor read a range of ``partition`` up to ``end`` (exclusive); its last event was enqueued
         at ``enqueued_micros`` (microseconds since 1970, UTC)."""
         with self._lock:
+            self._done[partition] = max(end, self._done.get(partition, end))
+        self._know(partition, end, enqueued_micros)
+
+    def _know(self, partition: str, end: int, enqueued_micros: int) -> None:
+        """The event before position ``end`` was enqueued at ``enqueued_micros``."""
+        with self._lock:
             known = self._read.get(partition)
             if known is None or end >= known[0]:
                 self._read[partition] = (end, enqueued_micros)
+
+    def running(self, ranges: Mapping[str, tuple[int, int]]) -> None:
+        """Spark runs a batch of these ranges (partition -> [start, end)) now."""
+        with self._lock:
+            self._inflight = {p: r for p, r in ranges.items() if r[1] > r[0]}
+            self._inflight_since = self.clock()
+
+    def overdue(self) -> list[tuple[str, int, int, float]]:
+        """The running batch's ranges no task has reported read ``stalled_after`` seconds after it began (each
+        returned once): a batch that hangs never reaches the next trigger, where :meth:`observe` would see it.
+        Each is (partition, start, end, seconds since the batch began)."""
+        with self._lock:
+            waited = self.clock() - self._inflight_since
+            if not self._inflight or waited < self.stalled_after:
+                return []
+            late = [(p, start, end, waited) for p, (start, end) in sorted(self._inflight.items())
+                    if self._done.get(p, start) < end]  # fmt: skip
+            self._inflight = {}
+        return late
 
     def planned(self, end: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         """A trigger planned to read up to ``end``: where that is a partition's end, the last event it reads
@@ -213,7 +241,7 @@ class LagTracker:
         for p, position in end.items():
             info = infos.get(p)
             if info is not None and not info.is_empty and position == info.end and info.last_enqueued_time:
-                self.read(p, position, _micros(info.last_enqueued_time))
+                self._know(p, position, _micros(info.last_enqueued_time))
 
     def observe(
         self,
@@ -227,6 +255,8 @@ class LagTracker:
         partition that did not move through it counts one batch towards a stall); ``cause``: why a
         partition might be stalled, where the caller knows."""
         now = self.clock()
+        with self._lock:
+            self._inflight = {}  # a new trigger: the batch before it is done
         out: dict[str, PartitionLag] = {}
         for p, position in committed.items():
             info = infos.get(p)

@@ -7,11 +7,14 @@ partition, since state set on the driver-side reader never reaches it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import functools
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -551,6 +554,11 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # this query owns, so executors close idle receivers of partitions it gave up.
         owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
         planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
+        running: dict[str, tuple[int, int]] = {}
+        for r in ranges:  # a partition's range may be split over tasks (maxEventsPerPartition)
+            known = running.get(r.partition, (r.start, r.end))
+            running[r.partition] = (min(known[0], r.start), max(known[1], r.end))
+        self._lag.running(running)
         driver = self.query_driver()
         if driver is None:
             return planned
@@ -573,11 +581,35 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._driver is None and not self._no_driver:
             try:
                 self._driver = QueryDriver(self.hub, on_read=self._lag.read)
+                threading.Thread(target=self._watch_batches, args=(self._driver,), name="eventhubs-lag-watch",
+                                 daemon=True).start()  # fmt: skip
             except OSError as exc:
                 _LOG.warning("eventhubs: hub %s: the driver cannot listen (%s): partitions get no home, and what "
                              "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip
                 self._no_driver = True
         return self._driver
+
+    def _watch_batches(self, driver: QueryDriver) -> None:
+        """While the query's driver lives: say by name each partition whose range a running batch has not read
+        within eventhubs.lag.stalledAfter (such a batch never reaches the next trigger's lag figures)."""
+        every = min(10.0, max(0.5, self._lag.stalled_after / 4))
+        while self._driver is driver:
+            time.sleep(every)
+            stalled: dict[str, str] = {}
+            for partition, start, end, waited in self._lag.overdue():
+                why = self._stall_cause(partition) or (
+                    "cause unknown: no failure was reported for it (a slow or throttled read, or a task Spark cannot "
+                    "schedule?)"
+                )
+                stalled[partition] = (f"the batch reading [{segments.show(start)}, {segments.show(end)}) began "
+                                      f"{waited:.0f} s ago and no task has read that range; {why}")  # fmt: skip
+                _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, partition, stalled[partition])
+            last = self._lag_report
+            if stalled and last is not None and self._lag_files is not None:
+                marked = {p: dataclasses.replace(v, stalled=stalled.get(p, v.stalled))
+                          for p, v in last.partitions.items()}  # fmt: skip
+                with contextlib.suppress(OSError):
+                    self._lag_files.write(LagReport(self.hub, datetime.datetime.now(datetime.timezone.utc), marked))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -89,3 +89,28 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
     one = watched[-1]["partitions"]["1"]
     assert one["eventsBehind"] == 5
     assert one["secondsBehind"] == pytest.approx((newest - last["1"]).total_seconds(), abs=1e-6)
+
+
+def test_a_partition_whose_read_hangs_past_the_stall_limit_is_named_while_its_batch_runs(spark, eventhub, tmp_path):
+    from eventhubs_spark.lag import LagFiles
+
+    fill(eventhub, {1: 5})
+    for _ in range(3):  # 12 MB
+        send(eventhub.connection_string, [b"x" * 200_000 for _ in range(20)], partition_id="0")
+    checkpoint = tmp_path / "checkpoint"
+    eventhub.emulator.set_throughput_units(1)  # egress 2 MB/s: partition 0's range takes seconds to deliver
+    try:
+        query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "1 second"},
+                       eventhubs__startingPosition='{"seqNo": 0}', eventhubs__checkpointLocation=str(checkpoint),
+                       eventhubs__lag__stalledAfter="500ms")  # fmt: skip
+        files = LagFiles(str(checkpoint), eventhub.name)
+        try:
+            wait_until(lambda: len(output(spark, tmp_path)) == 65, timeout=120, message="all events")
+        finally:
+            query.stop()
+    finally:
+        eventhub.emulator.set_throughput_units(None)
+    stalled = [r for r in files.reports() if r.summary()["stalledPartitions"]]
+    assert stalled, "the slow range was named while its batch ran"
+    why = stalled[0].partitions["0"].stalled
+    assert why.startswith("the batch reading [0, 60) began") and "no task has read that range" in why

@@ -120,6 +120,21 @@ def test_a_partition_that_does_not_move_while_events_wait_is_stalled_after_n_bat
     assert lag.observe({"0": 100, "1": 100}, infos, True).summary()["stalledPartitions"] == []
 
 
+def test_a_running_batch_whose_range_is_not_read_in_time_is_named_once():
+    lag, clock = tracker(stalled_after=30.0)
+    lag.running({"0": (10, 20), "1": (5, 9), "2": (7, 7)})
+    clock.now = 29.0
+    assert lag.overdue() == []
+    lag.read("1", 9, micros(at(1)))  # partition 1's task is done; 0's is not
+    clock.now = 31.0
+    assert lag.overdue() == [("0", 10, 20, 31.0)]
+    assert lag.overdue() == []  # said once
+    lag.running({"0": (20, 30)})
+    lag.observe({"0": 30}, {"0": info("0", 30, at(1))}, True)  # the next trigger: that batch completed
+    clock.now = 100.0
+    assert lag.overdue() == []
+
+
 def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
     lag, _ = tracker()
     files = LagFiles(f"file:{tmp_path}", "hub")
