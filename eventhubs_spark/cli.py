@@ -407,9 +407,12 @@ def lag_report(options: dict[str, str], checkpoint_location: str, now: float | N
     management = runtime.current().management(typed.settings, typed.operation_timeout)
     infos = management.partition_properties(management.partition_ids())
     committed = dict(commit.positions) if commit else {}
-    recent = LagFiles(checkpoint_location, hub).reports(last=10)
+    files = LagFiles(checkpoint_location, hub)
+    recent = files.reports(last=10)
     tracker = LagTracker(hub)
     said: dict[str, str | None] = {}
+    for p, (end, micros) in files.reads().items():  # what the tasks read since the newest trigger file
+        tracker.read(p, end, micros)
     for report in recent:  # the driver's figures where they stand where the checkpoint does
         for p, lag in report.partitions.items():
             if committed.get(p) == lag.committed:

@@ -107,9 +107,11 @@ class LagReport:
 
     def summary(self) -> dict[str, Any]:
         """``avg/max/minOffsetsBehindLatest`` as the Kafka source names them (events here), the same in
-        seconds (over the partitions whose time is known), and the stalled partitions."""
+        seconds (None while any partition's time is unknown), and the stalled partitions."""
         events = [p.events for p in self.partitions.values()]
         seconds = [p.seconds for p in self.partitions.values() if p.seconds is not None]
+        if len(seconds) < len(self.partitions):
+            seconds = []  # a partition's time unknown: the figures over the others would say less than is true
         out: dict[str, Any] = {
             "avgOffsetsBehindLatest": round(sum(events) / len(events), 3) if events else 0.0,
             "maxOffsetsBehindLatest": max(events, default=0),
@@ -208,6 +210,11 @@ class LagTracker:
         with self._lock:
             self._done[partition] = max(end, self._done.get(partition, end))
         self._know(partition, end, enqueued_micros)
+
+    def known_reads(self) -> dict[str, tuple[int, int]]:
+        """Each partition's furthest end whose previous event's enqueued time is known (µs)."""
+        with self._lock:
+            return dict(self._read)
 
     def _know(self, partition: str, end: int, enqueued_micros: int) -> None:
         """The event before position ``end`` was enqueued at ``enqueued_micros``."""
@@ -328,11 +335,31 @@ class LagFiles:
                 old.unlink()
         return path
 
+    def write_reads(self, reads: Mapping[str, tuple[int, int]]) -> None:
+        """Where the tasks' reading of each partition ended and the enqueued time of the event before it
+        (``reads.json``): what the next trigger's file would say, for a command that looks before it comes
+        (or after the query stopped)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f".reads.{os.getpid()}.tmp"
+        doc = {p: {"end": segments.show(end), "enqueuedTime": _time(micros).isoformat()}  # type: ignore[union-attr]
+               for p, (end, micros) in sorted(reads.items())}  # fmt: skip
+        temporary.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        os.replace(temporary, self.directory / "reads.json")
+
+    def reads(self) -> dict[str, tuple[int, int]]:
+        """What :meth:`write_reads` wrote last (empty when nothing was)."""
+        try:
+            doc = json.loads((self.directory / "reads.json").read_text(encoding="utf-8"))
+            return {str(p): (segments.parse(str(v["end"])), _micros(dt.datetime.fromisoformat(str(v["enqueuedTime"]))))
+                    for p, v in doc.items()}  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
     def files(self) -> list[Path]:
         """The trigger files, oldest first."""
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+        return sorted(p for p in self.directory.iterdir() if p.suffix == ".json" and p.stem.isdigit())
 
     def reports(self, last: int | None = None) -> list[LagReport]:
         """The reports of the last ``last`` triggers (all kept ones: None), oldest first; a file that cannot

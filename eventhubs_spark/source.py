@@ -591,10 +591,17 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _watch_batches(self, driver: QueryDriver) -> None:
         """While the query's driver lives: say by name each partition whose range a running batch has not read
-        within eventhubs.lag.stalledAfter (such a batch never reaches the next trigger's lag figures)."""
+        within eventhubs.lag.stalledAfter (such a batch never reaches the next trigger's lag figures); and keep
+        the times of what the tasks read in the lag files' reads.json, for the command."""
         every = min(10.0, max(0.5, self._lag.stalled_after / 4))
+        written: dict[str, tuple[int, int]] = {}
         while self._driver is driver:
             time.sleep(every)
+            reads = self._lag.known_reads()
+            if self._lag_files is not None and reads != written:
+                with contextlib.suppress(OSError):
+                    self._lag_files.write_reads(reads)
+                    written = reads
             stalled: dict[str, str] = {}
             for partition, start, end, waited in self._lag.overdue():
                 why = self._stall_cause(partition) or (

@@ -64,7 +64,9 @@ def test_events_behind_are_exact_and_seconds_come_from_the_last_event_an_executo
 def test_seconds_are_unknown_until_a_read_ends_where_the_query_stands_then_exact():
     lag, _ = tracker()
     infos = {"0": info("0", 100, at(10))}
-    assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds is None  # restarted from a checkpoint
+    unknown = lag.observe({"0": 40, "1": 5}, {**infos, "1": info("1", 5, at(3))}, True)
+    assert unknown.partitions["0"].seconds is None  # restarted from a checkpoint: no read seen yet
+    assert unknown.summary()["maxSecondsBehindLatest"] is None  # not 0 s: partition 1's figure alone says too little
     lag.read("0", 30, micros(at(1)))  # an older range's report says nothing of position 40
     assert lag.observe({"0": 40}, infos, True).partitions["0"].seconds is None
     lag.read("0", 40, micros(at(4)))
@@ -143,6 +145,10 @@ def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
     assert files.directory == tmp_path / "eventhubs-lag" / "hub"
     (back,) = files.reports()
     assert back == report and back.to_json() == json.loads(json.dumps(report.to_json()))
+    assert files.reads() == {}
+    files.write_reads({"0": (5, micros(at(2))), "1": (segments.pack(3, 7), micros(at(4)))})
+    assert files.reads() == {"0": (5, micros(at(2))), "1": (segments.pack(3, 7), micros(at(4)))}
+    assert len(files.reports()) == 1  # reads.json is no trigger's file
     for i in range(KEEP_FILES + 5):
         files.write(LagReport("hub", at(i), report.partitions))
     kept = files.reports()
