@@ -31,11 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .ranges import DriverAddress, QueryKey
-from .sealed import RefusedError, client_handshake, server_handshake
+from .sealed import RefusedError, SealedSocket, client_handshake, server_handshake
 
 _LOG = logging.getLogger("eventhubs_spark")
 
 MAX_MESSAGE = 64 * 1024
+KEPT_IDLE = 600.0  # seconds the driver keeps an idle kept connection (ask_kept) open
 _SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 
 Handler = Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -82,6 +83,7 @@ class DriverChannel:
         self.port = int(self._server.getsockname()[1])
         self._address = DriverAddress(host_addresses(), self.port)  # looked up once: names may be slow
         self.refused = 0
+        self.accepted = 0  # connections taken (a kept one counts once however many messages it carries)
         self._closed = threading.Event()
         threading.Thread(target=self._accept, name="eventhubs-driver-channel", daemon=True).start()
 
@@ -101,6 +103,7 @@ class DriverChannel:
                 continue
             except OSError:
                 return
+            self.accepted += 1
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
@@ -115,14 +118,26 @@ class DriverChannel:
             except OSError as exc:
                 _LOG.debug("eventhubs: driver channel: a connection from %s ended: %s", peer[0], exc)
                 return
-            try:
-                message = json.loads(sealed.recv_frame().decode("utf-8"))
-                if not isinstance(message, dict):
-                    raise ValueError("a message is a JSON object")
-                answer = self.handle(message) or {}
-                sealed.send_frame(json.dumps(answer).encode("utf-8"))
-            except (OSError, ValueError) as exc:
-                _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+            first = True
+            while not self._closed.is_set():  # a kept connection (see ask_kept) sends message after message
+                try:
+                    frame = sealed.recv_frame()
+                except (OSError, ValueError) as exc:
+                    if first:
+                        _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+                    return  # the other end closed it, or it stayed idle past KEPT_IDLE
+                try:
+                    message = json.loads(frame.decode("utf-8"))
+                    if not isinstance(message, dict):
+                        raise ValueError("a message is a JSON object")
+                    answer = self.handle(message) or {}
+                    sealed.send_frame(json.dumps(answer).encode("utf-8"))
+                except (OSError, ValueError) as exc:
+                    _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+                    return
+                if first:
+                    first = False
+                    sealed.settimeout(KEPT_IDLE)
 
 
 def ask(
@@ -147,6 +162,56 @@ def ask(
             return None
         except (OSError, ValueError):
             continue  # not reachable at this address: the next one
+    return None
+
+
+# this process's kept connections to query drivers, by (host, port, query, key): proven with that very key
+_KEPT: dict[tuple[str, int, str, int], SealedSocket] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def ask_kept(
+    driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
+) -> dict[str, Any] | None:
+    """:func:`ask` over a connection this process keeps to the query's driver, made (and proven) once: what a
+    task says after every range (its reads, for the lag figures) then costs a sealed frame each way, not a
+    connection and a handshake. A kept connection that broke (the driver closed it idle, or restarted) is
+    made again once; None when the driver cannot be reached (never raises)."""
+    if driver is None or query is None:
+        return None
+    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(payload) > MAX_MESSAGE:
+        raise ValueError(f"a message to the driver of {len(payload)} bytes")
+    with _KEPT_LOCK:  # tasks of one worker come one after another; a second thread waits its turn
+        proof = hash(query.key.reveal())
+        for key in [k for k in _KEPT if k[1:] == (driver.port, query.query, proof)]:
+            sealed = _KEPT.pop(key)
+            try:
+                sealed.settimeout(timeout)
+                sealed.send_frame(payload)
+                answer = json.loads(sealed.recv_frame().decode("utf-8"))
+                _KEPT[key] = sealed
+                return answer if isinstance(answer, dict) else None
+            except (OSError, ValueError):
+                sealed.close()  # broken: made again below
+        for host in driver.hosts:
+            try:
+                sock = socket.create_connection((host, driver.port), timeout=timeout)
+            except OSError:
+                continue  # not reachable at this address: the next one
+            try:
+                sealed = client_handshake(sock, query)
+                sealed.send_frame(payload)
+                answer = json.loads(sealed.recv_frame().decode("utf-8"))
+            except RefusedError as exc:
+                sock.close()
+                _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
+                return None
+            except (OSError, ValueError):
+                sock.close()
+                continue
+            _KEPT[(host, driver.port, query.query, proof)] = sealed
+            return answer if isinstance(answer, dict) else None
     return None
 
 

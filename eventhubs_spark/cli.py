@@ -391,11 +391,14 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
 
 # -- lag ---------------------------------------------------------------------------------------------
-def lag_report(options: dict[str, str], checkpoint_location: str, now: float | None = None) -> dict[str, Any]:
+def lag_report(
+    options: dict[str, str], checkpoint_location: str, storage: str | None = None, now: float | None = None
+) -> dict[str, Any]:
     """How far behind a query is now, per partition: where its Spark checkpoint's last committed batch left each
     partition, the partition's latest event (asked of the hub now), the lag in events and in time, the age of
     the last commit, and stalled partitions (as its driver last called them in the lag files, or events waiting
-    with no batch committed for ``eventhubs.lag.stalledAfter``)."""
+    with no batch committed for ``eventhubs.lag.stalledAfter``). ``storage``: a storage account's connection
+    string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``)."""
     from . import segments
     from .executor import runtime
     from .lag import LagFiles, LagTracker, last_commit
@@ -403,11 +406,12 @@ def lag_report(options: dict[str, str], checkpoint_location: str, now: float | N
 
     typed = read_options(options, STREAM)
     hub = typed.settings.hub
-    commit = last_commit(checkpoint_location, hub)
+    folder = checkpoint_folder(checkpoint_location, storage)
+    commit = last_commit(folder, hub)
     management = runtime.current().management(typed.settings, typed.operation_timeout)
     infos = management.partition_properties(management.partition_ids())
     committed = dict(commit.positions) if commit else {}
-    files = LagFiles(checkpoint_location, hub)
+    files = LagFiles(checkpoint_location, hub, folder)
     recent = files.reports(last=10)
     tracker = LagTracker(hub)
     said: dict[str, str | None] = {}
@@ -444,6 +448,25 @@ def lag_report(options: dict[str, str], checkpoint_location: str, now: float | N
         **summary,
         "partitions": partitions,
     }
+
+
+def checkpoint_folder(location: str, storage: str | None = None) -> Any:
+    """A checkpoint location to read: a local path (``file:``, ``dbfs:/`` through ``/dbfs``), or one in Azure
+    Storage read with ``storage`` (a connection string): ``abfss://container@account.dfs.core.windows.net/path``,
+    ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.core.windows.net/container/
+    path``, or Azurite's ``http://127.0.0.1:10000/devstoreaccount1/container/path``."""
+    from .checkpoints.blob import BlobFolder, blob_location
+    from .lag import LocalFolder
+
+    try:
+        return LocalFolder(location)
+    except ValueError:
+        pass
+    container, prefix = blob_location(location)
+    if not storage:
+        raise ValueError(f"{location!r} is in Azure Storage: pass --storage-connection-string (or set "
+                         "CHECKPOINT_STORE_CONNECTION_STRING) for its account")  # fmt: skip
+    return BlobFolder.from_connection_string(storage, container, prefix, location)
 
 
 def _lag_text(report: dict[str, Any]) -> str:
@@ -494,10 +517,11 @@ def _lag(args: argparse.Namespace) -> int:
     )
     if not location:
         raise SystemExit("error: pass --checkpoint-location (the query's Spark checkpoint location)")
+    storage = args.storage_connection_string or os.environ.get("CHECKPOINT_STORE_CONNECTION_STRING")
     shown = 0
     while True:
         try:
-            report = lag_report(options, location)
+            report = lag_report(options, location, storage)
         except (OptionError, ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -558,8 +582,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "writes there (with eventhubs.checkpointLocation), asks the hub for each partition's latest event, and "
         "prints the lag in events and in time, the last commit's age and any stalled partition.",
     )
-    lag.add_argument("--checkpoint-location", help="the query's checkpoint location (a local path, file: or dbfs:/)")
+    lag.add_argument("--checkpoint-location", help="the query's checkpoint location: a local path, file:, dbfs:/, or "
+                     "Azure Storage (abfss://, wasbs://, https://)")  # fmt: skip
     lag.add_argument("--connection-string", help="Event Hubs, with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    lag.add_argument("--storage-connection-string", help="for a checkpoint location in Azure Storage (abfss://, "
+                     "wasbs://, https://; default: $CHECKPOINT_STORE_CONNECTION_STRING)")  # fmt: skip
     lag.add_argument("--options", help="a JSON file of the options the query was started with (conf/*.json)")
     lag.add_argument("--option", action="append", metavar="KEY=VALUE", help="an option of the query (repeatable)")
     lag.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import segments
 from .partitions import PartitionInfo
@@ -312,13 +312,58 @@ class LagTracker:
         return out
 
 
+class Folder(Protocol):
+    """Where a checkpoint location's files are read from: a local folder, or blobs under a prefix
+    (:class:`eventhubs_spark.checkpoints.blob.BlobFolder`), so the command reads either alike."""
+
+    where: str
+
+    def names(self, sub: str) -> list[str]:
+        """The files directly in folder ``sub`` (``a/b``), by name; empty when there is none."""
+        ...
+
+    def text(self, path: str) -> str:
+        """A file's text (OSError when it cannot be read)."""
+        ...
+
+    def modified(self, path: str) -> dt.datetime:
+        """When a file was last written."""
+        ...
+
+
+class LocalFolder:
+    """A checkpoint location on a path this process can open (:func:`local_path`)."""
+
+    def __init__(self, location: str) -> None:
+        self.where = location
+        self.root = Path(local_path(location))
+
+    def names(self, sub: str) -> list[str]:
+        folder = self.root / sub
+        return [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+
+    def text(self, path: str) -> str:
+        return (self.root / path).read_text(encoding="utf-8")
+
+    def modified(self, path: str) -> dt.datetime:
+        return dt.datetime.fromtimestamp((self.root / path).stat().st_mtime, UTC)
+
+
 class LagFiles:
     """A stream's lag figures, a small JSON file per trigger under ``<checkpoint location>/eventhubs-lag/
     <hub>/``, the newest :data:`KEEP_FILES` kept. Written whole (a temporary file renamed), so a reader
     never sees half of one."""
 
-    def __init__(self, checkpoint_location: str, hub: str) -> None:
-        self.directory = Path(local_path(checkpoint_location)) / FILE_DIRECTORY / hub
+    def __init__(self, checkpoint_location: str, hub: str, folder: Folder | None = None) -> None:
+        """``folder``: where to read them from (default: the location as a local path, where they are written)."""
+        self.location = checkpoint_location
+        self.folder: Folder = folder if folder is not None else LocalFolder(checkpoint_location)
+        self._sub = f"{FILE_DIRECTORY}/{hub}"
+
+    @property
+    def directory(self) -> Path:
+        """Where the driver writes them (a local path)."""
+        return Path(local_path(self.location)) / self._sub
 
     def write(self, report: LagReport) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -349,25 +394,30 @@ class LagFiles:
     def reads(self) -> dict[str, tuple[int, int]]:
         """What :meth:`write_reads` wrote last (empty when nothing was)."""
         try:
-            doc = json.loads((self.directory / "reads.json").read_text(encoding="utf-8"))
+            doc = json.loads(self.folder.text(f"{self._sub}/reads.json"))
             return {str(p): (segments.parse(str(v["end"])), _micros(dt.datetime.fromisoformat(str(v["enqueuedTime"]))))
                     for p, v in doc.items()}  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
     def files(self) -> list[Path]:
-        """The trigger files, oldest first."""
+        """The trigger files (written here), oldest first."""
         if not self.directory.is_dir():
             return []
         return sorted(p for p in self.directory.iterdir() if p.suffix == ".json" and p.stem.isdigit())
+
+    def names(self) -> list[str]:
+        """The trigger files' names in the folder read from, oldest first."""
+        return sorted(n for n in self.folder.names(self._sub) if n.endswith(".json") and n[:-5].isdigit())
 
     def reports(self, last: int | None = None) -> list[LagReport]:
         """The reports of the last ``last`` triggers (all kept ones: None), oldest first; a file that cannot
         be read (removed meanwhile) is passed over."""
         out = []
-        for path in self.files()[-last:] if last else self.files():
+        names = self.names()
+        for name in names[-last:] if last else names:
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                out.append(LagReport.from_json(json.loads(path.read_text(encoding="utf-8"))))
+                out.append(LagReport.from_json(json.loads(self.folder.text(f"{self._sub}/{name}"))))
         return out
 
 
@@ -381,33 +431,30 @@ class SparkCommit:
     committed_at: dt.datetime
 
 
-def last_commit(checkpoint_location: str, hub: str) -> SparkCommit | None:
+def last_commit(folder: Folder, hub: str) -> SparkCommit | None:
     """The last batch Spark committed (``commits/N``) and this hub's end offset in it (``offsets/N``: a version
     line, the batch's metadata, then one line per source; ours is ``{"<hub>": {"<partition>": <position>}}``).
     None when no batch has been committed yet. A location of another hub's query raises ValueError."""
-    root = Path(local_path(checkpoint_location))
-    commits = sorted((int(p.name), p) for p in (root / "commits").glob("*") if p.name.isdigit())
-    if not commits:
-        if not root.is_dir():
-            raise ValueError(f"no Spark checkpoint at {checkpoint_location!r}: the folder does not exist")
+    batches = sorted(int(n) for n in folder.names("commits") if n.isdigit())
+    if not batches:
+        if not folder.names("offsets") and not folder.names(""):
+            raise ValueError(f"no Spark checkpoint at {folder.where!r}: nothing is there")
         return None
-    batch, commit = commits[-1]
-    lines = (root / "offsets" / str(batch)).read_text(encoding="utf-8").splitlines()
+    batch = batches[-1]
     hubs: list[str] = []
-    for line in lines[2:]:
+    for line in folder.text(f"offsets/{batch}").splitlines()[2:]:
         try:
             doc = json.loads(line)
         except ValueError:
             continue  # "-": a source without an offset in this batch
         if not isinstance(doc, dict):
             continue
-        hubs.extend(str(k) for k in doc)
+        hubs.extend(str(k) for k in doc if not str(k).startswith("@"))
         found = {str(k).lower(): v for k, v in doc.items()}.get(hub.lower())
         if isinstance(found, dict):
             positions = {str(p): segments.parse(str(v)) for p, v in found.items()}
-            stamp = dt.datetime.fromtimestamp(commit.stat().st_mtime, UTC)
-            return SparkCommit(batch, positions, stamp)
-    raise ValueError(f"the checkpoint at {checkpoint_location!r} is of a query reading {sorted(hubs) or 'no hub'}, "
+            return SparkCommit(batch, positions, folder.modified(f"commits/{batch}"))
+    raise ValueError(f"the checkpoint at {folder.where!r} is of a query reading {sorted(hubs) or 'no hub'}, "
                      f"not {hub!r}: name the hub its query reads (EntityPath or eventhubs.name)")  # fmt: skip
 
 

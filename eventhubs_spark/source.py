@@ -131,7 +131,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     if done and first is not None and first.driver is not None:
         # The stream's driver works out how far behind the query is in time from each range's last event
         # (lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
-        channel.ask(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
+        channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
 
 
 _ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")

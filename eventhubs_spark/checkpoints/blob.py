@@ -183,3 +183,69 @@ class BlobCheckpointStore(CheckpointStore):
             return
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items))) as pool:
             list(pool.map(self.update_checkpoint, items))
+
+
+def blob_location(location: str) -> tuple[str, str]:
+    """The container and the path inside it of a location in Azure Storage: ``abfss://container@account.dfs.
+    core.windows.net/path``, ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.
+    core.windows.net/container/path``, or a path-style one (Azurite: ``http://127.0.0.1:10000/account/container/
+    path``). Anything else raises ValueError with an example."""
+    from urllib.parse import urlsplit
+
+    example = "abfss://checkpoints@ACCOUNT.dfs.core.windows.net/orders"
+    parts = urlsplit(location)
+    path = [p for p in parts.path.split("/") if p]
+    if parts.scheme in ("abfss", "abfs", "wasbs", "wasb") and parts.username and parts.hostname:
+        return parts.username, "/".join(path)
+    if parts.scheme in ("https", "http") and parts.hostname:
+        host = parts.hostname
+        path_style = host in ("localhost", "127.0.0.1", "::1") or host.replace(".", "").isdigit()
+        if path_style:
+            path = path[1:]  # the account comes first
+        if path:
+            return path[0], "/".join(path[1:])
+    raise ValueError(f"{location!r} is not a checkpoint location this command can read: a local path, file:, "
+                     f"dbfs:/, or one in Azure Storage, e.g. {example}")  # fmt: skip
+
+
+class BlobFolder:
+    """A checkpoint location in Azure Storage, read blob by blob (``lag.Folder``): Spark keeps a checkpoint's
+    files as blobs named by their paths, on ADLS Gen2 (``abfss://``) as on plain blob storage."""
+
+    def __init__(self, container: Any, prefix: str, where: str) -> None:
+        self.container = container
+        self.prefix = prefix.strip("/")
+        self.where = where
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str, container: str, prefix: str, where: str) -> BlobFolder:
+        from azure.storage.blob import ContainerClient
+
+        client = ContainerClient.from_connection_string(connection_string, container, **_CLIENT_DEFAULTS)
+        return cls(client, prefix, where)
+
+    def _name(self, path: str) -> str:
+        return "/".join(p for p in (self.prefix, path.strip("/")) if p)
+
+    def names(self, sub: str) -> list[str]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        folder = self._name(sub)
+        start = f"{folder}/" if folder else ""
+        try:
+            return [b.name[len(start) :] for b in self.container.walk_blobs(name_starts_with=start, delimiter="/")
+                    if not b.name.endswith("/")]  # fmt: skip
+        except ResourceNotFoundError:
+            return []
+
+    def text(self, path: str) -> str:
+        from azure.core.exceptions import AzureError
+
+        try:
+            return bytes(self.container.download_blob(self._name(path)).readall()).decode("utf-8")
+        except AzureError as exc:
+            raise OSError(f"{self.where}: {path}: {exc}") from exc
+
+    def modified(self, path: str) -> dt.datetime:
+        when = self.container.get_blob_client(self._name(path)).get_blob_properties().last_modified
+        return when if isinstance(when, dt.datetime) else dt.datetime.now(dt.timezone.utc)

@@ -162,3 +162,28 @@ def test_a_service_dropped_as_unreachable_comes_back_only_when_the_driver_reache
     finally:
         alive.close()
         driver.close()
+
+
+def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_when_it_breaks():
+    reads: list[tuple[str, int, int]] = []
+    driver = QueryDriver("telemetry", bind="127.0.0.1", on_read=lambda *read: reads.append(read))
+    try:
+        where = driver.address()
+        for end in (10, 20, 30):
+            assert channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", end, 1000 + end]]}) == {
+                "ok": True
+            }
+        assert reads == [("3", 10, 1010), ("3", 20, 1020), ("3", 30, 1030)] and driver.channel.accepted == 1
+        for kept in channel._KEPT.values():  # as when the driver closed it idle
+            kept.close()
+        assert channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", 40, 1040], ["x"]]}) == {
+            "ok": True
+        }
+        assert (
+            reads[-1] == ("3", 40, 1040) and driver.channel.accepted == 2
+        )  # made again once; a malformed entry is passed over
+        wrong = QueryKey(driver.query.query, Secret("not-the-key"))
+        assert channel.ask_kept(where, wrong, {"kind": "read", "ranges": [["3", 50, 1]]}) is None
+        assert reads[-1] == ("3", 40, 1040)
+    finally:
+        driver.close()

@@ -155,6 +155,17 @@ def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
     assert len(kept) == KEEP_FILES and kept[-1].at == at(KEEP_FILES + 4)
 
 
+def test_checkpoint_locations_in_azure_storage_name_their_container_and_path():
+    from eventhubs_spark.checkpoints.blob import blob_location
+
+    assert blob_location("abfss://cp@acct.dfs.core.windows.net/queries/q1") == ("cp", "queries/q1")
+    assert blob_location("wasbs://cp@acct.blob.core.windows.net/q1/") == ("cp", "q1")
+    assert blob_location("https://acct.blob.core.windows.net/cp/queries/q1") == ("cp", "queries/q1")
+    assert blob_location("http://127.0.0.1:10000/devstoreaccount1/cp/q1") == ("cp", "q1")  # Azurite: path-style
+    with pytest.raises(ValueError, match=r"e.g. abfss://checkpoints@ACCOUNT"):
+        blob_location("s3://bucket/q1")
+
+
 def test_checkpoint_locations_the_driver_can_write_and_a_clear_error_for_others():
     assert local_path("/tmp/cp") == "/tmp/cp"
     assert local_path("file:///tmp/cp") == "/tmp/cp"
