@@ -44,6 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "generated at start for the listening address, 127.0.0.1, localhost and this machine's name",
     )
     parser.add_argument("--cert-key", metavar="KEY_FILE", help="the private key (PEM) of --cert")
+    parser.add_argument(
+        "--schema-registry-port", type=int, metavar="PORT",
+        help="also serve the namespace's Schema Registry over HTTPS (the REST API the official SDKs call; Entra ID "
+        "tokens only, checked with --entra) (0 picks a free port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--schema-group", action="append", default=[], metavar="NAME:FORMAT",
+        help="a schema group of the Schema Registry holding Avro, Json or Custom schemas, e.g. --schema-group "
+        "orders:Avro (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--config", help="the official Event Hubs emulator's Config.json")
     parser.add_argument(
         "--key",
@@ -152,7 +162,20 @@ def build(args: argparse.Namespace) -> Emulator:
     cert, key = getattr(args, "cert", None), getattr(args, "cert_key", None)
     if bool(cert) != bool(key):
         raise ValueError("--cert and --cert-key go together, e.g. --cert server.pem --cert-key server-key.pem")
+    groups: dict[str, str] = {}
+    for text in getattr(args, "schema_group", []):
+        name, sep, schema_format = text.partition(":")
+        if not sep or not name or schema_format.lower() not in ("avro", "json", "custom"):
+            raise ValueError(f"--schema-group {text!r}: expected NAME:FORMAT with Avro, Json or Custom, e.g. "
+                             "--schema-group orders:Avro")  # fmt: skip
+        groups[name] = schema_format
+    registry_port = getattr(args, "schema_registry_port", None)
+    if groups and registry_port is None:
+        raise ValueError("--schema-group needs --schema-registry-port, e.g. --schema-registry-port 0 "
+                         "--schema-group orders:Avro")  # fmt: skip
     network: dict[str, Any] = {
+        "schema_registry_port": registry_port,
+        "schema_groups": groups,
         "tls_port": getattr(args, "tls_port", None),
         "websocket_port": getattr(args, "websocket_port", None),
         "certificate": (cert, key) if cert else None,
@@ -219,6 +242,11 @@ def serve(emulator: Emulator) -> int:
             print(f"  AMQP over WebSockets on {emulator.host}:{server.websocket_port}: eventhubs.transportType="
                   f"amqpWebSockets eventhubs.customEndpointAddress={emulator.websocket_endpoint}",
                   flush=True)  # fmt: skip
+    if emulator.registry_server is not None:
+        print(f"Schema Registry on https://{emulator.schema_registry_namespace} (groups "
+              f"{', '.join(emulator.schema_registry.groups()) or 'none'}): SchemaRegistryClient("
+              f"fully_qualified_namespace={emulator.schema_registry_namespace!r}, credential), trusting "
+              f"{emulator.ca_file}", flush=True)  # fmt: skip
     entra = getattr(emulator, "entra", None)
     if entra is not None:
         secret = entra.clients["local-app"].secret

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from .broker import Broker
 from .config import DEFAULT_CONSUMER_GROUP, EmulatorConfig, HubConfig
 from .metering import Meter
+from .registry import RegistryServer, SchemaRegistry
 from .server import Server
 from .tls import Certificate, generate
 
@@ -49,6 +50,8 @@ class Emulator:
         geo_replicated: bool = False,
         promote_every: float | None = None,
         promote_lose: int = 0,
+        schema_registry_port: int | None = None,
+        schema_groups: Mapping[str, str] | None = None,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
         ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
@@ -67,7 +70,11 @@ class Emulator:
         ``detach_condition`` (``amqp:link:detach-forced`` or ``com.microsoft:timeout``);
         ``black_hole_every`` seconds every open connection stops answering for ``black_hole_seconds``.
         ``geo_replicated`` makes every hub geo-replicated (:meth:`add_hub`); ``promote_every`` seconds each
-        geo-replicated hub is promoted, losing its partitions' last ``promote_lose`` events (:meth:`promote`)."""
+        geo-replicated hub is promoted, losing its partitions' last ``promote_lose`` events (:meth:`promote`).
+
+        ``schema_registry_port`` serves the namespace's Schema Registry over HTTPS (:mod:`.registry`; 0: a free
+        port) with the same certificate, its tokens checked by ``token_verifier``; ``schema_groups`` (name ->
+        Avro, Json or Custom) are there from the start (:meth:`add_schema_group` adds more)."""
         # made here so that a bad count fails the constructor (Meter checks it), not the emulator's thread
         self._meter = Meter(throughput_units, burst_seconds) if throughput_units is not None else None
         self.burst_seconds = burst_seconds
@@ -104,6 +111,11 @@ class Emulator:
         for hub in self.config.hubs:
             self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds,
                                 hub.geo_replicated or geo_replicated)  # fmt: skip
+        self.schema_registry = SchemaRegistry()
+        for group, schema_format in (schema_groups or {}).items():
+            self.schema_registry.add_group(group, schema_format)
+        self._registry_port = schema_registry_port
+        self.registry_server: RegistryServer | None = None
         self.server: Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -122,7 +134,8 @@ class Emulator:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-        if self.certificate is None and (self._tls_port is not None or self._websocket_port is not None):
+        tls = (self._tls_port, self._websocket_port, self._registry_port)
+        if self.certificate is None and any(port is not None for port in tls):
             try:
                 self.certificate = generate(self.host)
             except Exception as exc:
@@ -159,6 +172,10 @@ class Emulator:
             )
         try:
             loop.run_until_complete(self.server.start())
+            if self._registry_port is not None and self.certificate is not None:
+                self.registry_server = RegistryServer(self.schema_registry, self.certificate.cert_file,
+                                                      self.certificate.key_file, self.host, self._registry_port,
+                                                      self.token_verifier)  # fmt: skip
         except Exception as exc:
             ready.set_exception(exc)
             loop.close()
@@ -174,6 +191,9 @@ class Emulator:
             loop.close()
 
     def stop(self) -> None:
+        if self.registry_server is not None:
+            self.registry_server.stop()
+            self.registry_server = None
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
@@ -234,10 +254,24 @@ class Emulator:
         return f"sb://{self.client_host}:{self.websocket_port}"
 
     @property
+    def schema_registry_namespace(self) -> str:
+        """What a Schema Registry client takes as the namespace (``SchemaRegistryClient(fully_qualified_namespace=
+        ...)``): the registry's ``host:port``, trusted with :attr:`ca_file`."""
+        if self.registry_server is None:
+            raise RuntimeError("the emulator serves no Schema Registry: start it with schema_registry_port=0")
+        return f"{self.client_host}:{self.registry_server.port}"
+
+    def add_schema_group(self, name: str, schema_format: str = "Avro") -> None:
+        """Create a schema group (as the portal does) holding Avro, Json or Custom schemas."""
+        self.schema_registry.add_group(name, schema_format)
+
+    @property
     def ca_file(self) -> str:
         """The certificate the TLS listeners present, for the SDK's ``connection_verify``."""
         if self.certificate is None:
-            raise RuntimeError("the emulator serves no TLS: start it with tls_port=0 or websocket_port=0")
+            raise RuntimeError(
+                "the emulator serves no TLS: start it with tls_port=0, websocket_port=0 or schema_registry_port=0"
+            )
         return self.certificate.ca_file
 
     def connection_string(
