@@ -140,6 +140,43 @@ class DriverChannel:
                     sealed.settimeout(KEPT_IDLE)
 
 
+def _payload(message: dict[str, Any]) -> bytes:
+    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    if len(payload) > MAX_MESSAGE:
+        raise ValueError(f"a message to the driver of {len(payload)} bytes")
+    return payload
+
+
+def _exchange(sealed: SealedSocket, payload: bytes) -> dict[str, Any] | None:
+    """One message and its answer on a proven connection (OSError, ValueError when it broke)."""
+    sealed.send_frame(payload)
+    answer = json.loads(sealed.recv_frame().decode("utf-8"))
+    return answer if isinstance(answer, dict) else None
+
+
+class _Refused(Exception):
+    """The driver refused this process: no other address will do better."""
+
+
+def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[str, SealedSocket] | None:
+    """A proven connection to the driver at the first of its addresses that answers; None when none does.
+    Raises :class:`_Refused` (after saying so) when the driver refuses the query's proof."""
+    for host in driver.hosts:
+        try:
+            sock = socket.create_connection((host, driver.port), timeout=timeout)
+        except OSError:
+            continue  # not reachable at this address: the next one
+        try:
+            return host, client_handshake(sock, query)
+        except RefusedError as exc:
+            sock.close()
+            _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
+            raise _Refused from exc
+        except OSError:
+            sock.close()
+    return None
+
+
 def ask(
     driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
 ) -> dict[str, Any] | None:
@@ -147,21 +184,21 @@ def ask(
     refused (never raises). ``timeout``: for connecting, and for the answer."""
     if driver is None or query is None:
         return None
-    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    if len(payload) > MAX_MESSAGE:
-        raise ValueError(f"a message to the driver of {len(payload)} bytes")
+    payload = _payload(message)
     for host in driver.hosts:
         try:
-            with socket.create_connection((host, driver.port), timeout=timeout) as sock:
-                sealed = client_handshake(sock, query)
-                sealed.send_frame(payload)
-                answer = json.loads(sealed.recv_frame().decode("utf-8"))
-                return answer if isinstance(answer, dict) else None
-        except RefusedError as exc:
-            _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
+            connected = _connect(DriverAddress((host,), driver.port), query, timeout)
+        except _Refused:
             return None
-        except (OSError, ValueError):
+        if connected is None:
             continue  # not reachable at this address: the next one
+        sealed = connected[1]
+        try:
+            return _exchange(sealed, payload)
+        except (OSError, ValueError):
+            continue
+        finally:
+            sealed.close()
     return None
 
 
@@ -179,40 +216,32 @@ def ask_kept(
     made again once; None when the driver cannot be reached (never raises)."""
     if driver is None or query is None:
         return None
-    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    if len(payload) > MAX_MESSAGE:
-        raise ValueError(f"a message to the driver of {len(payload)} bytes")
+    payload = _payload(message)
+    proof = hash(query.key.reveal())
     with _KEPT_LOCK:  # tasks of one worker come one after another; a second thread waits its turn
-        proof = hash(query.key.reveal())
         for key in [k for k in _KEPT if k[1:] == (driver.port, query.query, proof)]:
             sealed = _KEPT.pop(key)
             try:
                 sealed.settimeout(timeout)
-                sealed.send_frame(payload)
-                answer = json.loads(sealed.recv_frame().decode("utf-8"))
+                answer = _exchange(sealed, payload)
                 _KEPT[key] = sealed
-                return answer if isinstance(answer, dict) else None
+                return answer
             except (OSError, ValueError):
                 sealed.close()  # broken: made again below
-        for host in driver.hosts:
-            try:
-                sock = socket.create_connection((host, driver.port), timeout=timeout)
-            except OSError:
-                continue  # not reachable at this address: the next one
-            try:
-                sealed = client_handshake(sock, query)
-                sealed.send_frame(payload)
-                answer = json.loads(sealed.recv_frame().decode("utf-8"))
-            except RefusedError as exc:
-                sock.close()
-                _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
-                return None
-            except (OSError, ValueError):
-                sock.close()
-                continue
-            _KEPT[(host, driver.port, query.query, proof)] = sealed
-            return answer if isinstance(answer, dict) else None
-    return None
+        try:
+            connected = _connect(driver, query, timeout)
+        except _Refused:
+            return None
+        if connected is None:
+            return None
+        host, sealed = connected
+        try:
+            answer = _exchange(sealed, payload)
+        except (OSError, ValueError):
+            sealed.close()
+            return None
+        _KEPT[(host, driver.port, query.query, proof)] = sealed
+        return answer
 
 
 def tell(driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from .channel import DriverChannel
 from .executor.place import executor_pid, jvm_name
+from .partitions import by_number
 from .placement import homes
 from .ranges import DriverAddress, Home, QueryKey, new_query_key
 
@@ -75,7 +76,7 @@ class QueryDriver:
     def homes(self, partitions: Iterable[str]) -> dict[str, Home]:
         """Each partition's home over the live services (empty while none is known)."""
         with self._cond:
-            self._partitions = sorted(set(partitions) | set(self._partitions), key=_by_number)
+            self._partitions = sorted(set(partitions) | set(self._partitions), key=by_number)
         live = {home.executor: home for home in self.live()}
         return {p: live[e] for p, e in homes(self.hub, self._partitions, live).items()}
 
@@ -199,7 +200,3 @@ def _reaches(home: Home) -> bool:
         except OSError:
             continue
     return False
-
-
-def _by_number(partition: str) -> tuple[int, str]:
-    return (int(partition), partition) if partition.isdigit() else (1 << 62, partition)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import segments
-from .partitions import PartitionInfo
+from .partitions import PartitionInfo, by_number
 
 UTC = dt.timezone.utc
 KEEP_FILES = 100  # trigger files kept per hub (Spark keeps 100 batches of its own logs by default)
@@ -105,6 +105,10 @@ class LagReport:
     at: dt.datetime
     partitions: Mapping[str, PartitionLag]
 
+    def ordered(self) -> list[tuple[str, PartitionLag]]:
+        """The partitions' figures in partition order."""
+        return sorted(self.partitions.items(), key=lambda kv: by_number(kv[0]))
+
     def summary(self) -> dict[str, Any]:
         """``avg/max/minOffsetsBehindLatest`` as the Kafka source names them (events here), the same in
         seconds (None while any partition's time is unknown), and the stalled partitions."""
@@ -120,12 +124,12 @@ class LagReport:
             "maxSecondsBehindLatest": round(max(seconds), 6) if seconds else None,
             "minSecondsBehindLatest": round(min(seconds), 6) if seconds else None,
         }
-        out["stalledPartitions"] = sorted((p for p, v in self.partitions.items() if v.stalled), key=_by_number)
+        out["stalledPartitions"] = sorted((p for p, v in self.partitions.items() if v.stalled), key=by_number)
         return out
 
     def progress(self) -> dict[str, Any]:
         """What a progress report carries: the summary, and each partition's events and seconds behind."""
-        ordered = sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
+        ordered = self.ordered()
         return {
             **self.summary(),
             "eventsBehindLatest": {p: v.events for p, v in ordered},
@@ -137,9 +141,7 @@ class LagReport:
             "hub": self.hub,
             "time": self.at.isoformat(),
             **self.summary(),
-            "partitions": {
-                p: v.to_json() for p, v in sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
-            },
+            "partitions": {p: v.to_json() for p, v in self.ordered()},
         }
 
     @classmethod
@@ -155,7 +157,7 @@ class LagReport:
         s = self.summary()
         behind = ", ".join(
             f"{p}:{v.events}" + ("" if v.seconds is None else f"/{v.seconds:.1f}s")
-            for p, v in sorted(self.partitions.items(), key=lambda kv: _by_number(kv[0]))
+            for p, v in self.ordered()
             if v.events
         )
         seconds = "unknown" if s["maxSecondsBehindLatest"] is None else f"{s['maxSecondsBehindLatest']:.3f}s"
@@ -370,11 +372,8 @@ class LagFiles:
         stamp = _micros(report.at)
         while (self.directory / f"{stamp:017d}.json").exists():  # two triggers in one microsecond: both kept
             stamp += 1
-        name = f"{stamp:017d}.json"
-        path = self.directory / name
-        temporary = self.directory / f".{name}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(report.to_json(), indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(temporary, path)
+        path = self.directory / f"{stamp:017d}.json"
+        _write_whole(path, json.dumps(report.to_json(), indent=1, sort_keys=True))
         for old in self.files()[:-KEEP_FILES]:
             with contextlib.suppress(OSError):
                 old.unlink()
@@ -385,11 +384,9 @@ class LagFiles:
         (``reads.json``): what the next trigger's file would say, for a command that looks before it comes
         (or after the query stopped)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.directory / f".reads.{os.getpid()}.tmp"
         doc = {p: {"end": segments.show(end), "enqueuedTime": _time(micros).isoformat()}  # type: ignore[union-attr]
                for p, (end, micros) in sorted(reads.items())}  # fmt: skip
-        temporary.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
-        os.replace(temporary, self.directory / "reads.json")
+        _write_whole(self.directory / "reads.json", json.dumps(doc, sort_keys=True))
 
     def reads(self) -> dict[str, tuple[int, int]]:
         """What :meth:`write_reads` wrote last (empty when nothing was)."""
@@ -458,6 +455,13 @@ def last_commit(folder: Folder, hub: str) -> SparkCommit | None:
                      f"not {hub!r}: name the hub its query reads (EntityPath or eventhubs.name)")  # fmt: skip
 
 
+def _write_whole(path: Path, text: str) -> None:
+    """Write a file so a reader sees the old one or the new one, never half (a temporary file renamed)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def local_path(location: str) -> str:
     """A checkpoint location as a path this process can open: a local path or ``file:`` URI as it is, and
     Databricks' ``dbfs:/x`` as its FUSE mount ``/dbfs/x``. Others (``abfss://``, ``s3://``) raise ValueError:
@@ -472,7 +476,3 @@ def local_path(location: str) -> str:
         raise ValueError(f"{location!r} is not a local path: the lag files are written by the driver's Python "
                          "process, which reaches local paths, file: URIs and dbfs:/ (through /dbfs) only")  # fmt: skip
     return location
-
-
-def _by_number(partition: str) -> tuple[int, str]:
-    return (int(partition), partition) if partition.isdigit() else (1 << 62, partition)

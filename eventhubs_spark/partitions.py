@@ -37,6 +37,11 @@ class PartitionInfo:
         return self.last_enqueued_sequence_number + 1
 
 
+def by_number(partition: str) -> tuple[int, str]:
+    """Sort key for partition ids: by number (the service's ids are "0", "1", ...), anything else after."""
+    return (int(partition), partition) if partition.isdigit() else (1 << 62, partition)
+
+
 class PartitionMetadata(Protocol):
     """Where planning learns a hub's partitions and their properties."""
 
