@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -416,11 +417,15 @@ class Emulator:
         connections are served. How many connections it holed."""
         return self._call(lambda: self._server().black_hole(seconds))
 
-    def set_throughput_units(self, units: int | None, burst_seconds: float | None = None) -> None:
+    def set_throughput_units(
+        self, units: int | None, burst_seconds: float | None = None, clock: Callable[[], float] | None = None
+    ) -> None:
         """Scale the namespace now, as on the portal's Scale page (None: unmetered); the running totals
-        start full."""
+        start full. ``clock``: the allowances' clock (default: monotonic time), e.g. one held still so a test
+        of the ingress rule does not depend on how fast the machine sends."""
         burst = self.burst_seconds if burst_seconds is None else burst_seconds
-        meter = Meter(units, burst) if units is not None else None  # Meter refuses a count below 1
+        # Meter refuses a count below 1
+        meter = Meter(units, burst, clock or time.monotonic) if units is not None else None
 
         def apply() -> None:
             self._server().meter = meter
