@@ -269,7 +269,8 @@ def _handler(entra: LocalEntra) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
-            if self.path.rstrip("/").endswith("/oauth2/v2.0/token") and form.get("grant_type") == "client_credentials":
+            path = urllib.parse.urlparse(self.path).path  # MSAL for Node adds ?client-request-id=... to the URL
+            if path.rstrip("/").endswith("/oauth2/v2.0/token") and form.get("grant_type") == "client_credentials":
                 self._reply(*entra._client_credentials(form))
                 return
             self._reply(400, {"error": "unsupported_grant_type"})

@@ -48,19 +48,20 @@ class Projection:
     spelling. Python data sources get no column pruning from Spark, so this is how a query that needs only the
     body spares Spark the other columns (the JVM takes every column of every batch, maps included)."""
 
-    indexes: tuple[int, ...]  # each column's place in ARROW_SCHEMA
+    indexes: tuple[int, ...]  # each column's place in the source's schema
     names: tuple[str, ...]  # as the query spelt them (Spark matches names regardless of case)
+    source: pa.Schema = ARROW_SCHEMA  # the source's own columns (with eventhubs.avro.*, value after the others)
 
     @functools.cached_property
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([ARROW_SCHEMA.field(i).with_name(n) for i, n in zip(self.indexes, self.names, strict=True)])
+        return pa.schema([self.source.field(i).with_name(n) for i, n in zip(self.indexes, self.names, strict=True)])
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch's columns the query asked for (no copy)."""
         return pa.RecordBatch.from_arrays([batch.column(i) for i in self.indexes], schema=self.arrow_schema)
 
 
-def projection(schema: Any) -> Projection | None:
+def projection(schema: Any, source: pa.Schema = ARROW_SCHEMA) -> Projection | None:
     """The columns of ``schema`` (the query's, or the source's own when it gave none: then None), checked
     against the source's: each one of them by name (any case), of the same type, nullable, once. A mistake
     raises an :class:`OptionError` that names the column and shows a schema that works."""
@@ -68,7 +69,7 @@ def projection(schema: Any) -> Projection | None:
 
     if schema is None or schema == SCHEMA_DDL:  # Spark passes a StructType; the source's own DDL is its schema
         return None
-    ours = from_arrow_schema(ARROW_SCHEMA)
+    ours = from_arrow_schema(source)
     fields = list(schema.fields)
     if [(f.name, f.dataType, f.nullable) for f in fields] == [(f.name, f.dataType, True) for f in ours.fields]:
         return None
@@ -100,4 +101,4 @@ def projection(schema: Any) -> Projection | None:
             raise OptionError(f"column {field.name!r} of the query's schema is NOT NULL, but the eventhubs source's "
                               f"columns are nullable: leave NOT NULL out. Example: {example}", example)  # fmt: skip
         indexes.append(index)
-    return Projection(tuple(indexes), tuple(f.name for f in fields))
+    return Projection(tuple(indexes), tuple(f.name for f in fields), source)

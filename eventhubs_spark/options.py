@@ -144,6 +144,17 @@ def _choice(*allowed: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _upper_choice(*allowed: str) -> Callable[[str, str], str]:
+    """One of ``allowed`` in any case, given back as spelt there (Spark's reader modes are upper case)."""
+    lower = _choice(*(a.lower() for a in allowed))
+    by_lower = {a.lower(): a for a in allowed}
+
+    def parse(option: str, value: str) -> str:
+        return by_lower[lower(option, value)]
+
+    return parse
+
+
 def _auth_method(option: str, value: str) -> str:
     from .auth.settings import AUTH_METHODS
 
@@ -829,6 +840,81 @@ SPECS: tuple[Spec, ...] = (
         frozenset({STREAM}),
         field="ownership.max_partitions",
     ),
+    Spec(
+        "eventhubs.avro.schemaRegistry",
+        None,
+        _namespace,
+        "Read or write Avro bodies through this namespace's Schema Registry (the official encoders' format: content "
+        "type avro/binary+<schema id>). Reads add a struct column value; writes take one. The registry takes "
+        "Microsoft Entra ID only (eventhubs.auth / eventhubs.entra.*), even when the hub uses a connection string.",
+        "NAMESPACE.servicebus.windows.net",
+        field="avro_registry",
+    ),
+    Spec(
+        "eventhubs.avro.schema",
+        None,
+        _text,
+        "Reads: the reader schema (Avro JSON): the value column's type, each event's writer schema resolved to it "
+        "by Avro's rules. Writes: the schema to register and write with (default: made from the value column).",
+        '{"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "long"}]}',
+        field="avro_schema",
+    ),
+    Spec(
+        "eventhubs.avro.schemaId",
+        None,
+        _text,
+        "Reads: the reader schema by its id in the registry, instead of eventhubs.avro.schema.",
+        "0f5ebc3e0b0c4c2f8d0c1f7f1b0f9e41",
+        READ,
+        field="avro_schema_id",
+    ),
+    Spec(
+        "eventhubs.avro.mode",
+        "FAILFAST",
+        _upper_choice("FAILFAST", "PERMISSIVE"),
+        "A body that cannot be read with the reader schema: FAILFAST fails the query naming the partition, sequence "
+        "number and schema id; PERMISSIVE gives a null value and fills the corrupt-record column.",
+        "PERMISSIVE",
+        READ,
+        field="avro_mode",
+    ),
+    Spec(
+        "eventhubs.avro.corruptRecordColumn",
+        "_corrupt_record",
+        _text,
+        "PERMISSIVE reads: the column holding a bad record's body and error (struct<body binary, error string>).",
+        "_bad_avro",
+        READ,
+        field="avro_corrupt_column",
+    ),
+    Spec(
+        "eventhubs.avro.schemaGroup",
+        None,
+        _text,
+        "Writes: the registry's schema group (format Avro) the value column's schema is registered in, once per query.",
+        "telemetry-schemas",
+        frozenset({WRITE}),
+        field="avro_group",
+    ),
+    Spec(
+        "eventhubs.avro.recordName",
+        "topLevelRecord",
+        _text,
+        "Writes: the record name (and the registry's schema name, with the namespace) of a schema made from the value "
+        "column, as Spark's to_avro names it.",
+        "Reading",
+        frozenset({WRITE}),
+        field="avro_record_name",
+    ),
+    Spec(
+        "eventhubs.avro.recordNamespace",
+        None,
+        _text,
+        "Writes: the namespace of a schema made from the value column.",
+        "com.contoso.telemetry",
+        frozenset({WRITE}),
+        field="avro_record_namespace",
+    ),
 )
 
 # Every key of azure-event-hubs-spark 2.3.x's EventHubsConf (its key constants) that this connector
@@ -970,6 +1056,11 @@ class ReadOptions:
     checkpoint_store: StoreOptions | None
     start_from_checkpoint_store: bool
     ownership: OwnershipOptions | None
+    avro_registry: str | None = None
+    avro_schema: str | None = None
+    avro_schema_id: str | None = None
+    avro_mode: str = "FAILFAST"
+    avro_corrupt_column: str = "_corrupt_record"
 
     @property
     def default_start(self) -> Position:
@@ -985,6 +1076,11 @@ class WriteOptions:
 
     settings: ConnectionSettings
     operation_timeout: float
+    avro_registry: str | None = None
+    avro_schema: str | None = None
+    avro_group: str | None = None
+    avro_record_name: str = "topLevelRecord"
+    avro_record_namespace: str | None = None
 
 
 def check_read_options(raw: Mapping[str, str]) -> None:
@@ -1027,7 +1123,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptio
     _check_combinations(values, mode)
     fields: dict[str, dict[str, Any]] = {"": {}, "store": {}, "ownership": {}}
     for spec in SPECS:
-        if spec.field is not None and (mode != WRITE or WRITE in spec.modes):
+        if spec.field is not None and (spec.modes & READ if mode != WRITE else WRITE in spec.modes):
             group, _, name = spec.field.rpartition(".")
             fields[group][name] = values.get(spec.key.lower(), spec.default)
     typed = fields[""]
@@ -1214,6 +1310,7 @@ def _check_combinations(values: Mapping[str, Any], mode: str) -> None:
         raise OptionError(
             f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. {example}", example
         )
+    _check_avro(values, mode)
     if mode != WRITE and values.get("maxeventsperpartition") and values.get("eventhubs.useexclusivereceiver"):
         example = ".option('eventhubs.useExclusiveReceiver', 'false')"
         raise OptionError(
@@ -1221,6 +1318,33 @@ def _check_combinations(values: Mapping[str, Any], mode: str) -> None:
             f"would take the partition from each other: also set eventhubs.useExclusiveReceiver=false, e.g. {example}",
             example,
         )
+
+
+def _check_avro(values: Mapping[str, Any], mode: str) -> None:
+    """The eventhubs.avro.* options go together: a registry, and (reads) one reader schema or (writes) a group."""
+    registry = values.get("eventhubs.avro.schemaregistry")
+    registry_example = ".option('eventhubs.avro.schemaRegistry', 'NAMESPACE.servicebus.windows.net')"
+    given = [s.key for s in SPECS if s.key.startswith("eventhubs.avro.") and s.key != "eventhubs.avro.schemaRegistry"
+             and mode in s.modes and values.get(s.key.lower()) not in (None, s.default)]  # fmt: skip
+    if not registry:
+        if given:
+            raise OptionError(f"{', '.join(given)} would be unused: Avro bodies are read and written through the "
+                              f"Schema Registry, e.g. {registry_example}", registry_example)  # fmt: skip
+        return
+    schema, schema_id = values.get("eventhubs.avro.schema"), values.get("eventhubs.avro.schemaid")
+    if mode == WRITE:
+        example = ".option('eventhubs.avro.schemaGroup', 'telemetry-schemas')"
+        if not values.get("eventhubs.avro.schemagroup"):
+            raise OptionError(f"writing Avro through the Schema Registry needs the group to register the schema in: "
+                              f"eventhubs.avro.schemaGroup, e.g. {example}", example)  # fmt: skip
+        return
+    example = '.option(\'eventhubs.avro.schema\', \'{"type": "record", "name": "Reading", "fields": [...]}\')'
+    if schema and schema_id:
+        raise OptionError(f"set eventhubs.avro.schema or eventhubs.avro.schemaId (the reader schema), not both, e.g. "
+                          f"{example}", example)  # fmt: skip
+    if not schema and not schema_id:
+        raise OptionError("reading Avro through the Schema Registry needs the reader schema (the value column's type): "
+                          f"eventhubs.avro.schema or eventhubs.avro.schemaId, e.g. {example}", example)  # fmt: skip
 
 
 # The identity options that name something (not the disableInstanceDiscovery switch), from the table above.

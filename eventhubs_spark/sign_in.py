@@ -85,8 +85,10 @@ def resolve_sign_in(values: Mapping[str, Any], entra_keys: Sequence[str]) -> Con
     store_uses_entra = bool(
         values.get("eventhubs.checkpointstore.accounturl") and not values.get("eventhubs.checkpointstore.sastoken")
     )
+    # the Schema Registry takes Microsoft Entra ID only, whatever signs in to the hub
+    registry_uses_entra = bool(values.get("eventhubs.avro.schemaregistry"))
     entra = None
-    if method in ENTRA_METHODS or store_uses_entra:
+    if method in ENTRA_METHODS or store_uses_entra or registry_uses_entra:
         entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))
     elif entra_set:
         example = ".option('eventhubs.auth', 'servicePrincipal')"

@@ -9,6 +9,7 @@ executor process. Delivery is at least once: a failed task is retried by Spark a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -23,6 +24,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
 
 from .amqp import failures, sdk
 from .auth.settings import ConnectionSettings
+from .avro.encode import AvroWriting
+from .avro.encode import writing as avro_writing
+from .avro.registry import Registry
 from .codec.encode import encode_event
 from .errors import EventHubsError, SinkError
 from .executor import runtime
@@ -46,6 +50,13 @@ COLUMNS_HELP = (
 )
 
 
+AVRO_COLUMNS_HELP = (
+    "writing Avro (eventhubs.avro.schemaRegistry), the eventhubs sink takes the columns value (a struct, required; "
+    "its Avro body is the event's), and optionally partitionKey (string) or partitionId (string or int), and "
+    "properties (map<string,string>)"
+)
+
+
 @dataclass(frozen=True)
 class SinkLayout:
     """Which input column plays which role, validated on the driver from the DataFrame's schema."""
@@ -55,17 +66,27 @@ class SinkLayout:
     partition_key: int | None = None
     partition_id: int | None = None
     properties: int | None = None
+    avro: AvroWriting | None = None  # the body column is a struct, written as registered Avro
 
 
-def layout_for(schema: Any) -> SinkLayout:
-    """Check the DataFrame's columns; any other column or a wrong type is an error naming it."""
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType
+def layout_for(schema: Any, avro: bool = False) -> SinkLayout:
+    """Check the DataFrame's columns; any other column or a wrong type is an error naming it. With ``avro``,
+    the body comes from the struct column ``value`` instead of ``body``."""
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
     names = [f.name for f in schema.fields]
     roles: dict[str, int] = {}
     for index, f in enumerate(schema.fields):
         name = f.name.lower()
-        if name == "body":
+        if avro and name == "value":
+            if not isinstance(f.dataType, StructType):
+                raise SinkError(f"column 'value' must be a struct to be written as Avro, got "
+                                f"{f.dataType.simpleString()}; {AVRO_COLUMNS_HELP}")  # fmt: skip
+            roles["body"] = index
+        elif avro and name == "body":
+            raise SinkError(f"column 'body' is not written when writing Avro: {AVRO_COLUMNS_HELP}. Drop it, or drop "
+                            "eventhubs.avro.schemaRegistry to send it as is")  # fmt: skip
+        elif name == "body":
             if not isinstance(f.dataType, StringType | BinaryType):
                 raise SinkError(
                     f"column 'body' must be string or binary, got {f.dataType.simpleString()}; {COLUMNS_HELP}"
@@ -91,12 +112,15 @@ def layout_for(schema: Any) -> SinkLayout:
                 raise SinkError(f"column 'properties' must be map<string,string>, got {f.dataType.simpleString()}")
             roles["properties"] = index
         else:
-            raise SinkError(f"unexpected column {f.name!r}: {COLUMNS_HELP}. Select only those columns.")
+            raise SinkError(f"unexpected column {f.name!r}: {AVRO_COLUMNS_HELP if avro else COLUMNS_HELP}. Select only "
+                            "those columns.")  # fmt: skip
     if "body" not in roles:
+        if avro:
+            raise SinkError(f"no 'value' column among {names}: {AVRO_COLUMNS_HELP}")
         raise SinkError(f"no 'body' column among {names}: {COLUMNS_HELP}")
     return SinkLayout(
         body=roles["body"],
-        body_is_text=isinstance(schema.fields[roles["body"]].dataType, StringType),
+        body_is_text=not avro and isinstance(schema.fields[roles["body"]].dataType, StringType),
         partition_key=roles.get("partitionkey"),
         partition_id=roles.get("partitionid"),
         properties=roles.get("properties"),
@@ -130,11 +154,12 @@ class EventSender:
         self._pending: dict[tuple[str, str], list[Any]] = defaultdict(list)
         self._pending_count = 0
         self._row = 0
+        self._content_type = layout.avro.content_type if layout.avro is not None else None
 
     def add_columns(self, columns: list[list[Any]]) -> None:
         """Add rows given column-wise (as Arrow's ``to_pylist`` returns them), in the input's order."""
         layout = self.layout
-        bodies = columns[layout.body]
+        bodies = columns[layout.body] if layout.avro is None else layout.avro.encode(columns[layout.body])
         keys = columns[layout.partition_key] if layout.partition_key is not None else None
         pids = columns[layout.partition_id] if layout.partition_id is not None else None
         props = columns[layout.properties] if layout.properties is not None else None
@@ -223,7 +248,7 @@ class EventSender:
         batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
         count = 0
         for body, properties in events:
-            message = encode_event(body, properties, key)
+            message = encode_event(body, properties, key, self._content_type)
             if not sdk.add_encoded(batch, message):
                 if count == 0:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
@@ -360,7 +385,16 @@ class _SinkBase:
         parsed = write_options(dict(options))
         self.settings = parsed.settings
         self.timeout = parsed.operation_timeout
-        self.layout = layout_for(schema)
+        self.layout = layout_for(schema, avro=bool(parsed.avro_registry))
+        if parsed.avro_registry:
+            # registered (or found) once per query, here on the driver; the tasks only encode
+            from .auth.credentials import EntraSettings
+
+            registry = Registry(parsed.avro_registry, parsed.settings.entra or EntraSettings(), parsed.settings.network)
+            value = schema.fields[self.layout.body]
+            self.layout = dataclasses.replace(self.layout, avro=avro_writing(
+                registry, str(parsed.avro_group), value.dataType, parsed.avro_schema, parsed.avro_record_name,
+                parsed.avro_record_namespace, value.name))  # fmt: skip
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
         messages = list(messages)

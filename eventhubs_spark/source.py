@@ -18,24 +18,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from . import channel, defaults, segments
 from .arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
+from .avro import reading as avro_reading
+from .avro.registry import RegistryError
 from .checkpoints.mirror import CheckpointMirror
 from .driver import QueryDriver
 from .errors import OptionError, data_loss_error
 from .executor import runtime
 from .lag import LagFiles, LagReport, LagTracker
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
-from .options import BATCH, STREAM, read_options
+from .options import BATCH, STREAM, ReadOptions, read_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
 from .positions import Latest, Position
 from .ranges import RangeRequest, ReceiverConfig
 from .resolve import resolve
+
+if TYPE_CHECKING:
+    from .avro.decode import AvroReading
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -158,12 +164,20 @@ def slow_path_taken(request: RangeRequest, fallbacks: int, read: int) -> bool:
     return True
 
 
-def _read(partition: InputPartition, columns: Projection | None) -> Iterator[Any]:
-    """A reader's ``read``: the task's batches, with only the columns the query asked for."""
+def _read(partition: InputPartition, columns: Projection | None, avro: AvroReading | None = None) -> Iterator[Any]:
+    """A reader's ``read``: the task's batches (with the Avro bodies decoded into ``value``, when asked), with only
+    the columns the query asked for."""
     if not isinstance(partition, EventHubsPartition):
         return iter(())
     batches = read_partition(partition)
+    if avro is not None:
+        batches = map(avro.apply, batches)
     return batches if columns is None else map(columns.apply, batches)
+
+
+def _source_schema(avro: AvroReading | None) -> pa.Schema:
+    """The source's columns: its own, then (reading Avro) ``value`` and the corrupt-record column."""
+    return ARROW_SCHEMA if avro is None else pa.schema([*ARROW_SCHEMA, *avro.fields()])
 
 
 # What a task logs of its read: the range's counts, then (pid: the process that read, the executor's
@@ -335,10 +349,14 @@ class _Planner:
 class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("eventhubs")``."""
 
-    def __init__(self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None, schema: Any = None
+    ) -> None:
         _worker_logging()  # the stream runner is a Python worker process too
         self.planner = _Planner(options, STREAM, metadata)
-        self.columns = columns  # the query's own schema, when it gave one (arrow.projection)
+        self.avro = _avro(self.planner.options)
+        # the query's own schema, when it gave one (arrow.projection)
+        self.columns = columns if schema is None else projection(schema, _source_schema(self.avro))
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
@@ -624,7 +642,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _read(partition, self.columns)
+        return _read(partition, self.columns, self.avro)
 
     def commit(self, end: dict[str, Any]) -> None:
         positions = SourceOffset.from_json(end, self.hub).positions
@@ -638,9 +656,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 class EventHubsBatchReader(DataSourceReader):
     """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
 
-    def __init__(self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None) -> None:
+    def __init__(
+        self, options: Mapping[str, str], metadata: _Metadata = None, columns: _Columns = None, schema: Any = None
+    ) -> None:
         self.planner = _Planner(options, BATCH, metadata)
-        self.columns = columns  # the query's own schema, when it gave one (arrow.projection)
+        self.avro = _avro(self.planner.options)
+        # the query's own schema, when it gave one (arrow.projection)
+        self.columns = columns if schema is None else projection(schema, _source_schema(self.avro))
 
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner
@@ -670,7 +692,7 @@ class EventHubsBatchReader(DataSourceReader):
         return planner.input_partitions(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _read(partition, self.columns)
+        return _read(partition, self.columns, self.avro)
 
 
 class EventHubsDataSource(DataSource):
@@ -686,23 +708,26 @@ class EventHubsDataSource(DataSource):
 
         try:
             check_read_options(self.options)
+            avro = _avro_of(self.options)
         except OptionError as exc:
             # Spark shows the traceback with the message: keep it to this one frame.
-            error = OptionError(str(exc), exc.example)
+            error: Exception = OptionError(str(exc), exc.example)
+        except RegistryError as exc:
+            error = RegistryError(str(exc), exc.retriable)
         else:
-            return SCHEMA_DDL
+            return SCHEMA_DDL if avro is None else f"{SCHEMA_DDL}, {avro.ddl()}"
         raise error
 
     # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.
     def reader(self, schema: Any) -> DataSourceReader:
         try:
-            return EventHubsBatchReader(self.options, columns=projection(schema))
+            return EventHubsBatchReader(self.options, schema=schema)
         except OptionError as exc:
             return _FailingReader(exc)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         try:
-            return EventHubsStreamReader(self.options, columns=projection(schema))
+            return EventHubsStreamReader(self.options, schema=schema)
         except OptionError as exc:
             return _FailingStreamReader(exc)
 
@@ -717,6 +742,22 @@ class EventHubsDataSource(DataSource):
 
         _append_only(overwrite)
         return stream_writer(self.options, schema)
+
+
+def _avro_of(options: Mapping[str, str]) -> AvroReading | None:
+    """How a read of these options decodes Avro (None: it does not); the reader schema fetched when named by id."""
+    if not any(k.lower().startswith("eventhubs.avro.") for k in options):
+        return None
+    try:
+        parsed = read_options(dict(options), STREAM)
+    except OptionError:
+        parsed = read_options(dict(options), BATCH)
+    return _avro(parsed)
+
+
+def _avro(options: ReadOptions) -> AvroReading | None:
+    return avro_reading(options.settings, options.avro_registry, options.avro_schema, options.avro_schema_id,
+                        options.avro_mode, options.avro_corrupt_column)  # fmt: skip
 
 
 class _Failing:

@@ -20,7 +20,19 @@ _APPLICATION_PROPERTIES = b"\x00\x53\x74"
 # annotates it with the key.
 _KEYED_HEADER = b"\x00\x53\x70\xc0\x07\x05\x56\x01\x40\x40\x40\x40"
 _KEY_ANNOTATION = b"\x00\x53\x72"
+_PROPERTIES = b"\x00\x53\x73"
+_SIX_NULLS = b"\x40" * 6
 _KEY_SYMBOL = b"\xa3\x13x-opt-partition-key"
+
+
+def content_type_section(content_type: str) -> bytes:
+    """The properties section as the SDK writes an event whose only property is its content type (the Schema
+    Registry encoders' ``avro/binary+<id>``): all thirteen fields, the seventh set, as a symbol."""
+    raw = content_type.encode("ascii")
+    if len(raw) > 240:
+        raise ValueError(f"a content type of {len(raw)} bytes is longer than the connector writes (240)")
+    fields = _SIX_NULLS + b"\xa3" + bytes((len(raw),)) + raw + _SIX_NULLS
+    return _PROPERTIES + b"\xc0" + bytes((len(fields) + 1, 13)) + fields
 
 
 def _string(value: str) -> bytes:
@@ -34,13 +46,21 @@ def _map(entries: bytes, count: int) -> bytes:
     return b"\xd1" + _I(len(entries) + 4) + _I(count) + entries
 
 
-def encode_event(body: bytes | str, properties: Mapping[str, str | None] | None, partition_key: str | None) -> bytes:
-    """One event's message: (header and key annotation,) application properties, then the data section."""
+def encode_event(
+    body: bytes | str,
+    properties: Mapping[str, str | None] | None,
+    partition_key: str | None,
+    content_type: str | None = None,
+) -> bytes:
+    """One event's message: (header and key annotation, the properties section with the content type,)
+    application properties, then the data section."""
     raw = body.encode("utf-8") if isinstance(body, str) else body
     data = _DATA + (b"\xa0" + bytes((len(raw),)) if len(raw) < 256 else b"\xb0" + _I(len(raw))) + raw
     head = b""
     if partition_key:
         head = _KEYED_HEADER + _KEY_ANNOTATION + _map(_KEY_SYMBOL + _string(partition_key), 2)
+    if content_type:
+        head += content_type_section(content_type)
     if properties:
         entries = b"".join(_string(k) + (b"\x40" if v is None else _string(v)) for k, v in properties.items())
         head += _APPLICATION_PROPERTIES + _map(entries, 2 * len(properties))

@@ -18,12 +18,16 @@ texts = st.text(max_size=300)
 bodies = st.one_of(st.binary(max_size=70_000), st.text(max_size=400))
 properties = st.one_of(st.none(), st.dictionaries(texts, st.one_of(texts, st.none()), max_size=5))
 keys = st.one_of(st.none(), st.text(max_size=300))
+# the Schema Registry encoders' content type (ids are 32 hex digits on the service; any short token here)
+content_types = st.one_of(st.none(), st.from_regex(r"avro/binary\+[0-9a-f]{1,128}", fullmatch=True))
 
 
-def sdk_bytes(body: Any, props: dict[str, Any] | None, key: str | None) -> bytes:
+def sdk_bytes(body: Any, props: dict[str, Any] | None, key: str | None, content_type: str | None = None) -> bytes:
     event = EventData(body)
     if props:
         event.properties = props
+    if content_type:
+        event.content_type = content_type
     message = PyamqpTransport.to_outgoing_amqp_message(event._raw_amqp_message)
     if key:
         message = PyamqpTransport.set_message_partition_key(message, key)
@@ -33,9 +37,11 @@ def sdk_bytes(body: Any, props: dict[str, Any] | None, key: str | None) -> bytes
 
 
 @settings(max_examples=400, deadline=None)
-@given(bodies, properties, keys)
-def test_an_event_encodes_to_the_sdks_bytes(body: Any, props: dict[str, Any] | None, key: str | None) -> None:
-    assert encode_event(body, props, key) == sdk_bytes(body, props, key)
+@given(bodies, properties, keys, content_types)
+def test_an_event_encodes_to_the_sdks_bytes(
+    body: Any, props: dict[str, Any] | None, key: str | None, content_type: str | None
+) -> None:
+    assert encode_event(body, props, key, content_type) == sdk_bytes(body, props, key, content_type)
 
 
 @settings(max_examples=50, deadline=None)

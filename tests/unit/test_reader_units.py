@@ -330,6 +330,8 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
     by_namespace = {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub", **store}
     proxy = {**by_connection, "eventhubs.httpProxy.hostname": "proxy", "eventhubs.httpProxy.port": "3128"}
     principal = {"eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "s"}
+    avro = {**by_connection, "eventhubs.avro.schemaRegistry": "ns.servicebus.windows.net",
+            "eventhubs.avro.schema": '"long"'}  # fmt: skip
     # option -> (options it is set beside, the value it gets)
     cases = {
         "eventhubs.connectionString": ({"eventhubs.namespace": None, "eventhubs.name": None, **store}, CONN),
@@ -381,6 +383,14 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
         "eventhubs.httpProxy.username": ({**proxy, "eventhubs.httpProxy.password": "pw"}, "user"),
         "eventhubs.httpProxy.password": ({**proxy, "eventhubs.httpProxy.username": "user"}, "pw"),
         "eventhubs.connectionVerify": (by_connection, __file__),  # a file that exists
+        "eventhubs.avro.schemaRegistry": ({**by_connection, "eventhubs.avro.schema": '"long"'},
+                                          "ns.servicebus.windows.net"),
+        "eventhubs.avro.schema": ({**by_connection, "eventhubs.avro.schemaRegistry": "ns.servicebus.windows.net"},
+                                  '"string"'),
+        "eventhubs.avro.schemaId": ({**by_connection, "eventhubs.avro.schemaRegistry": "ns.servicebus.windows.net"},
+                                    "0f5e"),
+        "eventhubs.avro.mode": (avro, "PERMISSIVE"),
+        "eventhubs.avro.corruptRecordColumn": ({**avro, "eventhubs.avro.mode": "PERMISSIVE"}, "_bad"),
     }  # fmt: skip
     ownership = {"eventhubs.ownerId", "eventhubs.loadBalancing.maxPartitions"}
     for spec in SPECS:

@@ -1,0 +1,44 @@
+"""Avro bodies with the namespace's Schema Registry: read into a struct column ``value``, written from one.
+
+:mod:`.types` maps Avro schemas to Spark and Arrow types (and Spark structs to Avro schemas), :mod:`.registry`
+fetches writer schemas (once per executor) and registers the sink's, :mod:`.decode` turns a record batch's
+bodies into the struct column, :mod:`.encode` rows into bodies. Only the options' entry points live here;
+nothing imports fastavro or the registry client until Avro is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..auth.settings import ConnectionSettings
+
+if TYPE_CHECKING:
+    from .decode import AvroReading
+
+
+def reading(
+    settings: ConnectionSettings,
+    registry: str | None,
+    schema: str | None,
+    schema_id: str | None,
+    mode: str,
+    corrupt_column: str,
+) -> AvroReading | None:
+    """How a read decodes Avro (None: it does not; the ``eventhubs.avro.*`` options, checked together already):
+    the reader schema given, or fetched by its id (driver side)."""
+    if not registry:
+        return None
+    from ..auth.credentials import EntraSettings
+    from .decode import AvroReading
+    from .registry import Registry
+    from .types import column, parse
+
+    where = Registry(registry, settings.entra or EntraSettings(), settings.network)
+    if schema_id:
+        text = where.schema(schema_id, context=" (eventhubs.avro.schemaId)")
+        option = "the schema eventhubs.avro.schemaId names"
+    else:
+        text = str(schema)
+        option = "eventhubs.avro.schema"
+    column(parse(text, option))  # a schema Spark cannot hold fails here, on the driver, naming the field
+    return AvroReading(where, text, mode, corrupt_column)
