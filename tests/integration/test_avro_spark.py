@@ -85,9 +85,11 @@ def setting() -> Iterator[Setting]:
     entra.add_secret_client("avro-app", SECRET)
     before = os.environ.get("REQUESTS_CA_BUNDLE")
     os.environ["REQUESTS_CA_BUNDLE"] = entra.ca_file  # this process's official clients trust the registry
-    emulator = Emulator({"avro-in": 2, "avro-out": 2, "avro-bad": 1}, keys={KEY_NAME: KEY}, token_verifier=entra.verify,
-                        schema_registry_port=0, certificate=(entra.cert_file, entra.key_file),
-                        schema_groups={"shop": "Avro"}).start()  # fmt: skip
+    hubs = {"avro-in": 2, "avro-out": 2, "avro-bad": 1, "avro-nb": 2}
+    emulator = Emulator(
+        hubs, keys={KEY_NAME: KEY}, token_verifier=entra.verify, schema_registry_port=0,
+        certificate=(entra.cert_file, entra.key_file), schema_groups={"shop": "Avro"},
+    ).start()  # fmt: skip
     try:
         yield Setting(entra, emulator)
     finally:
@@ -209,3 +211,27 @@ def test_bad_records_fail_fast_by_name_or_land_in_the_corrupt_record_column(spar
     unreachable.pop("eventhubs.avro.schema")
     with pytest.raises(Exception, match="could not be reached"):
         spark.read.format("eventhubs").options(**unreachable).load()
+
+
+def test_the_avro_notebook_writes_and_reads_through_the_registry(spark, setting, tmp_path):
+    from .notebook_runner import run_notebook
+
+    setting.send("avro-nb", "1", [(b'{"id": 99}', "application/json")])  # a producer that did not use Avro
+    run = run_notebook(
+        ROOT / "notebooks" / "06_avro_schema_registry.py", spark,
+        secrets={("eventhubs", "connection-string"): setting.emulator.connection_string("avro-nb"),
+                 ("eventhubs", "tenant-id"): setting.entra.tenant_id, ("eventhubs", "client-id"): "avro-app",
+                 ("eventhubs", "client-secret"): SECRET},
+        widgets={"registry": setting.emulator.schema_registry_namespace, "schema_group": "shop",
+                 "output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"),
+                 "ca_file": setting.entra.ca_file, "authority_host": setting.entra.authority},
+    )  # fmt: skip
+    good, bad = run.tables()
+    assert [(r["id"], r["city"], r["amount"], r["quantity"], r["coupon"]) for r in good] == [
+        (1, "oslo", 120.0, 2, None), (2, "lima", 80.5, 1, None), (3, "oslo", 42.0, 5, None),
+        (4, "pune", 310.0, 1, None),
+    ]  # fmt: skip
+    assert [(r["partition"], r["sequenceNumber"]) for r in bad] == [("1", 0)]
+    assert "content type is 'application/json'" in bad[0]["error"]
+    registered = json.loads(setting.client().get_schema(group_name="shop", name="shop.Order", version=1).definition)
+    assert [f["name"] for f in registered["fields"]] == ["id", "city", "amount", "quantity"]

@@ -21,7 +21,8 @@ def test_every_notebook_is_in_databricks_source_format_and_tested():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.py"))
     assert len(names) >= 4
     tested = {"01_stream_json_to_table.py", "02_write_to_event_hubs.py", "03_backfill_between_times.py",
-              "04_scale_out_with_ownership.py", "05_watch_lag.py"}  # fmt: skip
+              "04_scale_out_with_ownership.py", "05_watch_lag.py",
+              "06_avro_schema_registry.py"}  # fmt: skip  # 06's test is in test_avro_spark.py (LocalEntra, registry)
     assert set(names) == tested, "a new notebook needs a test here"
     for name in names:
         assert cells(NOTEBOOKS / name), name
