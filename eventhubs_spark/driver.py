@@ -57,6 +57,7 @@ class QueryDriver:
         self._said: set[tuple[Any, ...]] = set()
         self._dropped: set[str] = set()  # services dropped as unreachable (see _service)
         self._jvms: dict[str, str | None] = {}  # each service's executor JVM, as it names it (host:pid)
+        self._expected: dict[str, float] = {}  # executor JVMs a first batch's task runs in, since when
         self.jvm = jvm_name(executor_pid())  # the stream runner's JVM: the driver's
         self._cond = threading.Condition()
         self.channel = DriverChannel(self.query, self.handle, bind=bind)
@@ -87,6 +88,8 @@ class QueryDriver:
             return self._service(message)
         if kind == "home":
             return self._home(str(message.get("partition", "")))
+        if kind == "coming":
+            return self._coming(message)
         if kind in ("worker_reads", "home_unreachable"):
             self._told(kind, message)
             return {"ok": True}
@@ -138,16 +141,32 @@ class QueryDriver:
             self._cond.notify_all()
         return {"ok": True}
 
+    def _coming(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A first batch's task says which executor (JVM) it runs in before its service may be up: a service
+        that starts cold (its first worker spawns it) announces seconds after the warm ones, and homes placed
+        before it came would move once it does, throwing away the read-ahead of each partition that moves."""
+        jvm = message.get("jvm")
+        if isinstance(jvm, str) and jvm:
+            with self._cond:
+                self._expected.setdefault(jvm, self.clock())
+                self._cond.notify_all()
+        return {"ok": True}
+
     def _home(self, partition: str) -> dict[str, Any]:
-        """A first batch's question: wait for the services to settle, then the partition's home."""
+        """A first batch's question: wait for the services to settle (and for the service of each executor a
+        task said it runs in), then the partition's home."""
         asked = self.clock()
         with self._cond:
             while True:
                 now = self.clock()
                 quiet = now - self._last_new
-                if (self._services and (quiet >= SETTLE or self._local())) or now - asked >= MAX_SETTLE:
+                announced = set(self._jvms.values())
+                awaited = [j for j in self._expected if j not in announced]
+                settled = self._services and (quiet >= SETTLE or self._local()) and not awaited
+                if settled or now - asked >= MAX_SETTLE:
                     break
-                self._cond.wait(max(0.05, min(SETTLE - quiet, MAX_SETTLE - (now - asked))))
+                left = MAX_SETTLE - (now - asked)
+                self._cond.wait(max(0.05, left if quiet >= SETTLE else min(SETTLE - quiet, left)))
         home = self.homes([partition]).get(partition)
         if home is None:
             return {}

@@ -1,13 +1,13 @@
 """Avro bodies into a struct column, a record batch at a time, in the executor's batch path.
 
 Each batch's rows are grouped by the schema id their content type names (``avro/binary+<id>``, the official
-encoders' format); the bodies of one id are decoded in one call into fastavro's compiled reader, as an Avro
-object container of one block per body (its header carries the writer schema), with the reader schema for
-Avro's schema resolution when the two differ. One call per group instead of one per event is what makes
-this fast (``bench/avro``): fastavro's per-call set-up costs more than decoding a small record. A copy of the
-first body at the end proves the bodies were read on their boundaries (:meth:`Decoder.decode`); when it does
-not, the group is read again one block per body, so a body that is too short fails alone and one with bytes to
-spare cannot shift the next body's fields.
+encoders' format), and the bodies of one id are decoded together: field by field across all of them
+(:mod:`.columnar`, numpy, about ten times fastavro; ``bench/avro``) where the writer and reader schemas are of
+the shapes it takes and every body is regular; else by fastavro's compiled reader (the exact path), as an Avro
+object container of the bodies (its header carries the writer schema), with the reader schema for Avro's
+schema resolution when the two differ. A copy of the first body at the end proves the bodies were read on
+their boundaries (:meth:`Decoder.values`); when it does not, the group is read again one block per body, so a
+body that is too short fails alone and one with bytes to spare cannot shift the next body's fields.
 
 The decoder works on the schemas with their logical types taken off (:func:`.types.plain`), so dates,
 timestamps and decimals arrive as ints, longs and bytes, become Arrow arrays at once, and are converted

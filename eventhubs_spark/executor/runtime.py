@@ -31,7 +31,7 @@ from ..errors import OptionError
 from ..ranges import Home, RangeRequest, RangeResult
 from ..sealed import RefusedError
 from .client import HomeClient, ServiceClient, ServiceGone
-from .place import executor_pid, place
+from .place import executor_pid, jvm_name, place
 from .pool import ReceiverPool, read_here
 
 _LOG = logging.getLogger("eventhubs_spark")
@@ -157,6 +157,11 @@ class Runtime:
         known) as the driver says once this executor's service has told it that it exists."""
         if not request.homes or request.query is None or request.home is not None or request.driver is None:
             return request.home
+        # which executor this task runs in, before its service (which may be starting cold) tells the driver
+        # it exists: the driver places no home before that service has come
+        jvm = jvm_name(executor_pid())
+        if jvm is not None:
+            channel.tell(request.driver, request.query, {"kind": "coming", "jvm": jvm})
         client.hello(request)  # this executor's service registers the query and tells the driver
         answer = channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
                              timeout=_ASK_HOME_TIMEOUT)  # fmt: skip

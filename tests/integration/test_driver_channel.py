@@ -187,3 +187,31 @@ def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_
         assert reads[-1] == ("3", 40, 1040)
     finally:
         driver.close()
+
+
+def test_a_first_batch_waits_for_the_service_of_an_executor_a_task_said_it_runs_in():
+    """A cold executor's service starts seconds after the warm ones; its task says it is coming first, and the
+    homes wait for that service (placed without it, partitions would move once it came, and each that moved
+    would be read again from Event Hubs by its new home)."""
+    driver = QueryDriver("telemetry", bind="127.0.0.1")
+    try:
+        where, query = driver.address(), driver.query
+        for e in ("e1", "e2"):
+            channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9,
+                                       "jvm": f"host:{e}"})  # fmt: skip
+        assert channel.ask(where, query, {"kind": "coming", "jvm": "host:e3"}) == {"ok": True}
+
+        def late_service() -> None:
+            time.sleep(3.0)  # past the 1.5 s the others' quiet would have waited
+            channel.ask(where, query, {"kind": "service", "executor": "e3", "hosts": ["127.0.0.1"], "port": 9,
+                                       "jvm": "host:e3"})  # fmt: skip
+
+        import threading
+
+        threading.Thread(target=late_service, daemon=True).start()
+        started = time.monotonic()
+        channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
+        assert time.monotonic() - started >= 2.5, "the answer waited for the coming executor's service"
+        assert sorted(h.executor for h in driver.live()) == ["e1", "e2", "e3"]
+    finally:
+        driver.close()

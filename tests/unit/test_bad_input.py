@@ -213,7 +213,13 @@ def test_sign_in_methods_are_implied_by_the_options_given():
 
 
 @pytest.mark.parametrize(
-    "name", ["connector.example.json", "connector.entra.example.json", "connector.proxy.example.json"]
+    "name",
+    [
+        "connector.example.json",
+        "connector.entra.example.json",
+        "connector.proxy.example.json",
+        "connector.avro.example.json",
+    ],
 )
 def test_the_example_configurations_in_conf_are_valid(name):
     from pathlib import Path
