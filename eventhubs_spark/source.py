@@ -722,13 +722,13 @@ class EventHubsDataSource(DataSource):
     def reader(self, schema: Any) -> DataSourceReader:
         try:
             return EventHubsBatchReader(self.options, schema=schema)
-        except OptionError as exc:
+        except (OptionError, RegistryError) as exc:
             return _FailingReader(exc)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         try:
             return EventHubsStreamReader(self.options, schema=schema)
-        except OptionError as exc:
+        except (OptionError, RegistryError) as exc:
             return _FailingStreamReader(exc)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -761,18 +761,22 @@ def _avro(options: ReadOptions) -> AvroReading | None:
 
 
 class _Failing:
-    """Reports an option error from a reader's first call.
+    """Reports an option error (or a Schema Registry that could not give the reader schema) from a reader's
+    first call.
 
     PySpark's stream runner calls ``reader.stop()`` in a ``finally`` around ``streamReader()``: an
     error raised there is replaced by ``UnboundLocalError: cannot access local variable 'reader'``.
     Returning a reader that raises on use keeps our message the one the user sees.
     """
 
-    def __init__(self, error: OptionError) -> None:
+    def __init__(self, error: OptionError | RegistryError) -> None:
         self.error = error
 
     def fail(self) -> NoReturn:
-        raise OptionError(str(self.error), self.error.example) from None
+        error = self.error
+        if isinstance(error, OptionError):
+            raise OptionError(str(error), error.example) from None
+        raise RegistryError(str(error), error.retriable) from None
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         self.fail()

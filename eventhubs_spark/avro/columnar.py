@@ -24,17 +24,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-_PRIMITIVE = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-_ARROW = {
-    "null": pa.null(),
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "bytes": pa.binary(),
-    "string": pa.string(),
-}
+from .types import ARROW_PRIMITIVE as _ARROW
+from .types import PRIMITIVES as _PRIMITIVE
+
 # writer type -> reader types it may be read as (Avro 1.11 "Schema Resolution")
 _PROMOTIONS = {
     "int": {"long", "float", "double"},

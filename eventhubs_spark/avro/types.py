@@ -27,7 +27,7 @@ import pyarrow as pa
 from ..errors import OptionError
 
 PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-_ARROW_PRIMITIVE = {
+ARROW_PRIMITIVE = {
     "null": pa.null(),
     "boolean": pa.bool_(),
     "int": pa.int32(),
@@ -106,7 +106,7 @@ def spark_type(col: Column) -> str:
         return f"decimal({t.precision}, {t.scale})"
     if t in _SPARK_OF_ARROW:
         return _SPARK_OF_ARROW[t]
-    for name, arrow in _ARROW_PRIMITIVE.items():
+    for name, arrow in ARROW_PRIMITIVE.items():
         if t == arrow:
             return _SPARK_PRIMITIVE[name]
     raise AssertionError(f"no Spark type for {t}")  # every Column built above has one
@@ -123,7 +123,7 @@ def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[st
         return _union(schema, names, where, open_records)
     if isinstance(schema, str):
         if schema in PRIMITIVES:
-            arrow = _ARROW_PRIMITIVE[schema]
+            arrow = ARROW_PRIMITIVE[schema]
             return Column(arrow, arrow)
         full = schema if schema in names else next((n for n in names if n.rsplit(".", 1)[-1] == schema), None)
         if full is None:
@@ -140,10 +140,10 @@ def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[st
     if isinstance(kind, str) and kind in PRIMITIVES:
         if (kind, logical) in _LOGICAL:
             arrow, convert = _LOGICAL[(kind, logical)]
-            return Column(arrow, _ARROW_PRIMITIVE[kind], convert)
+            return Column(arrow, ARROW_PRIMITIVE[kind], convert)
         if kind == "bytes" and logical == "decimal":
             return _decimal(schema, where)
-        arrow = _ARROW_PRIMITIVE[kind]  # other logical types (uuid, time-*) keep their underlying type
+        arrow = ARROW_PRIMITIVE[kind]  # other logical types (uuid, time-*) keep their underlying type
         return Column(arrow, arrow)
     if kind in ("record", "error"):
         full = _named(schema)

@@ -494,3 +494,19 @@ def test_a_nullable_writer_field_reads_into_a_plain_reader_field_until_a_null_co
     out = AvroReading(REGISTRY, json.dumps(reader), mode=PERMISSIVE).apply(batch(bodies, ["avro/binary+w"] * 3))
     assert out.column("value").to_pylist() == [{"id": 1}, None, {"id": 3}]
     assert "cannot be resolved" in out.column("_corrupt_record")[1].as_py()["error"]
+
+
+def test_writing_avro_takes_a_value_struct_instead_of_a_body_and_says_so():
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from eventhubs_spark.sink import layout_for
+
+    value = StructField("value", StructType([StructField("id", LongType())]))
+    layout = layout_for(StructType([StructField("partitionKey", StringType()), value]), avro=True)
+    assert (layout.body, layout.partition_key, layout.body_is_text) == (1, 0, False)
+    with pytest.raises(SinkError, match="column 'body' is not written when writing Avro"):
+        layout_for(StructType([value, StructField("body", BinaryType())]), avro=True)
+    with pytest.raises(SinkError, match="column 'value' must be a struct"):
+        layout_for(StructType([StructField("value", StringType())]), avro=True)
+    with pytest.raises(SinkError, match="no 'value' column"):
+        layout_for(StructType([StructField("partitionKey", StringType())]), avro=True)
