@@ -88,7 +88,7 @@ def setting() -> Iterator[Setting]:
     hubs = {"avro-in": 2, "avro-out": 2, "avro-bad": 1, "avro-nb": 2}
     emulator = Emulator(
         hubs, keys={KEY_NAME: KEY}, token_verifier=entra.verify, schema_registry_port=0,
-        certificate=(entra.cert_file, entra.key_file), schema_groups={"shop": "Avro"},
+        certificate=(entra.cert_file, entra.key_file), schema_groups={"shop": "Avro", "orders": "Avro"},
     ).start()  # fmt: skip
     try:
         yield Setting(entra, emulator)
@@ -222,7 +222,7 @@ def test_the_avro_notebook_writes_and_reads_through_the_registry(spark, setting,
         secrets={("eventhubs", "connection-string"): setting.emulator.connection_string("avro-nb"),
                  ("eventhubs", "tenant-id"): setting.entra.tenant_id, ("eventhubs", "client-id"): "avro-app",
                  ("eventhubs", "client-secret"): SECRET},
-        widgets={"registry": setting.emulator.schema_registry_namespace, "schema_group": "shop",
+        widgets={"registry": setting.emulator.schema_registry_namespace, "schema_group": "orders",
                  "output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"),
                  "ca_file": setting.entra.ca_file, "authority_host": setting.entra.authority},
     )  # fmt: skip
@@ -233,5 +233,5 @@ def test_the_avro_notebook_writes_and_reads_through_the_registry(spark, setting,
     ]  # fmt: skip
     assert [(r["partition"], r["sequenceNumber"]) for r in bad] == [("1", 0)]
     assert "content type is 'application/json'" in bad[0]["error"]
-    registered = json.loads(setting.client().get_schema(group_name="shop", name="shop.Order", version=1).definition)
+    registered = json.loads(setting.client().get_schema(group_name="orders", name="shop.Order", version=1).definition)
     assert [f["name"] for f in registered["fields"]] == ["id", "city", "amount", "quantity"]
