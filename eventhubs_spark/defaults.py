@@ -30,3 +30,9 @@ PARTITION_HOMES = True  # streams read each partition at its home executor (even
 EXECUTOR_PORTS = "0"  # where a home listens for other executors: any free port
 STALLED_AFTER_BATCHES = 10  # a partition with events waiting that no batch moved this many times is stalled...
 STALLED_AFTER = 300.0  # ...or that has not moved for this many seconds (eventhubs.lag.*)
+
+# eventhubs.avro.*: what a body that cannot be read does, where PERMISSIVE puts it (Spark's readers' names), and
+# the record a schema made from a struct column is named (Spark's to_avro's name)
+AVRO_MODE = "FAILFAST"
+AVRO_CORRUPT_COLUMN = "_corrupt_record"
+AVRO_RECORD_NAME = "topLevelRecord"

@@ -870,7 +870,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "eventhubs.avro.mode",
-        "FAILFAST",
+        defaults.AVRO_MODE,
         _upper_choice("FAILFAST", "PERMISSIVE"),
         "A body that cannot be read with the reader schema: FAILFAST fails the query naming the partition, sequence "
         "number and schema id; PERMISSIVE gives a null value and fills the corrupt-record column.",
@@ -880,7 +880,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "eventhubs.avro.corruptRecordColumn",
-        "_corrupt_record",
+        defaults.AVRO_CORRUPT_COLUMN,
         _text,
         "PERMISSIVE reads: the column holding a bad record's body and error (struct<body binary, error string>).",
         "_bad_avro",
@@ -898,7 +898,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "eventhubs.avro.recordName",
-        "topLevelRecord",
+        defaults.AVRO_RECORD_NAME,
         _text,
         "Writes: the record name (and the registry's schema name, with the namespace) of a schema made from the value "
         "column, as Spark's to_avro names it.",
@@ -1056,11 +1056,11 @@ class ReadOptions:
     checkpoint_store: StoreOptions | None
     start_from_checkpoint_store: bool
     ownership: OwnershipOptions | None
-    avro_registry: str | None = None
-    avro_schema: str | None = None
-    avro_schema_id: str | None = None
-    avro_mode: str = "FAILFAST"
-    avro_corrupt_column: str = "_corrupt_record"
+    avro_registry: str | None
+    avro_schema: str | None
+    avro_schema_id: str | None
+    avro_mode: str
+    avro_corrupt_column: str
 
     @property
     def default_start(self) -> Position:
@@ -1076,23 +1076,24 @@ class WriteOptions:
 
     settings: ConnectionSettings
     operation_timeout: float
-    avro_registry: str | None = None
-    avro_schema: str | None = None
-    avro_group: str | None = None
-    avro_record_name: str = "topLevelRecord"
-    avro_record_namespace: str | None = None
+    avro_registry: str | None
+    avro_schema: str | None
+    avro_group: str | None
+    avro_record_name: str
+    avro_record_namespace: str | None
 
 
-def check_read_options(raw: Mapping[str, str]) -> None:
-    """Raise the first error that options would meet as a stream *and* as a batch read.
+def check_read_options(raw: Mapping[str, str]) -> ReadOptions:
+    """Raise the first error that options would meet as a stream *and* as a batch read; else the options as
+    the first of the two that takes them.
 
     Spark calls a source's ``schema()`` at ``.load()``, before it knows which of the two the user
     builds; an option that suits only one of them is left for the reader to judge.
     """
     try:
-        read_options(raw, STREAM)
+        return read_options(raw, STREAM)
     except OptionError:
-        read_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
+        return read_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
 
 
 def read_options(raw: Mapping[str, str], mode: str) -> ReadOptions:

@@ -388,9 +388,7 @@ class _SinkBase:
         self.layout = layout_for(schema, avro=bool(parsed.avro_registry))
         if parsed.avro_registry:
             # registered (or found) once per query, here on the driver; the tasks only encode
-            from .auth.credentials import EntraSettings
-
-            registry = Registry(parsed.avro_registry, parsed.settings.entra or EntraSettings(), parsed.settings.network)
+            registry = Registry.of(parsed.avro_registry, parsed.settings)
             value = schema.fields[self.layout.body]
             self.layout = dataclasses.replace(self.layout, avro=avro_writing(
                 registry, str(parsed.avro_group), value.dataType, parsed.avro_schema, parsed.avro_record_name,

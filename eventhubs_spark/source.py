@@ -707,8 +707,7 @@ class EventHubsDataSource(DataSource):
         from .options import check_read_options
 
         try:
-            check_read_options(self.options)
-            avro = _avro_of(self.options)
+            avro = _avro(check_read_options(self.options))
         except OptionError as exc:
             # Spark shows the traceback with the message: keep it to this one frame.
             error: Exception = OptionError(str(exc), exc.example)
@@ -744,18 +743,8 @@ class EventHubsDataSource(DataSource):
         return stream_writer(self.options, schema)
 
 
-def _avro_of(options: Mapping[str, str]) -> AvroReading | None:
-    """How a read of these options decodes Avro (None: it does not); the reader schema fetched when named by id."""
-    if not any(k.lower().startswith("eventhubs.avro.") for k in options):
-        return None
-    try:
-        parsed = read_options(dict(options), STREAM)
-    except OptionError:
-        parsed = read_options(dict(options), BATCH)
-    return _avro(parsed)
-
-
 def _avro(options: ReadOptions) -> AvroReading | None:
+    """How a read of these options decodes Avro (None: it does not); the reader schema fetched when named by id."""
     return avro_reading(options.settings, options.avro_registry, options.avro_schema, options.avro_schema_id,
                         options.avro_mode, options.avro_corrupt_column)  # fmt: skip
 

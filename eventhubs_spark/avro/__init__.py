@@ -28,12 +28,11 @@ def reading(
     the reader schema given, or fetched by its id (driver side)."""
     if not registry:
         return None
-    from ..auth.credentials import EntraSettings
     from .decode import AvroReading
     from .registry import Registry
     from .types import column, parse
 
-    where = Registry(registry, settings.entra or EntraSettings(), settings.network)
+    where = Registry.of(registry, settings)
     if schema_id:
         text = where.schema(schema_id, context=" (eventhubs.avro.schemaId)")
         option = "the schema eventhubs.avro.schemaId names"

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from . import types
 from .types import ARROW_PRIMITIVE as _ARROW
 from .types import PRIMITIVES as _PRIMITIVE
 
@@ -59,20 +60,26 @@ def reader_for(writer: Any, reader: Any) -> Step | None:
         return None
 
 
+def offsets(array: pa.Array) -> np.ndarray:
+    """Where each element of a binary, string or map array starts in its child (and the last one ends): the
+    int32 offsets buffer, seen by numpy without a copy, for the array's own slice."""
+    return np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset : array.offset + len(array) + 1]
+
+
 def decode(step: Step, bodies: pa.Array) -> pa.Array:
     """All of ``bodies`` (a binary array without nulls) decoded by ``step``; :class:`Irregular` if any is not
     exactly one value."""
     n = len(bodies)
     if bodies.null_count:
         raise Irregular("a null body")
-    _, offset_buffer, data_buffer = bodies.buffers()
-    offsets = np.frombuffer(offset_buffer, dtype=np.int32)[bodies.offset : bodies.offset + n + 1].astype(np.int64)
+    starts = offsets(bodies).astype(np.int64)
+    data_buffer = bodies.buffers()[2]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
     # eleven spare bytes: a varint's ten and a fixed read may look past the last body; a body that reads into
     # them ends past its end and is Irregular below
-    padded = np.concatenate([data[: offsets[-1]], np.zeros(16, np.uint8)]) if n else data
-    pos = offsets[:-1].copy()
-    ends = offsets[1:]
+    padded = np.concatenate([data[: starts[-1]], np.zeros(16, np.uint8)]) if n else data
+    pos = starts[:-1].copy()
+    ends = starts[1:]
     array = step(padded, pos, ends)
     if not np.array_equal(pos, ends):
         raise Irregular("a body with bytes too few or to spare")
@@ -84,10 +91,10 @@ def decode(step: Step, bodies: pa.Array) -> pa.Array:
 
 def _full(schema: Any, names: dict[str, Any]) -> Any:
     if isinstance(schema, str) and schema not in _PRIMITIVE:
-        found = names.get(schema) or next((v for k, v in names.items() if k.rsplit(".", 1)[-1] == schema), None)
+        found = types.named(schema, names)
         if found is None:
             raise Unsupported(f"unknown named type {schema}")
-        return found
+        return names[found]
     if isinstance(schema, dict) and schema.get("type") in _PRIMITIVE and len(schema) == 1:
         return schema["type"]
     if isinstance(schema, dict) and isinstance(schema.get("type"), dict | list):
@@ -96,10 +103,8 @@ def _full(schema: Any, names: dict[str, Any]) -> Any:
 
 
 def _remember(schema: Any, names: dict[str, Any]) -> None:
-    if isinstance(schema, dict) and schema.get("type") in ("record", "enum", "fixed"):
-        name = str(schema.get("name", ""))
-        namespace = schema.get("namespace")
-        names[name if "." in name or not namespace else f"{namespace}.{name}"] = schema
+    if isinstance(schema, dict) and schema.get("type") in ("record", "error", "enum", "fixed"):
+        names[types.full_name(schema)] = schema
 
 
 def _kind(schema: Any) -> str:
@@ -162,24 +167,11 @@ def _step(writer: Any, reader: Any, wnames: dict[str, Any], rnames: dict[str, An
 
 
 def _arrow(schema: Any, names: dict[str, Any]) -> pa.DataType:
-    """The plain Arrow type a reader schema's values take (as :func:`.types.column` gives it)."""
-    schema = _full(schema, names)
-    kind = _kind(schema)
-    if kind == "union":
-        nullable = _nullable(schema)
-        if nullable is None:
-            raise Unsupported("a union")
-        return _arrow(nullable[1], names)
-    if kind in _PRIMITIVE:
-        return _ARROW[kind]
-    if kind == "enum":
-        return pa.string()
-    if kind == "fixed":
-        return pa.binary()
-    if kind in ("record", "error"):
-        _remember(schema, names)
-        return pa.struct([pa.field(str(f["name"]), _arrow(f["type"], names)) for f in schema["fields"]])
-    raise Unsupported(f"{kind} values")
+    """The plain Arrow type a reader schema's values take: :func:`.types.column`'s (the decoded array must be it)."""
+    try:
+        return types.column(schema, names).plain
+    except types.SchemaError as exc:
+        raise Unsupported(str(exc)) from None
 
 
 def _record(writer: Any, reader: Any, wnames: dict[str, Any], rnames: dict[str, Any]) -> Step:
@@ -305,15 +297,15 @@ def _bytes_like(arrow: pa.DataType) -> Step:
 
 def _gather(data: np.ndarray, pos: np.ndarray, lengths: np.ndarray, arrow: pa.DataType) -> pa.Array:
     """The byte strings of ``lengths`` at ``pos``, as one Arrow array (a gather into one contiguous buffer)."""
-    offsets = np.zeros(len(pos) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
+    out_offsets = np.zeros(len(pos) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_offsets[1:])
+    total = int(out_offsets[-1])
     if total >= 2**31:
         raise Irregular("more than 2 GiB of strings in one batch")
-    index = np.repeat(pos - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+    index = np.repeat(pos - out_offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
     index = np.minimum(index, len(data) - 1)  # a string past the end fails the check after; read in bounds
     values = data[index]
-    array = pa.Array.from_buffers(arrow, len(pos), [None, pa.py_buffer(offsets.astype(np.int32)),
+    array = pa.Array.from_buffers(arrow, len(pos), [None, pa.py_buffer(out_offsets.astype(np.int32)),
                                                     pa.py_buffer(values)])  # fmt: skip
     if arrow == pa.string():
         try:

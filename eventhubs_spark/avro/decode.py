@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import defaults
 from ..arrow import ARROW_SCHEMA
 from ..errors import EventHubsError
 from . import columnar, types
@@ -56,8 +57,8 @@ class AvroReading:
 
     registry: Registry
     reader_schema: str  # the reader schema's JSON (given, or fetched by id on the driver)
-    mode: str = FAILFAST
-    corrupt_column: str = "_corrupt_record"
+    mode: str = defaults.AVRO_MODE
+    corrupt_column: str = defaults.AVRO_CORRUPT_COLUMN
 
     @functools.cached_property
     def column(self) -> types.Column:
@@ -154,7 +155,7 @@ def content_types(system: pa.Array) -> pa.Array:
     """Each row's ``content-type`` among its system properties (null where it has none), found over the map's
     flattened keys at once (measured 4x ``pyarrow.compute.map_lookup``, which goes row by row)."""
     n = len(system)
-    offsets = np.frombuffer(system.buffers()[1], dtype=np.int32)[system.offset : system.offset + n + 1]
+    offsets = columnar.offsets(system)
     entries = system.values
     keys, items = entries.field(0), entries.field(1)
     first, last = int(offsets[0]), int(offsets[-1])
@@ -201,10 +202,10 @@ class Decoder:
         writer_plain = types.plain(json.loads(writer))
         reader_plain = types.plain(json.loads(reader))
         self._parsed_writer = fastavro.parse_schema(writer_plain)
-        same = fastavro.schema.to_parsing_canonical_form(
-            self._parsed_writer
-        ) == fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(reader_plain))
-        self._reader = None if same else fastavro.parse_schema(reader_plain)
+        parsed_reader = fastavro.parse_schema(reader_plain)
+        canonical = fastavro.schema.to_parsing_canonical_form
+        same = canonical(self._parsed_writer) == canonical(parsed_reader)
+        self._reader = None if same else parsed_reader
         self._plain = plain if plain is not None else types.column(json.loads(reader)).plain
         self._columnar = columnar.reader_for(writer_plain, reader_plain)
         head = io.BytesIO()
@@ -239,8 +240,8 @@ class Decoder:
         n = len(bodies)
         if n == 0:
             return [], {}
-        _, offset_buffer, data_buffer = bodies.buffers()
-        offsets = np.frombuffer(offset_buffer, dtype=np.int32)[bodies.offset : bodies.offset + n + 1]
+        offsets = columnar.offsets(bodies)
+        data_buffer = bodies.buffers()[2]
         first, last = int(offsets[0]), int(offsets[-1])
         joined = data_buffer[first:last].to_pybytes() if data_buffer is not None else b""
         head = joined[: int(offsets[1]) - first]

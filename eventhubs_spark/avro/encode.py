@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import SinkError
 from .registry import Registry
-from .types import SchemaError, avro_of_spark, parse
+from .types import SchemaError, avro_of_spark, full_name, parse
 
 
 @dataclass(frozen=True)
@@ -97,9 +97,7 @@ def writing(
     name = parsed_json.get("name") if isinstance(parsed_json, dict) else None
     if not isinstance(name, str):
         raise SchemaError("eventhubs.avro.schema must be a named type (a record) to be registered", "a record schema")
-    namespace = parsed_json.get("namespace")
-    full = name if "." in name or not namespace else f"{namespace}.{name}"
-    return AvroWriting(text, registry.register(group, full, text), column)
+    return AvroWriting(text, registry.register(group, full_name(parsed_json), text), column)
 
 
 def _check_fields(schema: Any, data_type: Any, column: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..auth.credentials import EntraSettings
 from ..auth.network import NetworkSettings
+from ..auth.settings import ConnectionSettings
 from ..errors import EventHubsError
 
 SCOPE = "https://eventhubs.azure.net/.default"
@@ -47,6 +48,12 @@ class Registry:
     namespace: str  # NAMESPACE.servicebus.windows.net (host[:port] for the emulator)
     entra: EntraSettings
     network: NetworkSettings
+
+    @classmethod
+    def of(cls, namespace: str, settings: ConnectionSettings) -> Registry:
+        """The registry of ``namespace`` reached as the hub is (proxy, CA bundle), signed in with the options'
+        Entra identity: the registry takes no SAS key, whatever signs in to the hub."""
+        return cls(namespace, settings.entra or EntraSettings(), settings.network)
 
     def client(self) -> Any:
         """This process's registry client for these settings (built once: it holds an HTTP session)."""

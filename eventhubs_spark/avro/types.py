@@ -87,9 +87,10 @@ def parse(text: str, option: str) -> Any:
     return schema
 
 
-def column(schema: Any) -> Column:
-    """The Arrow layout of values of this (parsed JSON) Avro schema; a schema Spark cannot hold is a SchemaError."""
-    return _column(schema, {}, "value", set())
+def column(schema: Any, names: dict[str, Any] | None = None) -> Column:
+    """The Arrow layout of values of this (parsed JSON) Avro schema; a schema Spark cannot hold is a SchemaError.
+    ``names``: the named types defined before it (by :func:`full_name`), for a part of a larger schema."""
+    return _column(schema, dict(names or {}), "value", set())
 
 
 def spark_type(col: Column) -> str:
@@ -112,10 +113,16 @@ def spark_type(col: Column) -> str:
     raise AssertionError(f"no Spark type for {t}")  # every Column built above has one
 
 
-def _named(schema: dict[str, Any]) -> str:
+def full_name(schema: dict[str, Any]) -> str:
+    """A named type's full name: its name, in its namespace unless the name has one of its own."""
     name = str(schema.get("name", ""))
     namespace = schema.get("namespace")
     return f"{namespace}.{name}" if namespace and "." not in name else name
+
+
+def named(name: str, names: dict[str, Any]) -> str | None:
+    """The full name of the named type a schema refers to by ``name`` (full, or short), among ``names``."""
+    return name if name in names else next((n for n in names if n.rsplit(".", 1)[-1] == name), None)
 
 
 def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[str]) -> Column:
@@ -125,7 +132,7 @@ def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[st
         if schema in PRIMITIVES:
             arrow = ARROW_PRIMITIVE[schema]
             return Column(arrow, arrow)
-        full = schema if schema in names else next((n for n in names if n.rsplit(".", 1)[-1] == schema), None)
+        full = named(schema, names)
         if full is None:
             raise SchemaError(f"Avro field {where}: unknown type {schema!r} (named types must be defined before use)",
                               _EXAMPLE)  # fmt: skip
@@ -146,7 +153,7 @@ def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[st
         arrow = ARROW_PRIMITIVE[kind]  # other logical types (uuid, time-*) keep their underlying type
         return Column(arrow, arrow)
     if kind in ("record", "error"):
-        full = _named(schema)
+        full = full_name(schema)
         names[full] = schema
         fields = schema.get("fields")
         if not isinstance(fields, list):
@@ -160,10 +167,10 @@ def _column(schema: Any, names: dict[str, Any], where: str, open_records: set[st
         plain = pa.struct([pa.field(str(f["name"]), c.plain) for f, c in zip(fields, children, strict=True)])
         return Column(arrow, plain, "struct", tuple(children))
     if kind == "enum":
-        names[_named(schema)] = schema
+        names[full_name(schema)] = schema
         return Column(pa.string(), pa.string())
     if kind == "fixed":
-        names[_named(schema)] = schema
+        names[full_name(schema)] = schema
         if logical == "decimal":
             return _decimal(schema, where)
         return Column(pa.binary(), pa.binary())
