@@ -69,7 +69,9 @@ def projection(schema: Any, source: pa.Schema = ARROW_SCHEMA) -> Projection | No
 
     if schema is None or schema == SCHEMA_DDL:  # Spark passes a StructType; the source's own DDL is its schema
         return None
-    ours = from_arrow_schema(source)
+    # a zone-less Arrow timestamp (Avro's local-timestamp-*) is Spark's TIMESTAMP_NTZ, as the source's DDL says; Spark
+    # 4.0's from_arrow_schema defaults to TIMESTAMP for it, 4.1+ to TIMESTAMP_NTZ
+    ours = from_arrow_schema(source, prefer_timestamp_ntz=True)
     fields = list(schema.fields)
     if [(f.name, f.dataType, f.nullable) for f in fields] == [(f.name, f.dataType, True) for f in ours.fields]:
         return None

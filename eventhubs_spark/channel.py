@@ -20,13 +20,16 @@ encrypted. Asking is best effort: a task never fails because the driver cannot b
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,14 +40,26 @@ _LOG = logging.getLogger("eventhubs_spark")
 
 MAX_MESSAGE = 64 * 1024
 KEPT_IDLE = 600.0  # seconds the driver keeps an idle kept connection (ask_kept) open
+# Finding out whether the driver can be reached costs a process at most this long: every address is tried at
+# once (a firewall that drops packets makes a connect wait out its time-out; one address after another would
+# add them up). A process that found it unreachable asks no more, and checks again in the background every
+# RECHECK seconds, so a channel that heals (a firewall rule taken away) is used again within a minute.
+PROBE_TIMEOUT = 2.0
+RECHECK = 60.0
+HANDSHAKE_TIMEOUT = 5.0  # a connection to a driver or a home must prove itself within this long
+MAX_PENDING = 32  # connections not yet proven (a driver's or a home's): past it the oldest is cut off (see Gate)
+MAX_THREADS = 256  # connections a driver or a home serves at once
 _SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
 
 Handler = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
-def host_addresses() -> tuple[str, ...]:
-    """The addresses other hosts may reach this one at: Spark's own choice where set (SPARK_LOCAL_HOSTNAME,
-    SPARK_LOCAL_IP), the host's name, its interfaces' IPv4 addresses, then loopback (one machine)."""
+def host_addresses(bind: str = "0.0.0.0") -> tuple[str, ...]:
+    """The addresses other hosts may reach this one at: the one address a listener was bound to, when it was
+    bound to one; else Spark's own choice where set (SPARK_LOCAL_HOSTNAME, SPARK_LOCAL_IP), the host's name, its
+    interfaces' IPv4 addresses, then loopback (one machine)."""
+    if bind not in ("", "0.0.0.0", "::"):
+        return (bind,)
     found: list[str] = [v for v in (os.environ.get("SPARK_LOCAL_HOSTNAME"), os.environ.get("SPARK_LOCAL_IP")) if v]
     with contextlib.suppress(OSError):
         found.append(socket.getfqdn())
@@ -72,18 +87,136 @@ def _interface_addresses() -> list[str]:
     return out
 
 
-class DriverChannel:
-    """The driver's end: each proven message goes to ``handle``, whose answer (if any) goes back."""
+def open_server(bind: str, ports: str, option: str) -> socket.socket:
+    """A listening TCP socket on ``bind`` at the first free port of ``ports`` (see :func:`parse_ports`); an
+    OSError naming ``option`` when none is free."""
+    last: OSError | None = None
+    for port in parse_ports(ports):
+        try:
+            return socket.create_server((bind or "0.0.0.0", port))
+        except OSError as exc:
+            last = exc
+    raise OSError(f"no free port in {option}={ports!r} on address {bind!r}: {last}")
 
-    def __init__(self, query: QueryKey, handle: Handler, bind: str = "0.0.0.0") -> None:
+
+def parse_ports(text: str) -> list[int]:
+    """``""`` or ``"0"``: any free port; ``"40000"``; ``"40000-40099"`` (eventhubs.executorPorts)."""
+    text = text.strip()
+    if text in ("", "0"):
+        return [0]
+    low, _, high = text.partition("-")
+    first, last = int(low), int(high or low)
+    return list(range(first, last + 1))
+
+
+class Gate:
+    """What a listener lets in, bounded whatever connects: at most ``max_pending`` connections that have not yet
+    proven they hold the query's key (past that the oldest is cut off: a stranger's idle connections cannot keep
+    the query's own out, which prove themselves within milliseconds) and at most ``max_serving`` served at once
+    (past that a new one is closed at once). Counts what it turned away."""
+
+    def __init__(self, max_pending: int, max_serving: int) -> None:
+        self.max_pending = max_pending
+        self.max_serving = max_serving
+        self.turned_away = 0  # connections closed unserved, or cut off before proving themselves
+        self._pending: dict[socket.socket, None] = {}  # oldest first
+        self._serving = 0
+        self._lock = threading.Lock()
+
+    def admit(self, conn: socket.socket) -> bool:
+        """Take ``conn`` in (False: over the cap, and closed); may cut off the oldest connection not yet proven."""
+        with self._lock:
+            if self._serving >= self.max_serving:
+                self.turned_away += 1
+                over = True
+            else:
+                over = False
+                self._serving += 1
+                self._pending[conn] = None
+                oldest = next(iter(self._pending)) if len(self._pending) > self.max_pending else None
+                if oldest is not None:
+                    del self._pending[oldest]
+                    self.turned_away += 1
+        if over:
+            with contextlib.suppress(OSError):
+                conn.close()
+            return False
+        if oldest is not None:
+            with contextlib.suppress(OSError):
+                oldest.shutdown(socket.SHUT_RDWR)  # its thread's handshake fails at once, and it ends
+        return True
+
+    def proven(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._pending.pop(conn, None)
+
+    def done(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._pending.pop(conn, None)
+            self._serving -= 1
+
+    def serve(self, conn: socket.socket, target: Callable[[], None], name: str) -> None:
+        """Serve ``conn`` on a thread of its own (``target`` must call :meth:`done`); a thread that cannot start
+        costs this connection only."""
+        if not self.admit(conn):
+            return
+        try:
+            threading.Thread(target=target, name=name, daemon=True).start()
+        except BaseException:
+            self.done(conn)
+            with contextlib.suppress(OSError):
+                conn.close()
+            raise
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
+def accept_loop(server: socket.socket, still: Callable[[], bool], take: Callable[[socket.socket, Any], None],
+                what: str) -> OSError | None:  # fmt: skip
+    """Accept connections on ``server`` while ``still()``, handing each to ``take``; no error ends the loop but the
+    socket's own end (returned; None when ``still()`` turned false): a moment without file descriptors, or a
+    thread that cannot start, costs one connection."""
+    while still():
+        try:
+            conn, peer = server.accept()
+        except TimeoutError:
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED):
+                time.sleep(0.05)
+                continue
+            return exc if still() else None
+        try:
+            take(conn, peer)
+        except Exception:
+            _LOG.debug("eventhubs: %s: a connection was not served", what, exc_info=True)
+            with contextlib.suppress(OSError):
+                conn.close()
+    return None
+
+
+class DriverChannel:
+    """The driver's end: each proven message goes to ``handle``, whose answer (if any) goes back.
+
+    Bounded against whatever connects: at most :data:`MAX_PENDING` connections that have not proven
+    themselves (each has :data:`HANDSHAKE_TIMEOUT` seconds to), at most :data:`MAX_THREADS` served at once
+    (more are closed at once, and counted), a sealed frame of at most :data:`MAX_MESSAGE` bytes (checked before
+    anything is allocated for it), and an accept loop that no error ends but closing the channel."""
+
+    def __init__(self, query: QueryKey, handle: Handler, bind: str = "0.0.0.0", ports: str = "0") -> None:
         self.query = query
         self.handle = handle
-        self._server = socket.create_server((bind, 0))
+        self._server = open_server(bind, ports, "eventhubs.driverChannel.ports")
         self._server.settimeout(1.0)
         self.port = int(self._server.getsockname()[1])
-        self._address = DriverAddress(host_addresses(), self.port)  # looked up once: names may be slow
+        self._address = DriverAddress(host_addresses(bind), self.port)  # looked up once: names may be slow
         self.refused = 0
         self.accepted = 0  # connections taken (a kept one counts once however many messages it carries)
+        self.proven = 0  # connections that proved they hold the query's key
+        self.gate = Gate(MAX_PENDING, MAX_THREADS)
         self._closed = threading.Event()
         threading.Thread(target=self._accept, name="eventhubs-driver-channel", daemon=True).start()
 
@@ -96,48 +229,54 @@ class DriverChannel:
             self._server.close()
 
     def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, peer = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
+        def take(conn: socket.socket, peer: Any) -> None:
             self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
+            self.gate.serve(conn, lambda: self._serve(conn, peer), "eventhubs-driver-channel-conn")
+
+        accept_loop(self._server, lambda: not self._closed.is_set(), take, "driver channel")
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
-        with conn:
-            conn.settimeout(30.0)  # an answer may wait for the services to settle (see source.Homes)
-            try:
-                sealed, _ = server_handshake(conn, lambda q: self.query if q == self.query.query else None)
-            except RefusedError as exc:
-                self.refused += 1
-                _LOG.warning("eventhubs: refused a connection to the query's driver from %s: %s", peer[0], exc)
-                return
-            except OSError as exc:
-                _LOG.debug("eventhubs: driver channel: a connection from %s ended: %s", peer[0], exc)
-                return
-            first = True
-            while not self._closed.is_set():  # a kept connection (see ask_kept) sends message after message
+        try:
+            with conn:
+                conn.settimeout(HANDSHAKE_TIMEOUT)
                 try:
-                    frame = sealed.recv_frame()
-                except (OSError, ValueError) as exc:
-                    if first:
-                        _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
-                    return  # the other end closed it, or it stayed idle past KEPT_IDLE
-                try:
-                    message = json.loads(frame.decode("utf-8"))
-                    if not isinstance(message, dict):
-                        raise ValueError("a message is a JSON object")
-                    answer = self.handle(message) or {}
-                    sealed.send_frame(json.dumps(answer).encode("utf-8"))
-                except (OSError, ValueError) as exc:
-                    _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+                    sealed, _ = server_handshake(conn, lambda q: self.query if q == self.query.query else None)
+                except RefusedError as exc:
+                    self.refused += 1
+                    _LOG.warning("eventhubs: refused a connection to the query's driver from %s: %s", peer[0], exc)
                     return
+                except OSError as exc:
+                    _LOG.debug("eventhubs: driver channel: a connection from %s ended: %s", peer[0], exc)
+                    return
+                self.gate.proven(conn)
+                sealed.max_frame = MAX_MESSAGE + 64  # the seal's tag
+                self.proven += 1
+                sealed.settimeout(30.0)  # an answer may wait for the services to settle (see source.Homes)
+                self._messages(sealed, peer)
+        finally:
+            self.gate.done(conn)
+
+    def _messages(self, sealed: SealedSocket, peer: Any) -> None:
+        first = True
+        while not self._closed.is_set():  # a kept connection (see ask_kept) sends message after message
+            try:
+                frame = sealed.recv_frame()
+            except (OSError, ValueError) as exc:
                 if first:
-                    first = False
-                    sealed.settimeout(KEPT_IDLE)
+                    _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+                return  # the other end closed it, or it stayed idle past KEPT_IDLE
+            try:
+                message = json.loads(frame.decode("utf-8"))
+                if not isinstance(message, dict):
+                    raise ValueError("a message is a JSON object")
+                answer = self.handle(message) or {}
+                sealed.send_frame(json.dumps(answer).encode("utf-8"))
+            except (OSError, ValueError) as exc:
+                _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
+                return
+            if first:
+                first = False
+                sealed.settimeout(KEPT_IDLE)
 
 
 def _payload(message: dict[str, Any]) -> bytes:
@@ -158,23 +297,113 @@ class _Refused(Exception):
     """The driver refused this process: no other address will do better."""
 
 
+def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[str, socket.socket] | None:
+    """A TCP connection to the first of ``hosts`` that accepts one on ``port``, every address tried at once, within
+    ``timeout`` in all (a dropped packet costs the time-out once, not once per address); None when none did."""
+    pending: dict[socket.socket, str] = {}
+    for host in dict.fromkeys(hosts):
+        try:
+            infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        if sock.connect_ex(address) in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            pending[sock] = host
+        else:
+            sock.close()
+    deadline = time.monotonic() + timeout
+    won: tuple[str, socket.socket] | None = None
+    try:
+        while pending and won is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, ready, _ = select.select([], list(pending), [], left)
+            for sock in ready:
+                host = pending.pop(sock)
+                if won is None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    sock.setblocking(True)
+                    won = (host, sock)
+                else:
+                    sock.close()
+    finally:
+        for sock in pending:
+            sock.close()
+    return won
+
+
+class Reach:
+    """Whether this process reaches the drivers it talks to: found out once within :data:`PROBE_TIMEOUT`, then
+    remembered. While a driver is unreachable nothing here waits for it (every ask answers None at once) and a
+    thread of its own tries its port every :data:`RECHECK` seconds; once it answers, asking goes on. Said once
+    per process and driver, in the log."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, recheck: float = RECHECK) -> None:
+        self.clock = clock
+        self.recheck = recheck
+        self._down: dict[tuple[tuple[str, ...], int], float] = {}  # driver -> since when it is unreachable
+        self._lock = threading.Lock()
+        self.probes = 0  # connection attempts that failed (what this process paid)
+
+    def reachable(self, driver: DriverAddress) -> bool:
+        with self._lock:
+            return (driver.hosts, driver.port) not in self._down
+
+    def failed(self, driver: DriverAddress, why: str, probed: bool = True) -> None:
+        """A connection to the driver could not be made (``probed``: by this process; else it learned so from
+        its executor's service): remember it, say it once, and check in the background."""
+        key = (driver.hosts, driver.port)
+        with self._lock:
+            self.probes += probed
+            if key in self._down:
+                return
+            self._down[key] = self.clock()
+        _LOG.warning("eventhubs: the query's driver (port %d on %s) cannot be reached from this process (%s): tasks "
+                     "here read on without telling it (no partition homes, no lag times from here); checked again "
+                     "every %g s. A cluster whose executors may never reach the driver: set "
+                     "eventhubs.driverChannel=false", driver.port, ", ".join(driver.hosts), why,
+                     self.recheck)  # fmt: skip
+        threading.Thread(target=self._watch, args=(driver,), name="eventhubs-driver-recheck", daemon=True).start()
+
+    def _watch(self, driver: DriverAddress) -> None:
+        while True:
+            time.sleep(self.recheck)
+            connected = first_connect(driver.hosts, driver.port, PROBE_TIMEOUT)
+            if connected is not None:
+                connected[1].close()
+                with self._lock:
+                    self._down.pop((driver.hosts, driver.port), None)
+                _LOG.info("eventhubs: the query's driver (port %d) can be reached again from this process",
+                          driver.port)  # fmt: skip
+                return
+
+
+REACH = Reach()
+
+
 def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[str, SealedSocket] | None:
-    """A proven connection to the driver at the first of its addresses that answers; None when none does.
-    Raises :class:`_Refused` (after saying so) when the driver refuses the query's proof."""
-    for host in driver.hosts:
-        try:
-            sock = socket.create_connection((host, driver.port), timeout=timeout)
-        except OSError:
-            continue  # not reachable at this address: the next one
-        try:
-            return host, client_handshake(sock, query)
-        except RefusedError as exc:
-            sock.close()
-            _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
-            raise _Refused from exc
-        except OSError:
-            sock.close()
-    return None
+    """A proven connection to the driver at the first of its addresses that answers; None when none does (or the
+    driver is known to be unreachable: then at once). Raises :class:`_Refused` (after saying so) when the driver
+    refuses the query's proof."""
+    if not REACH.reachable(driver):
+        return None
+    connected = first_connect(driver.hosts, driver.port, min(timeout, PROBE_TIMEOUT))
+    if connected is None:
+        REACH.failed(driver, f"no answer within {min(timeout, PROBE_TIMEOUT):g} s")
+        return None
+    host, sock = connected
+    try:
+        sock.settimeout(timeout)
+        return host, client_handshake(sock, query)
+    except RefusedError as exc:
+        sock.close()
+        _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
+        raise _Refused from exc
+    except OSError:
+        sock.close()  # it answered, so it is reachable: this one connection was cut off (a busy driver)
+        return None
 
 
 def ask(
@@ -185,21 +414,19 @@ def ask(
     if driver is None or query is None:
         return None
     payload = _payload(message)
-    for host in driver.hosts:
-        try:
-            connected = _connect(DriverAddress((host,), driver.port), query, timeout)
-        except _Refused:
-            return None
-        if connected is None:
-            continue  # not reachable at this address: the next one
-        sealed = connected[1]
-        try:
-            return _exchange(sealed, payload)
-        except (OSError, ValueError):
-            continue
-        finally:
-            sealed.close()
-    return None
+    try:
+        connected = _connect(driver, query, timeout)
+    except _Refused:
+        return None
+    if connected is None:
+        return None
+    sealed = connected[1]
+    try:
+        return _exchange(sealed, payload)
+    except (OSError, ValueError):
+        return None  # connected and proven, then no answer in time: the driver is slow, not unreachable
+    finally:
+        sealed.close()
 
 
 # this process's kept connections to query drivers, by (host, port, query, key): proven with that very key
@@ -214,7 +441,7 @@ def ask_kept(
     task says after every range (its reads, for the lag figures) then costs a sealed frame each way, not a
     connection and a handshake. A kept connection that broke (the driver closed it idle, or restarted) is
     made again once; None when the driver cannot be reached (never raises)."""
-    if driver is None or query is None:
+    if driver is None or query is None or not REACH.reachable(driver):
         return None
     payload = _payload(message)
     proof = hash(query.key.reveal())
@@ -245,6 +472,7 @@ def ask_kept(
 
 
 def tell(driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any]) -> None:
-    """:func:`ask` from a thread of its own, the answer ignored: the caller never waits for the driver."""
-    if driver is not None and query is not None:
+    """:func:`ask` from a thread of its own, the answer ignored: the caller never waits for the driver (and no
+    thread starts for a driver known to be unreachable)."""
+    if driver is not None and query is not None and REACH.reachable(driver):
         threading.Thread(target=ask, args=(driver, query, message), name="eventhubs-tell", daemon=True).start()

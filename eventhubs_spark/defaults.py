@@ -27,7 +27,9 @@ RETRY_INITIAL_DELAY = 0.1
 RETRY_MAX_DELAY = 2.0
 RETRY_JITTER = 0.2
 PARTITION_HOMES = True  # streams read each partition at its home executor (eventhubs.partitionHomes)
-EXECUTOR_PORTS = "0"  # where a home listens for other executors: any free port
+EXECUTOR_PORTS = "0"  # where a home listens for other executors: any free port (the driver's channel too)
+BIND_ADDRESS = "0.0.0.0"  # the address homes and the driver's channel listen on: all of the host's
+DRIVER_CHANNEL = True  # a stream's driver listens for what its executors tell it (eventhubs.driverChannel)
 STALLED_AFTER_BATCHES = 10  # a partition with events waiting that no batch moved this many times is stalled...
 STALLED_AFTER = 300.0  # ...or that has not moved for this many seconds (eventhubs.lag.*)
 

@@ -44,6 +44,7 @@ class QueryDriver:
         clock: Callable[[], float] = time.monotonic,
         bind: str = "0.0.0.0",
         on_read: Callable[[str, int, int], None] | None = None,
+        ports: str = "0",
     ) -> None:
         """``on_read(partition, end, enqueued_micros)``: a task read a range of the partition up to ``end``,
         its last event enqueued then (the query's lag figures, :mod:`.lag`)."""
@@ -60,7 +61,7 @@ class QueryDriver:
         self._expected: dict[str, float] = {}  # executor JVMs a first batch's task runs in, since when
         self.jvm = jvm_name(executor_pid())  # the stream runner's JVM: the driver's
         self._cond = threading.Condition()
-        self.channel = DriverChannel(self.query, self.handle, bind=bind)
+        self.channel = DriverChannel(self.query, self.handle, bind=bind, ports=ports)
 
     def address(self) -> DriverAddress:
         return self.channel.address()

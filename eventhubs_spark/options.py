@@ -8,6 +8,7 @@ shows a valid example. Nothing is silently ignored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -118,6 +119,35 @@ def _ports(option: str, value: str) -> str:
         raise OptionError(f"{option}: expected a port or a range such as 40000-40099 (0: any free port), got "
                           f"{value!r}. Example: {example}", example)  # fmt: skip
     return f"{first}-{last}" if dash else str(first)
+
+
+def _switch(option: str, value: str) -> bool | None:
+    """on/true, off/false, or auto (None: the mode decides)."""
+    text = str(value).strip().lower()
+    if text in ("on", "true"):
+        return True
+    if text in ("off", "false"):
+        return False
+    if text == "auto":
+        return None
+    example = f".option({option!r}, 'off')"
+    raise OptionError(f"{option}: expected on, off or auto (or true, false), got {value!r}. Example: {example}",
+                      example)  # fmt: skip
+
+
+def _address(option: str, value: str) -> str:
+    """An address to listen on: an IP address (0.0.0.0: all of the host's) or a host name."""
+    import ipaddress
+
+    text = str(value).strip()
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(text))
+    if re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                    r"[A-Za-z0-9])?)*", text):  # fmt: skip
+        return text
+    example = f".option({option!r}, '0.0.0.0')"
+    raise OptionError(f"{option}: expected an IP address or a host name to listen on (0.0.0.0: every address), got "
+                      f"{value!r}. Example: {example}", example)  # fmt: skip
 
 
 def _local_location(option: str, value: str) -> str:
@@ -645,11 +675,13 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "eventhubs.receiverService",
         None,
-        parse_bool,
+        _switch,
         "Read through one receiver service per executor, which keeps receivers (and what they read ahead) "
-        "between micro-batches whichever Python worker runs the next task; false: each worker reads for itself. "
-        "Default: true for streams, false for batch reads (one range per partition: nothing to keep).",
-        "true",
+        "between micro-batches whichever Python worker runs the next task. auto (the default): streams do, batch "
+        "reads do not (one range per partition: nothing to keep); on (or true): batch reads too; off (or false): "
+        "each worker reads for itself and no process outlives a task. Where the service cannot start (a "
+        "sandbox), tasks read in their worker, said once, and it is tried again in the background every minute.",
+        "off",
         READ,
         field="receiver_service",
     ),
@@ -674,6 +706,47 @@ SPECS: tuple[Spec, ...] = (
         "40000-40099",
         frozenset({STREAM}),
         field="executor_ports",
+    ),
+    Spec(
+        "eventhubs.executorBindAddress",
+        defaults.BIND_ADDRESS,
+        _address,
+        "The address a home's receiver service listens on for other executors' tasks (and tells the driver); "
+        "0.0.0.0: every address of the host. With eventhubs.partitionHomes=false no executor listens at all.",
+        "10.0.0.5",
+        frozenset({STREAM}),
+        field="executor_bind_address",
+    ),
+    Spec(
+        "eventhubs.driverChannel",
+        defaults.DRIVER_CHANNEL,
+        parse_bool,
+        "Streams: the driver listens on a TCP port for what executors tell it (receiver services that serve the "
+        "query, the lag figures' times, which partition's home a first batch's task has). false: the driver opens "
+        "no port and no task connects to it: partitions get no home (eventhubs.partitionHomes needs the channel) "
+        "and the lag figures have no seconds, only events. Where executors cannot reach the driver, each finds "
+        "it out once (within 2 s) and asks no more, checking again every minute.",
+        "false",
+        frozenset({STREAM}),
+        field="driver_channel",
+    ),
+    Spec(
+        "eventhubs.driverChannel.bindAddress",
+        defaults.BIND_ADDRESS,
+        _address,
+        "The address the driver's channel listens on (and tells the executors); 0.0.0.0: every address of the host.",
+        "10.0.0.4",
+        frozenset({STREAM}),
+        field="driver_bind_address",
+    ),
+    Spec(
+        "eventhubs.driverChannel.ports",
+        defaults.EXECUTOR_PORTS,
+        _ports,
+        "The port, or a range of ports, the driver's channel listens on (a firewall's opening); 0: any free port.",
+        "41000-41009",
+        frozenset({STREAM}),
+        field="driver_ports",
     ),
     Spec(
         "eventhubs.checkpointLocation",
@@ -1047,6 +1120,10 @@ class ReadOptions:
     receiver_service: bool
     partition_homes: bool
     executor_ports: str
+    executor_bind_address: str
+    driver_channel: bool
+    driver_bind_address: str
+    driver_ports: str
     checkpoint_location: str | None
     stalled_after_batches: int
     stalled_after: float

@@ -101,6 +101,8 @@ class RangeRequest:
     home: Home | None = None
     homes: bool = False  # the stream places partitions at homes (eventhubs.partitionHomes); None above: ask
     ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
+    bind: str = "0.0.0.0"  # eventhubs.executorBindAddress: the address it listens on
+    range_id: int = 0  # the asker's name for this very request: every chunk of the answer carries it
 
 
 @dataclass(frozen=True)
@@ -118,14 +120,17 @@ class RemoteRead:
     owner: str | None = None
     owned: frozenset[str] | None = None
     retry: bool = False
+    range_id: int = 0
 
     @classmethod
     def of(cls, request: RangeRequest) -> RemoteRead:
         """What a task asks of a home for ``request``: everything but the settings and the stream's own fields."""
         return cls(request.config, request.partition, request.start, request.end, request.fail_on_data_loss,
-                   request.idle_timeout, request.owner, request.owned, request.retry)  # fmt: skip
+                   request.idle_timeout, request.owner, request.owned, request.retry,
+                   request.range_id)  # fmt: skip
 
     def request(self, settings: ConnectionSettings) -> RangeRequest:
         """The range the home reads, with the settings its own executor's tasks gave it."""
         return RangeRequest(settings, self.config, self.partition, self.start, self.end, self.fail_on_data_loss,
-                            self.idle_timeout, self.owner, self.owned, self.retry)  # fmt: skip
+                            self.idle_timeout, self.owner, self.owned, self.retry,
+                            range_id=self.range_id)  # fmt: skip

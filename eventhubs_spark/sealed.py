@@ -61,6 +61,7 @@ class SealedSocket:
         self._sent = 0
         self._received = 0
         self._plain = memoryview(b"")
+        self.max_frame = MAX_FRAME  # a side that takes only small messages lowers it (checked before allocating)
 
     def _nonce(self, tag: bytes, counter: int) -> bytes:
         return tag + b"\0\0\0" + counter.to_bytes(8, "big")
@@ -77,8 +78,8 @@ class SealedSocket:
 
     def _open_frame(self) -> bytes:
         (size,) = _FRAME.unpack(_recv_exactly(self.sock, _FRAME.size))
-        if size > MAX_FRAME:
-            raise ConnectionError(f"a sealed frame of {size} bytes: not this protocol")
+        if size > self.max_frame:
+            raise ConnectionError(f"a sealed frame of {size} bytes, over the {self.max_frame} this side takes")
         sealed = _recv_exactly(self.sock, size)
         try:
             plain = self._aead.decrypt(self._nonce(self._recv_tag, self._received), sealed, None)

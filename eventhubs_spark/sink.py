@@ -156,10 +156,21 @@ class EventSender:
         self._row = 0
         self._content_type = layout.avro.content_type if layout.avro is not None else None
 
-    def add_columns(self, columns: list[list[Any]]) -> None:
-        """Add rows given column-wise (as Arrow's ``to_pylist`` returns them), in the input's order."""
+    def add_batch(self, batch: Any) -> None:
+        """Add an Arrow record batch's rows (the Avro value column encoded from Arrow, the others as Python values)."""
+        avro, body = self.layout.avro, self.layout.body
+        columns = [
+            avro.encode_arrow(column) if avro is not None and i == body else column.to_pylist()
+            for i, column in enumerate(batch.columns)
+        ]
+        self.add_columns(columns, encoded=True)
+
+    def add_columns(self, columns: list[list[Any]], encoded: bool = False) -> None:
+        """Add rows given column-wise (as Arrow's ``to_pylist`` returns them, or rows' values), in the input's order;
+        ``encoded``: the Avro value column is already bodies."""
         layout = self.layout
-        bodies = columns[layout.body] if layout.avro is None else layout.avro.encode(columns[layout.body])
+        avro = layout.avro if not encoded else None
+        bodies = columns[layout.body] if avro is None else avro.encode(columns[layout.body])
         keys = columns[layout.partition_key] if layout.partition_key is not None else None
         pids = columns[layout.partition_id] if layout.partition_id is not None else None
         props = columns[layout.properties] if layout.properties is not None else None
@@ -353,7 +364,7 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
         with failures.sign_in_errors(settings):
             if arrow:
                 for batch in items:
-                    sender.add_columns([column.to_pylist() for column in batch.columns])
+                    sender.add_batch(batch)
             else:
                 sender.add_rows(items)
             sender.flush()

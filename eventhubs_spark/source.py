@@ -584,11 +584,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # without homes each executor's service reads what it gets; the driver still hears what it must
         homes = options.receiver_service and options.partition_homes
         placed = driver.homes(e) if homes else {}
-        query, where, ports = driver.query, driver.address(), options.executor_ports
+        query, where = driver.query, driver.address()
+        ports, bind = options.executor_ports, options.executor_bind_address
 
         def placed_request(r: RangeRequest) -> RangeRequest:
             home = placed.get(r.partition)
-            return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports)
+            return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
 
         return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
 
@@ -596,9 +597,16 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         """This query's driver side (key, channel, live services, homes), opened at the first batch in the
         stream runner process that plans every batch; None where it cannot listen (the query then reads as
         on one executor: each executor's service opens its own links)."""
+        options = self.planner.options
+        if self._driver is None and not self._no_driver and not options.driver_channel:
+            self._no_driver = True
+            _LOG.info("eventhubs: hub %s: eventhubs.driverChannel=false: the driver opens no port and no task connects "
+                      "to it; partitions get no home (each executor's service reads what Spark gives it), and the "
+                      "lag figures have events but no seconds", self.hub)  # fmt: skip
         if self._driver is None and not self._no_driver:
             try:
-                self._driver = QueryDriver(self.hub, on_read=self._lag.read)
+                self._driver = QueryDriver(self.hub, on_read=self._lag.read, bind=options.driver_bind_address,
+                                           ports=options.driver_ports)  # fmt: skip
                 threading.Thread(target=self._watch_batches, args=(self._driver,), name="eventhubs-lag-watch",
                                  daemon=True).start()  # fmt: skip
             except OSError as exc:

@@ -8,9 +8,11 @@ header, no fingerprint) and the schema id in the content type.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +23,12 @@ from .types import SchemaError, avro_of_spark, full_name, parse
 
 @dataclass(frozen=True)
 class AvroWriting:
-    """What a sink task needs to write Avro: the schema and its id (plain data, pickled to the executors)."""
+    """What a sink task needs to write Avro: the schema and its id (plain data, pickled to the executors), and the
+    column's Spark type (its JSON), which says how the column's Python values become what fastavro's writer takes."""
 
     schema: str
     schema_id: str
+    spark_type: str  # the value column's Spark type, as DataType.json() gives it
     column: str = "value"
 
     @property
@@ -37,10 +41,30 @@ class AvroWriting:
 
         return fastavro.parse_schema(json.loads(self.schema))
 
+    @functools.cached_property
+    def _from_rows(self) -> Callable[[Any], Any] | None:
+        from pyspark.sql.types import _parse_datatype_json_string
+
+        return _preparer(_parse_datatype_json_string(self.spark_type))
+
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_parsed"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_parsed", "_from_rows")}
+
+    def encode_arrow(self, array: Any) -> list[bytes]:
+        """Each value's Avro body, from the column as an Arrow array (Spark 4.1+'s stream sink, every batch sink).
+
+        The column becomes Python values once, for all its rows and field by field (:func:`python_values`): Arrow's
+        own ``to_pylist`` gives a map as (key, value) pairs, which fastavro's writer refuses, and converts a struct
+        one scalar at a time, several times slower."""
+        return self._write(python_values(array, self.column))
 
     def encode(self, values: list[Any]) -> list[bytes]:
+        """Each value's Avro body, from rows' values (Spark 4.0's stream sink passes rows: structs as Rows, maps as
+        dicts, timestamps as naive datetimes in the worker's time zone) or dicts as fastavro takes them."""
+        prepare = self._from_rows
+        return self._write([prepare(v) for v in values] if prepare is not None else values)
+
+    def _write(self, values: list[Any]) -> list[bytes]:
         """Each value's Avro body; a value the schema cannot hold is an error naming the row and the field."""
         from fastavro import schemaless_writer
 
@@ -48,8 +72,6 @@ class AvroWriting:
         out = io.BytesIO()
         ends: list[int] = []
         for row, value in enumerate(values):
-            if value is not None and not isinstance(value, dict):
-                value = value.asDict(recursive=True)  # a Row (Spark 4.0's stream sink passes rows)
             try:
                 schemaless_writer(out, parsed, value)
             except Exception as exc:
@@ -64,6 +86,103 @@ class AvroWriting:
             bodies.append(bytes(data[start:end]))
             start = end
         return bodies
+
+
+def python_values(array: Any, column: str = "value") -> list[Any]:
+    """An Arrow array's values as fastavro's writer takes them: structs as dicts, maps as dicts, lists as lists, the
+    rest as ``to_pylist`` gives them (datetimes, dates, Decimals, bytes). Converted child array by child array, not
+    value by value; a map with a key twice is an error naming ``column`` (Avro cannot hold it; nothing is dropped)."""
+    import pyarrow as pa
+
+    kind = array.type
+    if pa.types.is_struct(kind):
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        children = [python_values(child, column) for child in array.flatten()]
+        rows: list[Any] = [dict(zip(names, values, strict=True)) for values in zip(*children, strict=True)]
+        if not children:
+            rows = [{} for _ in range(len(array))]
+        return _nulls(array, rows)
+    if pa.types.is_map(kind):
+        first, last, spans = _spans(array)
+        keys = array.keys.slice(first, last - first).to_pylist()
+        items = python_values(array.items.slice(first, last - first), column)
+        rows = []
+        for start, end in spans:
+            one = dict(zip(keys[start:end], items[start:end], strict=True))
+            if len(one) != end - start:
+                raise SinkError(f"column {column!r} holds a map with a key twice, which Avro cannot write: "
+                                f"{keys[start:end]}; make the keys unique")  # fmt: skip
+            rows.append(one)
+        return _nulls(array, rows)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        first, last, spans = _spans(array)
+        values = python_values(array.values.slice(first, last - first), column)
+        rows = [values[a:b] for a, b in spans]
+        return _nulls(array, rows)
+    return array.to_pylist()
+
+
+def _spans(array: Any) -> tuple[int, int, Any]:
+    """A list or map array's first and last child index, and each row's (start, end) from the first."""
+    offsets = array.offsets.to_numpy(zero_copy_only=False)
+    first, last = int(offsets[0]), int(offsets[-1])
+    return first, last, zip((offsets[:-1] - first).tolist(), (offsets[1:] - first).tolist(), strict=True)
+
+
+def _nulls(array: Any, rows: list[Any]) -> list[Any]:
+    """``rows`` with None where ``array`` is null."""
+    if array.null_count:
+        for i in array.is_null().to_numpy(zero_copy_only=False).nonzero()[0].tolist():
+            rows[i] = None
+    return rows
+
+
+def _preparer(data_type: Any) -> Callable[[Any], Any] | None:
+    """A function that makes a Python value of ``data_type`` what fastavro's writer takes, or None where the value
+    is that already: a struct (a Row, or a dict) becomes a dict, a map (a dict, or Arrow's list of pairs) a dict, a
+    timestamp without a zone (Spark's rows give local time for TIMESTAMP) an aware datetime. Built once per column
+    type; the parts that need nothing cost nothing per value."""
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StructType):
+        fields = [(i, f.name, _preparer(f.dataType)) for i, f in enumerate(data_type.fields)]
+
+        def struct(value: Any) -> Any:
+            if value is None:
+                return None
+            if isinstance(value, dict):
+                return {name: (p(value.get(name)) if p else value.get(name)) for _, name, p in fields}
+            return {name: (p(value[i]) if p else value[i]) for i, name, p in fields}
+
+        return struct
+    if isinstance(data_type, T.MapType):
+        inner = _preparer(data_type.valueType)
+
+        def mapping(value: Any) -> Any:
+            if value is None:
+                return None
+            if isinstance(value, dict):
+                return {k: inner(v) for k, v in value.items()} if inner else value
+            out = {k: inner(v) for k, v in value} if inner else dict(value)  # Arrow's (key, value) pairs
+            if len(out) != len(value):
+                raise SinkError(f"a map holds a key twice, which Avro cannot write: {[k for k, _ in value]}; "
+                                "make the keys unique")  # fmt: skip
+            return out
+
+        return mapping
+    if isinstance(data_type, T.ArrayType):
+        item = _preparer(data_type.elementType)
+        if item is None:
+            return None
+        return lambda value: None if value is None else [item(v) for v in value]
+    if isinstance(data_type, T.TimestampType):
+        # a naive datetime here is local time (pyspark's rows); astimezone reads it so, its fold included
+
+        def instant(value: Any) -> Any:
+            return value.astimezone(datetime.timezone.utc) if value is not None and value.tzinfo is None else value
+
+        return instant
+    return None
 
 
 def writing(
@@ -97,7 +216,7 @@ def writing(
     name = parsed_json.get("name") if isinstance(parsed_json, dict) else None
     if not isinstance(name, str):
         raise SchemaError("eventhubs.avro.schema must be a named type (a record) to be registered", "a record schema")
-    return AvroWriting(text, registry.register(group, full_name(parsed_json), text), column)
+    return AvroWriting(text, registry.register(group, full_name(parsed_json), text), data_type.json(), column)
 
 
 def _check_fields(schema: Any, data_type: Any, column: str) -> None:

@@ -10,6 +10,7 @@ reads on by itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
 from ..codec.layout import decode_spans
 from ..ranges import Home, QueryKey, RangeRequest, RemoteRead
 from ..sealed import RefusedError, SealedSocket, client_handshake
@@ -49,6 +51,10 @@ class ServiceClient:
         self.executor = os.path.basename(place.socket_path).removesuffix(".sock")  # the service's id
         self._sock: socket.socket | None = None
         self.started_service = False
+
+    def connect(self) -> socket.socket:
+        """The connection to the service, starting it first when it is not there (OSError when it cannot)."""
+        return self._connect()
 
     def _connect(self) -> socket.socket:
         if self._sock is not None:
@@ -98,6 +104,7 @@ class ServiceClient:
             sock = self._connect()
         except OSError as exc:
             raise ServiceGone(request.start, f"{type(exc).__name__}: {exc}") from exc
+        request = dataclasses.replace(request, range_id=_range_id())
         yield from _range(sock, READ, protocol.encode_request(request), request, stats, self.close)
 
     def hello(self, request: RangeRequest) -> dict[str, Any]:
@@ -122,6 +129,11 @@ class ServiceClient:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
+
+
+def _range_id() -> int:
+    """A fresh name for one request: a chunk that carries another (a stale one) is refused."""
+    return int.from_bytes(os.urandom(8), "big") >> 1
 
 
 def _try_connect(path: str) -> socket.socket | None:
@@ -150,7 +162,13 @@ def _range(
             if kind == ALIVE:
                 continue
             if kind == RAW:
-                next_seq, n = SPANS.unpack_from(payload)
+                range_id, after, n = SPANS.unpack_from(payload)
+                if range_id != request.range_id or not next_seq < after <= request.end:
+                    raise protocol.ProtocolError(
+                        f"a chunk of another range (range id {range_id}, up to {after}) where this task asked for "
+                        f"[{next_seq}, {request.end}) of partition {request.partition} (range id {request.range_id})"
+                    )
+                next_seq = after
                 starts = np.frombuffer(payload, np.int64, n, SPANS.size)
                 ends = np.frombuffer(payload, np.int64, n, SPANS.size + 8 * n)
                 buffer = pa.py_buffer(memoryview(payload)[SPANS.size + 16 * n :])
@@ -158,7 +176,11 @@ def _range(
                 decoded_here += fallbacks
                 yield batch
             elif kind == DONE:
-                stats.update(json.loads(payload))
+                done = json.loads(payload)
+                if done.pop("range", None) != request.range_id:
+                    raise protocol.ProtocolError(f"the end of another range where this task asked for range id "
+                                                 f"{request.range_id}")  # fmt: skip
+                stats.update(done)
                 stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
                 return
             elif kind == ERROR:
@@ -181,7 +203,7 @@ class HomeClient:
     """A worker's connection to another executor's receiver service, a partition's home, for one query
     (kept across tasks; made again when broken)."""
 
-    def __init__(self, home: Home, query: QueryKey, connect_timeout: float = 3.0) -> None:
+    def __init__(self, home: Home, query: QueryKey, connect_timeout: float = PROBE_TIMEOUT) -> None:
         self.home = home
         self.query = query
         self.connect_timeout = connect_timeout
@@ -190,21 +212,18 @@ class HomeClient:
     def _connect(self) -> SealedSocket:
         if self._conn is not None:
             return self._conn
-        last: BaseException | None = None
-        for host in self.home.hosts:
-            try:
-                sock = socket.create_connection((host, self.home.port), timeout=self.connect_timeout)
-            except OSError as exc:
-                last = exc
-                continue
-            try:
-                self._conn = client_handshake(sock, self.query)
-                return self._conn
-            except BaseException:
-                sock.close()
-                raise
-        raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
-                      f"{self.home.port}: {last}")  # fmt: skip
+        connected = first_connect(self.home.hosts, self.home.port, self.connect_timeout)
+        if connected is None:
+            raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
+                          f"{self.home.port} within {self.connect_timeout:g} s")  # fmt: skip
+        sock = connected[1]
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT)
+            self._conn = client_handshake(sock, self.query)
+            return self._conn
+        except BaseException:
+            sock.close()
+            raise
 
     def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         """The range from the home, as :meth:`ServiceClient.read`; :class:`RefusedError` (the home does not
@@ -215,6 +234,7 @@ class HomeClient:
             raise
         except OSError as exc:
             raise ServiceGone(request.start, str(exc)) from exc
+        request = dataclasses.replace(request, range_id=_range_id())
         asked = protocol.encode_request(RemoteRead.of(request))
         yield from _range(conn, REMOTE_READ, asked, request, stats, self.close)
 

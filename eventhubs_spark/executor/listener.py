@@ -28,27 +28,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..auth.settings import ConnectionSettings
-from ..channel import ask, host_addresses
+from ..channel import HANDSHAKE_TIMEOUT, MAX_PENDING, MAX_THREADS, Gate, accept_loop, ask, host_addresses, open_server
 from ..ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 from ..sealed import RefusedError, SealedSocket, server_handshake
 from . import protocol
-from .wire import REMOTE_READ, recv
+from .wire import MAX_REQUEST, REMOTE_READ, recv
 
 _LOG = logging.getLogger("eventhubs_spark")
 
 HEARTBEAT = 5.0  # seconds between a service's announcements to each query's driver
 QUERY_IDLE = 600.0  # a query none of whose tasks came for this long is no longer announced or served
 _GIVE_UP = 12  # announcements in a row the driver did not answer: the query has ended
-
-
-def parse_ports(text: str) -> list[int]:
-    """``""`` or ``"0"``: any free port; ``"40000"``; ``"40000-40099"`` (eventhubs.executorPorts)."""
-    text = text.strip()
-    if text in ("", "0"):
-        return [0]
-    low, _, high = text.partition("-")
-    first, last = int(low), int(high or low)
-    return list(range(first, last + 1))
 
 
 class Listener:
@@ -79,6 +69,8 @@ class Listener:
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self._ports = "0"  # eventhubs.executorPorts, as the first streaming task gave it
+        self._bind = "0.0.0.0"  # eventhubs.executorBindAddress, likewise
+        self.gate = Gate(MAX_PENDING, MAX_THREADS)  # what other hosts may have it serve at once
 
     def register(self, request: RangeRequest) -> None:
         """A streaming task of this executor brought its query: keep its key and settings, open the port,
@@ -93,7 +85,7 @@ class Listener:
             self._queries[query.query] = (query, request.settings, self.clock())
             relisten = self._server is None and self.port is not None
             if self._server is None:  # the first streaming task, or the port was lost (see _accept)
-                self._listen(request.ports)
+                self._listen(request.ports, request.bind)
             if driver is None:
                 return
             if (driver, query.query) in self._announcing:
@@ -116,17 +108,11 @@ class Listener:
                 server.close()
 
     # -- the port --
-    def _listen(self, ports: str) -> None:
-        self._ports = ports
-        last: OSError | None = None
-        for port in parse_ports(ports):
-            try:
-                server = socket.create_server(("0.0.0.0", port))
-                break
-            except OSError as exc:
-                last = exc
-        else:
-            raise OSError(f"no free port in eventhubs.executorPorts={ports!r} for the receiver service: {last}")
+    def _listen(self, ports: str, bind: str) -> None:
+        self._ports, self._bind = ports, bind
+        server = open_server(bind, ports, "eventhubs.executorPorts")
+        if bind not in ("", "0.0.0.0", "::"):
+            self.hosts = (bind,)
         server.settimeout(1.0)
         self._server = server
         self.port = int(server.getsockname()[1])
@@ -141,7 +127,7 @@ class Listener:
         try:
             with self._lock:
                 if self._server is None:
-                    self._listen(self._ports)
+                    self._listen(self._ports, self._bind)
         except OSError as again:
             _LOG.error("receiver service %s: its port %d closed under it (%s), and it cannot listen again (%s); "
                        "other executors' tasks read its partitions for themselves meanwhile", self.executor, old,
@@ -155,62 +141,72 @@ class Listener:
             self._announce(driver, query)
 
     def _accept(self, server: socket.socket) -> None:
-        while self._server is server:
-            try:
-                conn, peer = server.accept()
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                with self._lock:
-                    lost = self._server is server
-                    if lost:  # not closed by us: the port was taken from under the service (ss -K, a sandbox)
-                        self._server = None
-                if lost:
-                    with contextlib.suppress(OSError):
-                        server.close()
-                    self._listen_again(exc)
-                return
-            threading.Thread(target=self._remote, args=(conn, peer), name="eventhubs-remote", daemon=True).start()
+        """Take connections until the port is closed (no error ends it but that); a port taken from under the
+        service is listened on again."""
+
+        def take(conn: socket.socket, peer: Any) -> None:
+            self.gate.serve(conn, lambda: self._remote(conn, peer), "eventhubs-remote")
+
+        exc = accept_loop(server, lambda: self._server is server, take, f"receiver service {self.executor}")
+        if exc is None:
+            return
+        with self._lock:
+            lost = self._server is server
+            if lost:  # not closed by us: the port was taken from under the service (ss -K, a sandbox)
+                self._server = None
+        if lost:
+            with contextlib.suppress(OSError):
+                server.close()
+            self._listen_again(exc)
 
     def _remote(self, conn: socket.socket, peer: Any) -> None:
         """One other executor's connection: proven, then its range requests, each answered as a READ."""
-        with conn:
-            conn.settimeout(30.0)
-            try:
-                sealed, query_id = server_handshake(conn, self.key_of)
-            except RefusedError as exc:
-                self.refused += 1
-                _LOG.warning("receiver service %s: refused a connection from %s: %s", self.executor, peer[0], exc)
-                return
-            except OSError:
-                return
-            conn.settimeout(None)
-            while True:
+        try:
+            with conn:
+                conn.settimeout(HANDSHAKE_TIMEOUT)
                 try:
-                    kind, payload = recv(sealed)
-                    if kind != REMOTE_READ:
-                        raise protocol.ProtocolError(f"a message of kind {kind!r}")
-                    asked = protocol.decode_request(payload, RemoteRead)
-                except (ConnectionError, OSError):
-                    return  # the task went away: nothing in flight
-                except protocol.ProtocolError as exc:
-                    _LOG.error("receiver service %s: refused a request from %s (%s)", self.executor, peer[0], exc)
+                    sealed, query_id = server_handshake(conn, self.key_of)
+                except RefusedError as exc:
                     self.refused += 1
+                    _LOG.warning("receiver service %s: refused a connection from %s: %s", self.executor, peer[0],
+                                 exc)  # fmt: skip
                     return
-                with self._lock:
-                    known = self._queries.get(query_id)
-                    if known is not None:  # serving a query keeps it announced, local tasks or not
-                        self._queries[query_id] = (known[0], known[1], self.clock())
-                if known is None:
+                except OSError:
                     return
-                request = asked.request(known[1])
-                self.busy(+1)
-                self.served += 1
-                try:
-                    if not self.serve(sealed, request):
-                        return
-                finally:
-                    self.busy(-1)
+                self.gate.proven(conn)
+                sealed.max_frame = MAX_REQUEST + 64  # the seal's tag
+                conn.settimeout(None)
+                self._requests(sealed, query_id, peer)
+        finally:
+            self.gate.done(conn)
+
+    def _requests(self, sealed: SealedSocket, query_id: str, peer: Any) -> None:
+        while True:
+            try:
+                kind, payload = recv(sealed, MAX_REQUEST)
+                if kind != REMOTE_READ:
+                    raise protocol.ProtocolError(f"a message of kind {kind!r}")
+                asked = protocol.decode_request(payload, RemoteRead)
+            except (ConnectionError, OSError):
+                return  # the task went away: nothing in flight
+            except protocol.ProtocolError as exc:
+                _LOG.error("receiver service %s: refused a request from %s (%s)", self.executor, peer[0], exc)
+                self.refused += 1
+                return
+            with self._lock:
+                known = self._queries.get(query_id)
+                if known is not None:  # serving a query keeps it announced, local tasks or not
+                    self._queries[query_id] = (known[0], known[1], self.clock())
+            if known is None:
+                return
+            request = asked.request(known[1])
+            self.busy(+1)
+            self.served += 1
+            try:
+                if not self.serve(sealed, request):
+                    return
+            finally:
+                self.busy(-1)
 
     # -- the driver --
     def _announce(self, driver: DriverAddress, query: QueryKey) -> bool:

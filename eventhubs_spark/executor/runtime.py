@@ -89,7 +89,11 @@ class Runtime:
         self._lock = threading.Lock()
         self._fallback_logged = False
         self._homes: dict[tuple[Home, str], HomeClient] = {}  # kept connections to other executors' services
-        self._unreachable: set[tuple[str, str]] = set()  # (query, home) said to be unreachable
+        # What this process found it may not use, each found out once (at a bounded cost) and checked again in the
+        # background every channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
+        self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
+        self._service_down = False  # the executor's receiver service cannot start, or went away
+        self.recheck = channel.RECHECK
 
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
         """The process's kept-open management client for these settings (created on first use)."""
@@ -102,13 +106,45 @@ class Runtime:
             return client
 
     def service(self) -> ServiceClient | None:
-        """This worker's connection to its executor's receiver service, or None outside an executor."""
+        """This worker's connection to its executor's receiver service; None outside an executor, and while the
+        service is known to be unusable here (it could not start, or went away: see :meth:`_service_failed`)."""
         with self._lock:
             if not self._service_looked_up:
                 where = self._place()
                 self._service = ServiceClient(where) if where is not None else None
                 self._service_looked_up = True
-            return self._service
+            return None if self._service_down else self._service
+
+    def _service_failed(self) -> None:
+        """The service could not be used: tasks here read in their worker from now on, at no cost, while a thread
+        tries to reach (or start) the service again: at once (a service killed between tasks is back within a
+        second or two), then every ``recheck`` seconds (one a sandbox forbids costs one attempt a minute, in the
+        background)."""
+        with self._lock:
+            client = self._service
+            if client is None or self._service_down:
+                return
+            self._service_down = True
+        client.close()
+
+        def recheck() -> None:
+            wait = 0.0
+            while True:
+                time.sleep(wait)
+                wait = self.recheck
+                probe = ServiceClient(client.place)
+                try:
+                    probe.connect()
+                except OSError:
+                    continue
+                finally:
+                    probe.close()
+                with self._lock:
+                    self._service_down = False
+                _LOG.info("eventhubs: the executor's receiver service is up again: tasks here read through it")
+                return
+
+        threading.Thread(target=recheck, name="eventhubs-service-recheck", daemon=True).start()
 
     def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         """One range as record batches: from the partition's home when that is another executor's receiver
@@ -120,7 +156,12 @@ class Runtime:
                 client = self.service()
                 if client is not None:
                     home = self._home_of(request, client)
-                    if home is not None and home.executor != client.executor:
+                    if home is not None and self._home_down(request, home):
+                        # its home cannot be reached from here (found out before): read in this worker, keeping
+                        # no link or read-ahead, so the partition stays the home's
+                        request = dataclasses.replace(request, idle_timeout=0.0)
+                        stats["home_down"] = home.executor
+                    elif home is not None and home.executor != client.executor:
                         try:
                             stats["via"] = f"home:{home.executor}"
                             yield from self._home_client(home, request).read(request, stats)
@@ -138,9 +179,11 @@ class Runtime:
                 start = exc.next_seq
                 self._fallback(f"the executor's receiver service is unavailable ({exc}); reading in this worker",
                                request)  # fmt: skip
+                self._service_failed()
             except OSError as exc:
                 self._fallback(f"the executor's receiver service cannot start ({exc}); reading in this worker",
                                request)  # fmt: skip
+                self._service_failed()
         stats["via"] = "worker"
         result = RangeResult()
         here = dataclasses.replace(request, start=start) if start != request.start else request
@@ -157,12 +200,17 @@ class Runtime:
         known) as the driver says once this executor's service has told it that it exists."""
         if not request.homes or request.query is None or request.home is not None or request.driver is None:
             return request.home
+        if not channel.REACH.reachable(request.driver):
+            return None  # found out before: no home to ask for (the task reads through its own service)
         # which executor this task runs in, before its service (which may be starting cold) tells the driver
         # it exists: the driver places no home before that service has come
         jvm = jvm_name(executor_pid())
         if jvm is not None:
             channel.tell(request.driver, request.query, {"kind": "coming", "jvm": jvm})
-        client.hello(request)  # this executor's service registers the query and tells the driver
+        hello = client.hello(request)  # this executor's service registers the query and tells the driver
+        if hello.get("driver") is False:  # the service could not reach the driver: neither will this worker
+            channel.REACH.failed(request.driver, "this executor's receiver service could not reach it", probed=False)
+            return None
         answer = channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
                              timeout=_ASK_HOME_TIMEOUT)  # fmt: skip
         found = answer.get("home") if answer else None
@@ -188,14 +236,32 @@ class Runtime:
                 client = self._homes[key] = HomeClient(home, request.query)
             return client
 
+    def _home_down(self, request: RangeRequest, home: Home) -> bool:
+        """Whether this process found that home unreachable for the query (and has not reached it since)."""
+        with self._lock:
+            return (request.query.query if request.query else "", home.executor) in self._unreachable
+
     def _home_unreachable(self, request: RangeRequest, home: Home, exc: BaseException) -> None:
         """Said once per process, query and home, here and to the driver (which checks the home itself and
-        places the partition elsewhere when it is gone)."""
+        places the partition elsewhere when it is gone); remembered, so the next tasks do not try it, until a
+        thread of its own reaches its port again (every ``recheck`` seconds)."""
         key = (request.query.query if request.query else "", home.executor)
         with self._lock:
             if key in self._unreachable:
                 return
             self._unreachable.add(key)
+
+        def recheck() -> None:
+            while True:
+                time.sleep(self.recheck)
+                connected = channel.first_connect(home.hosts, home.port, channel.PROBE_TIMEOUT)
+                if connected is not None:
+                    connected[1].close()
+                    with self._lock:
+                        self._unreachable.discard(key)
+                    return
+
+        threading.Thread(target=recheck, name="eventhubs-home-recheck", daemon=True).start()
         why = f"the home of partition {request.partition}, executor {home.executor}, cannot serve it ({exc})"
         _LOG.warning("eventhubs: %s; reading in this worker without read-ahead", why)
         channel.tell(request.driver, request.query, {"kind": "home_unreachable", "executor": home.executor,

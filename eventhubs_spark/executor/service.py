@@ -41,13 +41,29 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import channel
 from ..amqp.engine import Connections
 from ..ranges import RangeRequest, RangeResult
 from . import protocol
 from .listener import Listener
 from .place import jvm_name
 from .pool import ReceiverPool, read_here
-from .wire import ALIVE, ALIVE_EVERY, DONE, ERROR, HELLO, RAW, READ, SPANS, Conn, Message, recv, send, send_messages
+from .wire import (
+    ALIVE,
+    ALIVE_EVERY,
+    DONE,
+    ERROR,
+    HELLO,
+    MAX_REQUEST,
+    RAW,
+    READ,
+    SPANS,
+    Conn,
+    Message,
+    recv,
+    send,
+    send_messages,
+)
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -132,9 +148,9 @@ class ReceiverService:
         with conn:
             while True:
                 try:
-                    kind, payload = recv(conn)
+                    kind, payload = recv(conn, MAX_REQUEST)
                 except (ConnectionError, OSError):
-                    return  # the worker went away (it exits when idle): nothing was in flight
+                    return  # the worker went away (it exits when idle: nothing was in flight), or spoke nonsense
                 if kind not in (READ, HELLO):
                     _LOG.error("receiver service: refused a message of unknown kind %r from a worker; closing its "
                                "connection", kind)  # fmt: skip
@@ -147,13 +163,14 @@ class ReceiverService:
                                "closing the worker's connection", exc)  # fmt: skip
                     self.refused += 1
                     return
-                if request.query is not None:
+                if request.query is not None and request.homes:
                     try:
                         self.listener.register(request)  # a stream's task: serve its query to other executors
                     except OSError as exc:
                         _LOG.warning("receiver service %s: cannot serve other executors: %s", self.executor, exc)
                 if kind == HELLO:
-                    hello = {"executor": self.executor, "port": self.listener.port}
+                    reaches = request.driver is None or channel.REACH.reachable(request.driver)
+                    hello = {"executor": self.executor, "port": self.listener.port, "driver": reaches}
                     try:
                         send(conn, DONE, json.dumps(hello).encode())
                     except OSError:
@@ -192,14 +209,15 @@ class ReceiverService:
             for chunk in chunks:
                 pieces, starts, ends = chunk.pieces()  # the worker decodes; the pieces are sent as they are
                 after = chunk.seqs[-1] + 1  # the range goes on from here
-                head = SPANS.pack(after, len(starts))
+                head = SPANS.pack(request.range_id, after, len(starts))
                 message = (RAW, (head, starts.astype(np.int64).tobytes(), ends.astype(np.int64).tobytes(), *pieces))
                 if after >= request.end:
                     held.append(message)
                 else:
                     sender.send(*held, message)
                     held.clear()
-            done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict()}
+            done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict(),
+                    "range": request.range_id}  # fmt: skip
             sender.send(*held, (DONE, (json.dumps(done).encode(),)))
             return True
         except _WorkerGone:

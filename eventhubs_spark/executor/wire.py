@@ -22,13 +22,14 @@ import pyarrow as pa
 
 from ..sealed import SealedSocket
 
-WIRE_VERSION = 3  # raised whenever a message below changes: old services and new workers never meet
+WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
-# next sequence number (8 bytes), message count n (8), each message's start and end (n + n int64, native order),
-# then the buffer they are in: the frames as they arrived, undecoded (amqp.messages.RawEvents.spans)
+# the request's range id (8 bytes), the next sequence number (8), message count n (8), each message's start and
+# end (n + n int64, native order), then the buffer they are in: the frames as they arrived, undecoded
+# (amqp.messages.RawEvents.spans)
 RAW = b"W"
-SPANS = struct.Struct("=qq")  # 16 bytes: the offsets that follow stay 8-byte aligned
-DONE = b"D"  # the range's counts (JSON)
+SPANS = struct.Struct("=qqq")  # 24 bytes: the offsets that follow stay 8-byte aligned
+DONE = b"D"  # the range's counts (JSON, with its range id under "range")
 ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
 Conn: TypeAlias = "socket.socket | SealedSocket"  # a worker's Unix socket, or another executor's sealed one
 READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
@@ -84,6 +85,13 @@ def recv_exactly(sock: Conn, size: int) -> bytearray:
     return buf
 
 
-def recv(sock: Conn) -> tuple[bytes, bytearray]:
+MAX_MESSAGE = 1 << 30  # bytes of one message of any kind: a length past it is not this protocol
+MAX_REQUEST = 1 << 20  # bytes of a request a service takes (a range request is a few kilobytes)
+
+
+def recv(sock: Conn, limit: int = MAX_MESSAGE) -> tuple[bytes, bytearray]:
+    """The next message; its length is checked against ``limit`` before anything is allocated for it."""
     kind, size = MESSAGE.unpack(recv_exactly(sock, MESSAGE.size))
+    if size > limit:
+        raise ConnectionError(f"a message of {size} bytes, over the {limit} this side takes: not this protocol")
     return kind, recv_exactly(sock, size)

@@ -201,3 +201,108 @@ def test_a_home_at_a_slow_range_says_it_is_alive_and_a_silent_one_is_left_for_th
     assert waited < 20, f"the task waited {waited:.1f} s on a silent home"
     said = [r.getMessage() for r in caplog.records if "cannot serve it" in r.getMessage()]
     assert len(said) == 1 and "said nothing for 2.5 s" in said[0], said
+
+
+def test_a_home_that_drops_packets_costs_a_worker_one_bounded_attempt_then_nothing(eventhub, home_service):
+    """Issue 46: the home's port drops packets (a full accept queue stands in for the firewall): the first task
+    pays one connect time-out, the next ones read at once in the worker, exactly, keeping no link."""
+    from .test_where_it_runs import BlackHole
+
+    _, worker = home_service
+    send(eventhub.connection_string, [f"d{i}" for i in range(20)], partition_id="2")
+    settings = parse_connection_string(eventhub.connection_string)
+    hole = BlackHole()
+    try:
+        behind = Home("an-executor-behind-a-firewall", ("127.0.0.1",), hole.port)
+        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 20, True,
+                               query=new_query_key(), home=behind, homes=True)  # fmt: skip
+        started = time.monotonic()
+        first = [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
+        paid = time.monotonic() - started
+        times, stats = [], {}
+        for _ in range(3):
+            started = time.monotonic()
+            stats = {}
+            again = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+            times.append(time.monotonic() - started)
+            assert again == list(range(20))
+    finally:
+        hole.close()
+    assert first == list(range(20))
+    from eventhubs_spark.channel import PROBE_TIMEOUT
+
+    assert paid >= PROBE_TIMEOUT * 0.9, "the home's port should have dropped the connect"
+    assert stats["home_down"] == "an-executor-behind-a-firewall" and stats["via"] == "worker"
+    assert max(times) < PROBE_TIMEOUT / 2, f"a later task tried the home again: {times}"
+
+
+def test_a_chunk_of_another_range_is_refused_and_the_task_reads_on_exactly():
+    """Issue 46: every chunk names the range it answers (its id) and where it ends; one that is not of the range
+    asked for (stale, or past its end) ends the connection with where the task reads on."""
+    import socket
+
+    from eventhubs_spark.executor import client as client_module
+    from eventhubs_spark.executor.client import ServiceGone
+    from eventhubs_spark.executor.wire import RAW, READ, SPANS, recv, send
+
+    settings = parse_connection_string("Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=h")
+    request = RangeRequest(settings, ReceiverConfig(), "0", 10, 50, True, range_id=7)
+    for range_id, after in ((8, 20), (7, 60), (7, 10)):  # another range's; past the end; not past the start
+        ours, theirs = socket.socketpair()
+        closed = []
+
+        def serve(sock: socket.socket = theirs, rid: int = range_id, up_to: int = after) -> None:
+            recv(sock)
+            send(sock, RAW, SPANS.pack(rid, up_to, 0))
+
+        threading.Thread(target=serve, daemon=True).start()
+        with pytest.raises(ServiceGone) as gone:
+            list(client_module._range(ours, READ, b"{}", request, {}, lambda c=closed: c.append(True)))
+        assert gone.value.next_seq == 10 and closed == [True]
+        assert "a chunk of another range" in str(gone.value)
+        ours.close()
+        theirs.close()
+
+
+def test_without_homes_no_executor_listens_and_with_them_its_service_does(eventhub, tmp_path, monkeypatch):
+    """Issue 46: eventhubs.partitionHomes=false opens no TCP port in the executor's processes (checked with ss on
+    the receiver service's real process); a query with homes makes the same service listen."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+
+    from eventhubs_spark.channel import DriverChannel
+
+    local = tmp_path / "blockmgr-ports"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    send(eventhub.connection_string, [f"p{i}" for i in range(10)], partition_id="0")
+    settings = parse_connection_string(eventhub.connection_string)
+    query = new_query_key()
+    driver = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1")
+    worker = Runtime(reap_every=0)
+
+    def listening(pid: int) -> list[str]:
+        out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+        return [line for line in out.splitlines() if f"pid={pid}," in line]
+
+    pid = None
+    try:
+        stats: dict = {}
+        without = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 10, True, query=query,
+                               driver=driver.address(), homes=False)  # fmt: skip
+        rows = [s for b in worker.read(without, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+        assert rows == list(range(10)) and stats["via"] == "service"
+        pid = int(stats["pid"])
+        assert pid != os.getpid() and listening(pid) == [], "no port without homes"
+        with_homes = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 10, True,
+                                  query=new_query_key(), homes=True, bind="127.0.0.1")  # fmt: skip
+        assert [s for b in worker.read(with_homes, True, {}) for s in b.column("sequenceNumber").to_pylist()] == rows
+        ports = listening(pid)
+        assert len(ports) == 1 and "127.0.0.1:" in ports[0], ports  # eventhubs.executorBindAddress
+    finally:
+        driver.close()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)

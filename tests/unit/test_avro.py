@@ -12,7 +12,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventhubs_spark.arrow import ARROW_SCHEMA
@@ -25,6 +25,8 @@ from eventhubs_spark.avro.encode import AvroWriting
 from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
 from eventhubs_spark.errors import OptionError, SinkError
 from eventhubs_spark.options import read_options, write_options
+
+from ..avro_shapes import schemas_and_values
 
 READING = {
     "type": "record",
@@ -312,7 +314,10 @@ def test_the_reading_travels_pickled_without_its_worked_out_layout():
 
 
 def test_the_sink_encodes_rows_the_official_decoder_reads():
-    writing = AvroWriting(json.dumps(READING), "abc")
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    spark_type = from_arrow_type(types.column(READING).arrow, prefer_timestamp_ntz=True)
+    writing = AvroWriting(json.dumps(READING), "abc", spark_type.json())
     assert writing.content_type == "avro/binary+abc"
     bodies = writing.encode([VALUE, {**VALUE, "id": 8, "celsius": None}])
     parsed = fastavro.parse_schema(READING)
@@ -325,6 +330,73 @@ def test_the_sink_encodes_rows_the_official_decoder_reads():
     assert writing.encode([row]) == writing.encode([VALUE])
     with pytest.raises(SinkError, match=r"row 1 of the batch: column 'value' cannot be written"):
         writing.encode([VALUE, {**VALUE, "id": "not a number"}])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(schemas_and_values())
+def test_whatever_the_reader_reads_the_sink_writes_back_byte_for_byte(registered, generated):
+    """Every shape the reader reads (maps, arrays of records, maps of arrays, enums, fixed, decimals, dates, the
+    timestamp kinds, nullable unions, nested records), written back by the sink from the column the reader made:
+    from Arrow (Spark 4.1+, every batch sink) and from Spark's own rows of it (Spark 4.0's stream sink), each the
+    very bodies the writer wrote."""
+    from pyspark.sql.conversion import ArrowTableToRowsConversion
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    schema, values = generated
+    sid = f"g{abs(hash(json.dumps(schema)))}"
+    registered(sid, schema)
+    bodies = [body(schema, v) for v in values]
+    column = AvroReading(REGISTRY, json.dumps(schema)).apply(batch(bodies, [f"avro/binary+{sid}"] * len(bodies)))
+    value = column.column("value")
+    spark_type = from_arrow_type(value.type, prefer_timestamp_ntz=True)
+    writing = AvroWriting(json.dumps(schema), sid, spark_type.json())
+    assert writing.encode_arrow(value) == bodies
+    to_row = ArrowTableToRowsConversion._create_converter(spark_type)
+    rows = [to_row(v) for v in ArrowTableToRowsConversion._to_pylist(value)]
+    assert writing.encode(rows) == bodies
+
+
+def test_a_map_reaches_the_avro_writer_as_a_dict_on_every_path():
+    """Issue 51: Arrow's to_pylist gives a map as (key, value) pairs, which fastavro's writer refused on every row."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    schema = {"type": "record", "name": "M", "fields": [
+        {"name": "counts", "type": {"type": "map", "values": "long"}},
+        {"name": "nested", "type": {"type": "array",
+                                    "items": {"type": "map", "values": {"type": "array", "items": "int"}}}},
+    ]}  # fmt: skip
+    column = types.column(schema)
+    writing = AvroWriting(json.dumps(schema), "m", from_arrow_type(column.arrow, prefer_timestamp_ntz=True).json())
+    value = {"counts": {"a": 1, "b": 2}, "nested": [{"x": [1, 2]}, {}]}
+    array = pa.array([{"counts": [("a", 1), ("b", 2)], "nested": [[("x", [1, 2])], []]}], column.arrow)
+    assert writing.encode_arrow(array) == [body(schema, value)]
+    assert writing.encode([{"counts": [("a", 1), ("b", 2)], "nested": [[("x", [1, 2])], []]}]) == [body(schema, value)]
+    twice = pa.array([{"counts": [("a", 1), ("a", 2)], "nested": []}], column.arrow)
+    with pytest.raises(SinkError, match=r"column 'value' holds a map with a key twice, .*: \['a', 'a'\]"):
+        writing.encode_arrow(twice)  # nothing dropped
+    with pytest.raises(SinkError, match=r"a map holds a key twice, which Avro cannot write: \['a', 'a'\]"):
+        writing.encode([{"counts": [("a", 1), ("a", 2)], "nested": []}])
+
+
+def test_a_row_timestamp_is_local_time_and_reaches_avro_as_the_same_instant(monkeypatch):
+    """pyspark's rows give TIMESTAMP as a naive datetime in the worker's zone: written as that instant."""
+    import time
+
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        schema = {"type": "record", "name": "T", "fields": [
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}  # fmt: skip
+        writing = AvroWriting(json.dumps(schema), "t", StructType([StructField("at", TimestampType())]).json())
+        local = datetime.datetime(2026, 11, 1, 1, 30, fold=1)  # the second 01:30 of the night the clocks go back
+        [encoded] = writing.encode([(local,)])
+        decoded = fastavro.schemaless_reader(io.BytesIO(encoded), fastavro.parse_schema(schema), None)
+        assert decoded["at"] == datetime.datetime(2026, 11, 1, 6, 30, tzinfo=datetime.timezone.utc)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
 
 
 # -- options -------------------------------------------------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""Issue 46: every cluster feature finds out once whether it may, remembers, and steps aside at no cost per task;
+the listeners stay bounded under a stranger's flood (loopback only, bounded in count and time).
+
+A port whose accept queue is full stands in for a firewall that drops packets: Linux drops the SYNs of a
+listener whose backlog is full, so a connect there waits out its time-out exactly as behind such a firewall."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from eventhubs_spark import channel
+from eventhubs_spark.channel import DriverChannel, Reach
+from eventhubs_spark.ranges import DriverAddress, new_query_key
+from eventhubs_spark.sealed import client_handshake
+
+from .sdk_helpers import wait_until
+
+
+class BlackHole:
+    """A loopback port that takes no connection: its one-slot accept queue is filled, so further SYNs are dropped."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=0)
+        self.port = self.server.getsockname()[1]
+        self.fillers: list[socket.socket] = []
+        for _ in range(3):  # the queue holds backlog + 1; what does not fit is left connecting
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", self.port))
+            self.fillers.append(filler)
+        time.sleep(0.2)
+
+    def close(self) -> None:
+        for filler in self.fillers:
+            filler.close()
+        self.server.close()
+
+
+@pytest.fixture
+def reach(monkeypatch) -> Iterator[Reach]:
+    fresh = Reach(recheck=0.5)
+    monkeypatch.setattr(channel, "REACH", fresh)
+    yield fresh
+
+
+def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_nothing_until_it_heals(reach):
+    hole = BlackHole()
+    query = new_query_key()
+    driver = DriverAddress(("127.0.0.1", "localhost"), hole.port)
+    try:
+        started = time.monotonic()
+        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        first = time.monotonic() - started
+        # a drop waits out the probe's time-out once, not once per address (nor the 15 s the caller allowed)
+        assert channel.PROBE_TIMEOUT * 0.9 <= first < channel.PROBE_TIMEOUT + 1.0, f"the first probe took {first:.1f} s"
+        assert not reach.reachable(driver) and reach.probes == 1
+        started = time.monotonic()
+        for _ in range(50):  # every later task: nothing to wait for
+            assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+            assert channel.ask_kept(driver, query, {"kind": "read"}, timeout=2.0) is None
+            channel.tell(driver, query, {"kind": "coming"})
+        assert time.monotonic() - started < 0.5 and reach.probes == 1
+    finally:
+        hole.close()
+    # the firewall goes: the query's driver listens on that very port, and the background check finds it
+    answers: list[dict] = []
+    heard = DriverChannel(query, lambda m: answers.append(m) or {"ok": True}, bind="127.0.0.1", ports=str(hole.port))
+    try:
+        wait_until(lambda: reach.reachable(driver), timeout=10, message="the driver reachable again")
+        assert channel.ask(driver, query, {"kind": "read", "ranges": []}) == {"ok": True}
+        assert answers == [{"kind": "read", "ranges": []}]
+    finally:
+        heard.close()
+
+
+def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach):
+    """1,000 connections that never prove themselves, and some that send garbage or a huge length: the channel
+    keeps at most MAX_PENDING of them waiting (the oldest cut off), and the query's own connections get through
+    all along."""
+    query = new_query_key()
+    answered = []
+    driver_channel = DriverChannel(query, lambda m: answered.append(m) or {"ok": True}, bind="127.0.0.1")
+    address = DriverAddress(("127.0.0.1",), driver_channel.port)
+    stop = threading.Event()
+    opened = 0
+    most_pending = 0
+
+    def flood() -> None:
+        nonlocal opened, most_pending
+        held: list[socket.socket] = []
+        deadline = time.monotonic() + 30
+        while opened < 1000 and not stop.is_set() and time.monotonic() < deadline:
+            try:
+                sock = socket.create_connection(("127.0.0.1", driver_channel.port), timeout=2)
+            except OSError:
+                continue
+            opened += 1
+            if opened % 10 == 0:
+                sock.sendall(b"EHS1" + b"\0" * 16 + b"\1" * 32)  # a handshake for a query it does not know
+            held.append(sock)
+            most_pending = max(most_pending, driver_channel.gate.pending)
+            if len(held) > 200:  # a stranger's file descriptors are finite too
+                for old in held[:100]:
+                    old.close()
+                del held[:100]
+        for sock in held:
+            sock.close()
+
+    stranger = threading.Thread(target=flood)
+    stranger.start()
+    try:
+        sent = 0
+        while stranger.is_alive():
+            assert channel.ask(address, query, {"kind": "read", "n": sent}, timeout=5.0) == {"ok": True}
+            sent += 1
+            time.sleep(0.02)
+        stranger.join()
+        assert opened == 1000 and sent >= 5
+        assert most_pending <= channel.MAX_PENDING
+        assert driver_channel.gate.turned_away > 0  # the flood was cut off, not served
+        assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
+        assert reach.probes == 0
+        # a proven peer that announces a frame larger than the driver takes is cut off before anything is read
+        with socket.create_connection(("127.0.0.1", driver_channel.port)) as raw:
+            sealed = client_handshake(raw, query)
+            raw.sendall(struct.pack(">I", 1 << 30))
+            raw.settimeout(5)
+            assert raw.recv(1) == b""  # closed, not waiting for a gigabyte
+        del sealed
+        assert channel.ask(address, query, {"kind": "read", "n": "after"}) == {"ok": True}
+    finally:
+        stop.set()
+        stranger.join()
+        driver_channel.close()
+
+
+def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_background(eventhub, tmp_path, monkeypatch):
+    """A sandbox that forbids the service's process: the first task pays one attempt and reads in its worker; the
+    next tasks make none (they read at once, exactly); a background attempt brings the service in once it may."""
+    import subprocess
+    import tempfile
+
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.executor import client as client_module
+    from eventhubs_spark.executor.runtime import Runtime
+    from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+
+    from .sdk_helpers import send
+
+    local = tmp_path / "blockmgr-sandbox"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    forbidden = [True]
+    starts: list[float] = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        starts.append(time.monotonic())
+        if forbidden[0]:
+            raise PermissionError("starting a process is not allowed here")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client_module.subprocess, "Popen", popen)
+    send(eventhub.connection_string, [f"s{i}" for i in range(15)], partition_id="3")
+    settings = parse_connection_string(eventhub.connection_string)
+    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "3", 0, 15, True)
+    worker = Runtime(reap_every=0)
+    worker.recheck = 0.5
+    pid = None
+    try:
+        stats: dict = {}
+        assert [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()] == list(
+            range(15)
+        )
+        assert stats["via"] == "worker"
+        wait_until(lambda: len(starts) >= 2, timeout=5, message="the background attempt")  # at once, then 0.5 s
+        before = len(starts)
+        for _ in range(5):
+            stats = {}
+            rows = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+            assert rows == list(range(15)) and stats["via"] == "worker"
+        assert len(starts) - before <= 2, "tasks made attempts of their own"  # only the background's, 0.5 s apart
+        forbidden[0] = False  # the sandbox lets it start now
+        wait_until(lambda: worker.service() is not None, timeout=10, message="the service up again")
+        stats = {}
+        assert [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()] == list(
+            range(15)
+        )
+        assert stats["via"] == "service"
+        pid = int(stats["pid"])
+    finally:
+        if pid is not None:
+            import os
+            import signal
+
+            os.kill(pid, signal.SIGTERM)
