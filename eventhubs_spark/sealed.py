@@ -8,8 +8,10 @@ tasks; a service learns it from its own executor's tasks over its private Unix s
 the other's random challenge, so the key never crosses the wire and neither a stranger nor a stranger's
 server is believed. Everything after the handshake is sealed: AES-GCM with a key derived for this
 connection (HKDF over the query's key and both challenges) and a counter for each direction's nonces, so
-what crosses is neither readable nor alterable, whether or not Spark's own RPC encryption is on. What
-crosses is data only: never credentials or code.
+what crosses is neither readable nor alterable by whoever lacks the key. The key itself travels to the
+executors inside the pickled tasks, which Spark's RPC carries in clear text unless its own encryption
+(``spark.network.crypto.enabled`` or TLS) is on: on a network others can watch, the seal is as private as
+Spark's RPC, no more. What crosses is data only: never credentials or code.
 """
 
 from __future__ import annotations

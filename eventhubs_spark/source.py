@@ -141,6 +141,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
 
 
 _ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")
+UNHEARD_AFTER = 4  # the driver says no executor reached its channel when planning this batch (three ran before)
 _TELL_READ_TIMEOUT = 2.0  # seconds a task waits to tell the driver what it read (best effort: never fails it)
 
 _SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
@@ -370,6 +371,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
         self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
         self._no_driver = False  # it could not listen: not tried again
+        self._batches_planned = 0  # batches planned with the driver's channel open
         typed = self.planner.options
         self._lag = LagTracker(self.hub, typed.stalled_after_batches, typed.stalled_after)
         self._lag_files = LagFiles(typed.checkpoint_location, self.hub) if typed.checkpoint_location else None
@@ -580,6 +582,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         driver = self.query_driver()
         if driver is None:
             return planned
+        self._unheard(driver)
         options = self.planner.options
         # without homes each executor's service reads what it gets; the driver still hears what it must
         homes = options.receiver_service and options.partition_homes
@@ -592,6 +595,24 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
 
         return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
+
+    def _unheard(self, driver: QueryDriver) -> None:
+        """Said once per query: batches ran, and not one of their tasks or services reached the driver's channel
+        (a firewall, or a sandbox, between the executors and the driver). They found that out themselves and
+        step aside; here the driver says what that turns off, and how to turn it off for good."""
+        options = self.planner.options
+        if not (options.receiver_service and options.partition_homes):
+            return  # without homes a quiet stream's tasks have nothing to tell: silence says nothing
+        self._batches_planned += 1
+        if self._batches_planned != UNHEARD_AFTER or driver.channel.proven:
+            return
+        where = driver.address()
+        _LOG.warning("eventhubs: hub %s: in %d micro-batches no executor reached the driver's channel (port %d on %s): "
+                     "a firewall or a sandbox between them? The executors found it out once each and step aside: "
+                     "partitions get no home (each executor's service reads what Spark gives it) and the lag figures "
+                     "have events but no seconds. Open that port to the executors (eventhubs.driverChannel.ports, "
+                     ".bindAddress), or set eventhubs.driverChannel=false to open none", self.hub, UNHEARD_AFTER - 1,
+                     where.port, ", ".join(where.hosts))  # fmt: skip
 
     def query_driver(self) -> QueryDriver | None:
         """This query's driver side (key, channel, live services, homes), opened at the first batch in the

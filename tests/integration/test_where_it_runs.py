@@ -201,3 +201,31 @@ def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_backgrou
             import signal
 
             os.kill(pid, signal.SIGTERM)
+
+
+def test_the_driver_says_once_when_no_executor_reaches_its_channel(eventhub, caplog):
+    """Batches planned and not one task or service reached the channel: said once, naming the port and the options
+    that open it or turn it off for good."""
+    import logging
+
+    from eventhubs_spark.source import UNHEARD_AFTER, EventHubsStreamReader
+
+    reader = EventHubsStreamReader({"eventhubs.connectionString": eventhub.connection_string,
+                                    "eventhubs.startingPosition": '{"offset": "-1"}',
+                                    "eventhubs.driverChannel.ports": "0"})  # fmt: skip
+    start = reader.initialOffset()
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+        for _ in range(UNHEARD_AFTER + 3):
+            reader.partitions(start, start)  # the tasks never run: nobody tells the driver anything
+    driver = reader.query_driver()
+    assert driver is not None
+    try:
+        said = [r.getMessage() for r in caplog.records if "no executor reached the driver's channel" in r.getMessage()]
+        assert len(said) == 1 and f"port {driver.channel.port}" in said[0] and "eventhubs.driverChannel=false" in said[0]
+    finally:
+        driver.close()
+    quiet = EventHubsStreamReader({"eventhubs.connectionString": eventhub.connection_string,
+                                   "eventhubs.driverChannel": "false"})  # fmt: skip
+    assert quiet.query_driver() is None
+    planned = quiet.partitions(start, start)
+    assert all(r.driver is None and r.query is None and not r.homes for p in planned for r in p.requests)
