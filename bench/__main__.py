@@ -18,6 +18,7 @@ from . import (
     read,
     read_profile,
     receivers,
+    sandbox,
     sink,
     soak,
     task_cost,
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
     "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
+    "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
     "pushback": pushback.run,  # issue 38, ten minutes: throttled, detached, black-holed; on its own

@@ -45,7 +45,17 @@ KEPT_IDLE = 600.0  # seconds the driver keeps an idle kept connection (ask_kept)
 # add them up). A process that found it unreachable asks no more, and checks again in the background every
 # RECHECK seconds, so a channel that heals (a firewall rule taken away) is used again within a minute.
 PROBE_TIMEOUT = 2.0
-RECHECK = 60.0
+RECHECK_ENV = "EVENTHUBS_SPARK_RECHECK"  # seconds between re-checks (tests shorten it: spark.executorEnv.<this>)
+
+
+def _recheck() -> float:
+    try:
+        return max(0.1, float(os.environ.get(RECHECK_ENV, "60")))
+    except ValueError:
+        return 60.0
+
+
+RECHECK = _recheck()
 HANDSHAKE_TIMEOUT = 5.0  # a connection to a driver or a home must prove itself within this long
 MAX_PENDING = 32  # connections not yet proven (a driver's or a home's): past it the oldest is cut off (see Gate)
 MAX_THREADS = 256  # connections a driver or a home serves at once

@@ -1,0 +1,94 @@
+"""Issue 46: what the places that forbid our cluster features cost a stream, on ``local-cluster[3,1,1024]``,
+16 partitions, 100 events per partition and micro-batch into parquet, each case in a network namespace of its own
+(``tests/integration/firewall_app.py``, run as root with ``ip`` and ``nft``):
+
+* everything allowed; homes off (``eventhubs.partitionHomes=false``);
+* the driver's channel port dropped from the start by an nftables rule (the driver unreachable);
+* that, with homes and the receiver service off (what a sandbox leaves: the baseline the others are held to);
+* the rule added mid-stream, then taken away.
+
+Figures: the median micro-batch duration of the batches that read events (the first, which starts the cluster's
+Python workers, left out), the slowest one, and how many processes said the driver could not be reached (each
+paid one probe). Executor run time per task is not measured here (the UI's REST API would give it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .results import record
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTITIONS = 16
+CASES = (("none", "everything allowed"), ("homes-off", "partitionHomes=false"),
+         ("always", "driver port dropped"), ("bare", "driver port dropped, homes off, receiver service off"),
+         ("mid", "driver port dropped mid-stream, then allowed"))  # fmt: skip
+
+
+def _case(plan: str) -> dict[str, Any]:
+    name = f"ehs-bench-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    out = tempfile.mkdtemp(prefix="eventhubs-sandbox-")
+    try:
+        subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "netns", "exec", name, sys.executable, "-m", "tests.integration.firewall_app", out, plan,
+                        str(PARTITIONS)], cwd=ROOT, check=True, timeout=900, capture_output=True)  # fmt: skip
+        return json.loads(Path(out, "result.json").read_text())  # type: ignore[no-any-return]
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run() -> None:
+    if os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("ip"):
+        print("sandbox: needs root, ip and nft (apt-get install nftables); not run")
+        return
+    rows = []
+    medians: dict[str, float] = {}
+    for plan, what in CASES:
+        result = _case(plan)
+        batches = [b for b in result["batches"] if b["rows"]][1:]
+        ms = [b["ms"] for b in batches]
+        row: dict[str, Any] = {"case": what, "median batch ms": round(statistics.median(ms)),
+                               "slowest batch ms": max(ms), "processes that paid a probe":
+                               sum("cannot be reached" in line for line in result["said"])}  # fmt: skip
+        if plan == "mid":
+            dropped = float(result["dropped"])
+            after = [b["ms"] for b in batches if _at(b["start"]) > dropped]
+            before = [b["ms"] for b in batches if _at(b["start"]) <= dropped]
+            row["median before / after the rule ms"] = f"{round(statistics.median(before))} / " \
+                f"{round(statistics.median(after))}"  # fmt: skip
+        medians[plan] = statistics.median(ms)
+        rows.append(row)
+        print(row, flush=True)
+    ratio = round(medians["always"] / medians["bare"], 2)
+    record(
+        "sandbox",
+        {
+            "target": "driver unreachable: median batch within 1.1x of homes and the service off; a probe a process",
+            "driver unreachable / bare (median batch)": ratio,
+            "all restrictions / bare": 1.0,
+            "target met": ratio <= 1.1,
+        },
+        rows,
+        notes=(
+            f"local-cluster[3,1,1024], {PARTITIONS} partitions, 100 events per partition and micro-batch, parquet "
+            "sink, each case in a network namespace of its own, an nftables rule dropping the driver channel's port "
+            "where it says. Micro-batch durations (triggerExecution), the first left out. The issue's target is on "
+            "executor run time per task, which this bench does not measure yet."
+        ),
+    )
+
+
+def _at(stamp: str) -> float:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

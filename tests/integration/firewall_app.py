@@ -1,0 +1,135 @@
+"""A stream on ``local-cluster[3,1,1024]`` behind a firewall of its own (issue 46), run inside a network namespace
+by the test or the bench: ``ip netns exec NS python -m tests.integration.firewall_app OUT [PLAN]``.
+
+Everything runs in the namespace (the emulator in this process, Spark's driver and executors), on its loopback.
+The driver's channel listens on :data:`PORT`. The plan says when an ``nftables`` rule drops every packet to that
+port: ``mid`` adds it after :data:`BEFORE` micro-batches and takes it away :data:`DROPPED` seconds later;
+``always`` has it from the start; ``none`` never; ``homes-off`` never, with ``eventhubs.partitionHomes=false``;
+``bare`` has it from the start with homes and the receiver service off (what a sandbox leaves). 8 partitions (or
+PARTITIONS) with a backlog, 100 events per partition and micro-batch, into parquet. ``result.json`` gets the rows
+read (partition, sequence number), each batch's start and duration, when the rule came and went, and the
+executors' logs' lines about the driver's reach.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+PORT = 41000
+PARTITIONS = 8
+EVENTS = 2400  # per partition: 24 batches of 800
+BEFORE = 5
+DROPPED = 30.0  # seconds the rule stays
+RECHECK = 10  # seconds between the executors' re-checks (a minute by default: shortened, so the test is short)
+
+
+def nft(*args: str) -> None:
+    subprocess.run(["nft", *args], check=True)
+
+
+def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None:
+    count = int(partitions)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["EVENTHUBS_SPARK_LOG_LEVEL"] = "INFO"
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from eventhubs_emulator import Emulator
+
+    from .sdk_helpers import send
+
+    nft("add", "table", "inet", "firewall")
+    nft("add", "chain", "inet", "firewall", "input", "{ type filter hook input priority 0; }")
+
+    def drop() -> float:
+        nft("add", "rule", "inet", "firewall", "input", "tcp", "dport", str(PORT), "drop")
+        return time.time()
+
+    def allow() -> float:
+        nft("flush", "chain", "inet", "firewall", "input")
+        return time.time()
+
+    emulator = Emulator({"walled": count}).start()
+    for p in range(count):
+        send(emulator.connection_string("walled"), [f"p{p}-{i}" for i in range(EVENTS)], partition_id=str(p))
+    spark = (
+        SparkSession.builder.master("local-cluster[3,1,1024]")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
+        .config("spark.executorEnv.EVENTHUBS_SPARK_RECHECK", str(RECHECK))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    result: dict[str, object] = {"plan": plan}
+    if plan in ("always", "bare"):
+        result["dropped"] = drop()
+    extra = {
+        "homes-off": {"eventhubs.partitionHomes": "false"},
+        "bare": {"eventhubs.partitionHomes": "false", "eventhubs.receiverService": "off"},
+    }.get(plan, {})
+    query = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", emulator.connection_string("walled"))
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", str(100 * count))
+        .option("eventhubs.driverChannel.ports", str(PORT))
+        .options(**extra)
+        .load()
+        .selectExpr("partition", "sequenceNumber")
+        .writeStream.format("parquet")
+        .option("path", os.path.join(out, "data"))
+        .option("checkpointLocation", os.path.join(out, "checkpoint"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    total = count * EVENTS
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and query.exception() is None:
+            progress = query.recentProgress
+            done = sum(p["numInputRows"] for p in progress)
+            if plan == "mid" and "dropped" not in result and len([p for p in progress if p["numInputRows"]]) >= BEFORE:
+                result["dropped"] = drop()
+            dropped = float(result.get("dropped", time.time()))  # type: ignore[arg-type]
+            if plan == "mid" and "allowed" not in result and time.time() - dropped >= DROPPED:
+                result["allowed"] = allow()
+            if done >= total and (plan != "mid" or "allowed" in result):
+                break
+            time.sleep(0.2)
+        assert query.exception() is None, query.exception()
+        # a few more quiet triggers after the rule went, so the executors' re-check has its chance to be seen
+        if plan == "mid":
+            time.sleep(RECHECK + 5)
+        batches = [
+            {"batch": p["batchId"], "start": p["timestamp"], "rows": p["numInputRows"],
+             "ms": p["durationMs"].get("triggerExecution", 0)}
+            for p in query.recentProgress
+        ]  # fmt: skip
+    finally:
+        query.stop()
+        allow()
+    result["batches"] = batches
+    result["rows"] = [(r.partition, r.sequenceNumber) for r in spark.read.parquet(os.path.join(out, "data")).collect()]
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    work = os.path.join(home, "work", spark.sparkContext.applicationId)
+    spark.stop()
+    said = []
+    for log in glob.glob(os.path.join(work, "*", "stderr")):
+        with open(log, errors="replace") as f:
+            said += [line.strip() for line in f if "query's driver" in line]
+    result["said"] = said
+    shutil.rmtree(work, ignore_errors=True)
+    emulator.stop()
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
