@@ -56,6 +56,7 @@ def _recheck() -> float:
 
 
 RECHECK = _recheck()
+GIVE_UP_AFTER = 3600.0  # seconds a re-check thread keeps trying (a driver gone that long: its query has ended)
 HANDSHAKE_TIMEOUT = 5.0  # a connection to a driver or a home must prove itself within this long
 MAX_PENDING = 32  # connections not yet proven (a driver's or a home's): past it the oldest is cut off (see Gate)
 MAX_THREADS = 256  # connections a driver or a home serves at once
@@ -303,10 +304,6 @@ def _exchange(sealed: SealedSocket, payload: bytes) -> dict[str, Any] | None:
     return answer if isinstance(answer, dict) else None
 
 
-class _Refused(Exception):
-    """The driver refused this process: no other address will do better."""
-
-
 def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[str, socket.socket] | None:
     """A TCP connection to the first of ``hosts`` that accepts one on ``port``, every address tried at once, within
     ``timeout`` in all (a dropped packet costs the time-out once, not once per address); None when none did."""
@@ -378,7 +375,7 @@ class Reach:
         threading.Thread(target=self._watch, args=(driver,), name="eventhubs-driver-recheck", daemon=True).start()
 
     def _watch(self, driver: DriverAddress) -> None:
-        while True:
+        for _ in range(max(1, int(GIVE_UP_AFTER / self.recheck))):
             time.sleep(self.recheck)
             connected = first_connect(driver.hosts, driver.port, PROBE_TIMEOUT)
             if connected is not None:
@@ -388,6 +385,8 @@ class Reach:
                 _LOG.info("eventhubs: the query's driver (port %d) can be reached again from this process",
                           driver.port)  # fmt: skip
                 return
+        with self._lock:  # an hour unreachable: its query has likely ended; a later ask would probe it afresh
+            self._down.pop((driver.hosts, driver.port), None)
 
 
 REACH = Reach()
@@ -395,8 +394,7 @@ REACH = Reach()
 
 def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[str, SealedSocket] | None:
     """A proven connection to the driver at the first of its addresses that answers; None when none does (or the
-    driver is known to be unreachable: then at once). Raises :class:`_Refused` (after saying so) when the driver
-    refuses the query's proof."""
+    driver is known to be unreachable: then at once), or when it refused the query's proof (said in the log)."""
     if not REACH.reachable(driver):
         return None
     connected = first_connect(driver.hosts, driver.port, min(timeout, PROBE_TIMEOUT))
@@ -410,7 +408,7 @@ def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[st
     except RefusedError as exc:
         sock.close()
         _LOG.warning("eventhubs: the query's driver at %s:%d refused this process: %s", host, driver.port, exc)
-        raise _Refused from exc
+        return None
     except OSError:
         sock.close()  # it answered, so it is reachable: this one connection was cut off (a busy driver)
         return None
@@ -424,10 +422,7 @@ def ask(
     if driver is None or query is None:
         return None
     payload = _payload(message)
-    try:
-        connected = _connect(driver, query, timeout)
-    except _Refused:
-        return None
+    connected = _connect(driver, query, timeout)
     if connected is None:
         return None
     sealed = connected[1]
@@ -465,10 +460,7 @@ def ask_kept(
                 return answer
             except (OSError, ValueError):
                 sealed.close()  # broken: made again below
-        try:
-            connected = _connect(driver, query, timeout)
-        except _Refused:
-            return None
+        connected = _connect(driver, query, timeout)
         if connected is None:
             return None
         host, sealed = connected

@@ -252,14 +252,14 @@ class Runtime:
             self._unreachable.add(key)
 
         def recheck() -> None:
-            while True:
+            for _ in range(max(1, int(channel.GIVE_UP_AFTER / self.recheck))):
                 time.sleep(self.recheck)
                 connected = channel.first_connect(home.hosts, home.port, channel.PROBE_TIMEOUT)
                 if connected is not None:
                     connected[1].close()
-                    with self._lock:
-                        self._unreachable.discard(key)
-                    return
+                    break
+            with self._lock:  # reached again (or an hour gone by: a task may try it afresh, once)
+                self._unreachable.discard(key)
 
         threading.Thread(target=recheck, name="eventhubs-home-recheck", daemon=True).start()
         why = f"the home of partition {request.partition}, executor {home.executor}, cannot serve it ({exc})"
