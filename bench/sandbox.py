@@ -7,9 +7,9 @@
 * that, with homes and the receiver service off (what a sandbox leaves: the baseline the others are held to);
 * the rule added mid-stream, then taken away.
 
-Figures: the median micro-batch duration of the batches that read events (the first, which starts the cluster's
-Python workers, left out), the slowest one, and how many processes said the driver could not be reached (each
-paid one probe). Executor run time per task is not measured here (the UI's REST API would give it).
+Figures: the median executor run time of the query's tasks (the application's REST API), the median micro-batch
+duration of the batches that read events (the first, which starts the cluster's Python workers, left out), the
+slowest one, and how many processes said the driver could not be reached (each paid one probe).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 16
 CASES = (("none", "everything allowed"), ("homes-off", "partitionHomes=false"),
          ("always", "driver port dropped"), ("bare", "driver port dropped, homes off, receiver service off"),
+         ("all", "driver and home ports dropped, no place for the receiver service, default options"),
          ("mid", "driver port dropped mid-stream, then allowed"))  # fmt: skip
 
 
@@ -59,7 +60,9 @@ def run() -> None:
         result = _case(plan)
         batches = [b for b in result["batches"] if b["rows"]][1:]
         ms = [b["ms"] for b in batches]
-        row: dict[str, Any] = {"case": what, "median batch ms": round(statistics.median(ms)),
+        tasks = result.get("task_ms") or [0]
+        row: dict[str, Any] = {"case": what, "median task ms": round(statistics.median(tasks)),
+                               "median batch ms": round(statistics.median(ms)),
                                "slowest batch ms": max(ms), "processes that paid a probe":
                                sum("cannot be reached" in line for line in result["said"])}  # fmt: skip
         if plan == "mid":
@@ -68,24 +71,26 @@ def run() -> None:
             before = [b["ms"] for b in batches if _at(b["start"]) <= dropped]
             row["median before / after the rule ms"] = f"{round(statistics.median(before))} / " \
                 f"{round(statistics.median(after))}"  # fmt: skip
-        medians[plan] = statistics.median(ms)
+        medians[plan] = statistics.median(tasks)
         rows.append(row)
         print(row, flush=True)
     ratio = round(medians["always"] / medians["bare"], 2)
+    every = round(medians["all"] / medians["bare"], 2)
     record(
         "sandbox",
         {
-            "target": "driver unreachable: median batch within 1.1x of homes and the service off; a probe a process",
-            "driver unreachable / bare (median batch)": ratio,
-            "all restrictions / bare": 1.0,
-            "target met": ratio <= 1.1,
+            "target": "driver unreachable, or every restriction: median task run time within 1.1x of homes and the "
+            "receiver service off",
+            "driver unreachable / bare (median task)": ratio,
+            "every restriction / bare (median task)": every,
+            "target met": ratio <= 1.1 and every <= 1.1,
         },
         rows,
         notes=(
             f"local-cluster[3,1,1024], {PARTITIONS} partitions, 100 events per partition and micro-batch, parquet "
             "sink, each case in a network namespace of its own, an nftables rule dropping the driver channel's port "
-            "where it says. Micro-batch durations (triggerExecution), the first left out. The issue's target is on "
-            "executor run time per task, which this bench does not measure yet."
+            "where it says. Task figures: executorRunTime of every finished task of the query; micro-batch durations: "
+            "triggerExecution, the first left out."
         ),
     )
 

@@ -1262,14 +1262,78 @@ def _values(raw: Mapping[str, str], mode: str) -> dict[str, Any]:
     return values
 
 
-def _unknown(key: str, mode: str) -> OptionError:
-    import difflib
+# Habits from Spark's Kafka source (and so the Event Hubs Kafka endpoint): what each becomes here, with why.
+HABITS: dict[str, tuple[str, str]] = {
+    "startingoffsets": ("eventhubs.startingPosition", 'a position per hub or partition, e.g. {"offset": "-1"}'),
+    "endingoffsets": ("eventhubs.endingPosition", "batch reads end there"),
+    "startingtimestamp": ("eventhubs.startingPosition", 'e.g. {"enqueuedTime": "2024-05-01T00:00:00Z"}'),
+    "startingoffsetsbytimestamp": ("eventhubs.startingPositions", "a position per partition"),
+    "maxoffsetspertrigger": ("maxEventsPerTrigger", "events, not offsets, per micro-batch"),
+    "minoffsetspertrigger": ("minEventsPerTrigger", "events, not offsets"),
+    "maxrecordsperpartition": ("maxEventsPerPartition", "events per task"),
+    "kafka.bootstrap.servers": (
+        "eventhubs.connectionString",
+        "the namespace and hub are in the connection string (or eventhubs.namespace with eventhubs.name)",
+    ),
+    "subscribe": (
+        "eventhubs.name",
+        "the hub (a Kafka topic), with eventhubs.namespace; or EntityPath in eventhubs.connectionString",
+    ),
+    "subscribepattern": ("eventhubs.name", "one hub per query: name it"),
+    "assign": ("eventhubs.startingPositions", "every partition of the hub is read; positions per partition here"),
+    "kafka.group.id": ("eventhubs.consumerGroup", "the hub's consumer group"),
+    "groupidprefix": ("eventhubs.consumerGroup", "the hub's consumer group"),
+    "kafka.sasl.jaas.config": (
+        "eventhubs.connectionString",
+        "a connection string, or eventhubs.auth with eventhubs.entra.*, signs in",
+    ),
+    "topic": ("eventhubs.name", "writes go to the hub of the connection string (EntityPath) or eventhubs.name"),
+}
 
-    usable = {s.key.lower(): s for s in SPECS if mode in s.modes}
-    close = difflib.get_close_matches(key.lower(), list(usable), n=1, cutoff=0.6)
-    if close:
-        example = _example(usable[close[0]])
-        return OptionError(f"unknown option {key!r}: did you mean {usable[close[0]].key!r}, e.g. {example}?", example)
+
+def edit_distance(a: str, b: str, limit: int = 3) -> int:
+    """Damerau-Levenshtein distance (a swap of neighbours counts one), or ``limit`` + 1 once it is past ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    before: list[int] | None = None
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            current[j] = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                current[j] = min(current[j], before[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        before, row = row, current
+    return row[-1]
+
+
+def suggestion(key: str, mode: str) -> str | None:
+    """The option a mistyped ``key`` most likely means: the nearest by edit distance (at most 2, or 3 for long keys;
+    the ``eventhubs.`` prefix may be left out), those of ``mode`` first; None when none is near."""
+    lower = key.lower()
+    best: tuple[int, int, str] | None = None
+    for rank, spec in enumerate(sorted(SPECS, key=lambda s: mode not in s.modes)):
+        name = spec.key.lower()
+        names = [name, name.removeprefix("eventhubs.")] if name.startswith("eventhubs.") else [name]
+        distance = min(edit_distance(lower, n) for n in names)
+        if distance <= (3 if len(lower) >= 16 else 2) and (best is None or (distance, rank) < best[:2]):
+            best = (distance, rank, spec.key)
+    return best[2] if best is not None else None
+
+
+def _unknown(key: str, mode: str) -> OptionError:
+    habit = HABITS.get(key.lower())
+    if habit is not None:
+        ours, why = habit
+        example = _example(BY_KEY[ours.lower()])
+        return OptionError(f"unknown option {key!r}: that is Spark's Kafka source; here it is {ours!r} ({why}), "
+                           f"e.g. {example}", example)  # fmt: skip
+    near = suggestion(key, mode)
+    if near is not None:
+        example = _example(BY_KEY[near.lower()])
+        return OptionError(f"unknown option {key!r}: did you mean {near!r}, e.g. {example}?", example)
     example = _example(BY_KEY["eventhubs.consumergroup"])
     return OptionError(f"unknown option {key!r}: the options are listed in the README's options table (e.g. {example})",
                        example)  # fmt: skip

@@ -5,7 +5,10 @@ Everything runs in the namespace (the emulator in this process, Spark's driver a
 The driver's channel listens on :data:`PORT`. The plan says when an ``nftables`` rule drops every packet to that
 port: ``mid`` adds it after :data:`BEFORE` micro-batches and takes it away :data:`DROPPED` seconds later;
 ``always`` has it from the start; ``none`` never; ``homes-off`` never, with ``eventhubs.partitionHomes=false``;
-``bare`` has it from the start with homes and the receiver service off (what a sandbox leaves). 8 partitions (or
+``bare`` has it from the start with homes and the receiver service off (what a sandbox leaves); ``all`` has it
+from the start, drops the homes' ports (eventhubs.executorPorts) too, and leaves the receiver service no place to
+start (the executors' private socket directory is a symbolic link, which the connector refuses): every
+restriction at once, with every option left as it is. 8 partitions (or
 PARTITIONS) with a backlog, 100 events per partition and micro-batch, into parquet. ``result.json`` gets the rows
 read (partition, sequence number), each batch's start and duration, when the rule came and went, and the
 executors' logs' lines about the driver's reach.
@@ -22,6 +25,7 @@ import sys
 import time
 
 PORT = 41000
+HOMES = (40000, 40099)  # eventhubs.executorPorts
 PARTITIONS = 8
 EVENTS = 2400  # per partition: 24 batches of 800
 BEFORE = 5
@@ -33,8 +37,8 @@ def nft(*args: str) -> None:
     subprocess.run(["nft", *args], check=True)
 
 
-def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None:
-    count = int(partitions)
+def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events: str = str(EVENTS)) -> None:
+    count, per_partition = int(partitions), int(events)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["EVENTHUBS_SPARK_LOG_LEVEL"] = "INFO"
     import pyspark
@@ -57,19 +61,26 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None
 
     emulator = Emulator({"walled": count}).start()
     for p in range(count):
-        send(emulator.connection_string("walled"), [f"p{p}-{i}" for i in range(EVENTS)], partition_id=str(p))
+        send(emulator.connection_string("walled"), [f"p{p}-{i}" for i in range(per_partition)], partition_id=str(p))
+    tmp = os.path.join(out, "executor-tmp")
+    os.makedirs(tmp)
+    if plan == "all":  # no place for the receiver service: its private directory may not be a symbolic link
+        os.symlink(out, os.path.join(tmp, f"ehs-{os.getuid()}"))
     spark = (
         SparkSession.builder.master("local-cluster[3,1,1024]")
+        .config("spark.executorEnv.TMPDIR", tmp)
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
         .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
         .config("spark.executorEnv.EVENTHUBS_SPARK_RECHECK", str(RECHECK))
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.port", "4040")  # the namespace's own loopback: the tasks' run times, from its REST API
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
     result: dict[str, object] = {"plan": plan}
-    if plan in ("always", "bare"):
+    if plan in ("always", "bare", "all"):
         result["dropped"] = drop()
+    if plan == "all":
+        nft("add", "rule", "inet", "firewall", "input", "tcp", "dport", f"{HOMES[0]}-{HOMES[1]}", "drop")
     extra = {
         "homes-off": {"eventhubs.partitionHomes": "false"},
         "bare": {"eventhubs.partitionHomes": "false", "eventhubs.receiverService": "off"},
@@ -80,6 +91,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None
         .option("eventhubs.startingPosition", '{"offset": "-1"}')
         .option("maxEventsPerTrigger", str(100 * count))
         .option("eventhubs.driverChannel.ports", str(PORT))
+        .option("eventhubs.executorPorts", f"{HOMES[0]}-{HOMES[1]}")
         .options(**extra)
         .load()
         .selectExpr("partition", "sequenceNumber")
@@ -89,7 +101,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None
         .trigger(processingTime="0 seconds")
         .start()
     )
-    total = count * EVENTS
+    total = count * per_partition
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and query.exception() is None:
@@ -116,6 +128,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None
         query.stop()
         allow()
     result["batches"] = batches
+    result["task_ms"] = task_run_times(spark)
     result["rows"] = [(r.partition, r.sequenceNumber) for r in spark.read.parquet(os.path.join(out, "data")).collect()]
     home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
     work = os.path.join(home, "work", spark.sparkContext.applicationId)
@@ -123,12 +136,24 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS)) -> None
     said = []
     for log in glob.glob(os.path.join(work, "*", "stderr")):
         with open(log, errors="replace") as f:
-            said += [line.strip() for line in f if "query's driver" in line]
+            said += [line.strip() for line in f if "query's driver" in line or "receiver service" in line]
     result["said"] = said
     shutil.rmtree(work, ignore_errors=True)
     emulator.stop()
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump(result, f)
+
+
+def task_run_times(spark: object) -> list[int]:
+    """Each finished task's executor run time (ms), from the application's REST API."""
+    import urllib.request
+
+    app = spark.sparkContext.applicationId  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:4040/api/v1/applications/{app}/stages?details=true&status=complete"
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        stages = json.loads(answer.read())
+    return [int(task["taskMetrics"]["executorRunTime"]) for stage in stages
+            for task in (stage.get("tasks") or {}).values() if task.get("taskMetrics")]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -54,3 +54,26 @@ def test_a_driver_port_dropped_mid_stream_costs_one_probe_per_process_and_loses_
     assert any("cannot be reached from this process" in line for line in said), said  # found out, and said
     assert any("can be reached again" in line for line in said), said  # the re-check found the way open again
     assert allowed - dropped >= 25
+
+
+def test_every_restriction_at_once_leaves_a_stream_that_reads_each_event_once(tmp_path):
+    """The driver's port and the homes' ports dropped, and no place for the receiver service to start, options as
+    they are by default (what a sandbox may well do): every event once, each cause said where it was found."""
+    from .firewall_app import PARTITIONS
+
+    name = _namespace()
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", name, sys.executable, "-m", "tests.integration.firewall_app", str(tmp_path), "all",
+             str(PARTITIONS), "600"],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    rows = sorted(map(tuple, result["rows"]))
+    assert rows == sorted((str(p), s) for p in range(PARTITIONS) for s in range(600)), "every event once"
+    said = result["said"]
+    assert any("receiver service cannot start" in line for line in said), said
+    assert any("cannot be reached from this process" in line for line in said), said

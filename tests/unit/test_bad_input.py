@@ -349,3 +349,51 @@ def test_a_duration_means_its_number_times_its_unit_or_is_refused_naming_the_opt
             parse_duration("eventhubs.receiverTimeout", text)
         return
     assert parse_duration("eventhubs.receiverTimeout", text) == pytest.approx(number * _SCALE[unit])
+
+
+def test_did_you_mean_goes_by_edit_distance_and_kafka_habits_name_our_option():
+    """Issue 49: the most common option's typos suggested it (they got maxEventsPerPartition before); Spark's Kafka
+    source's keys get our equivalent, not an unrelated example."""
+    from eventhubs_spark.options import STREAM, read_options
+
+    conn = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+    for typo, meant in (("maxEventPerTrigger", "maxEventsPerTrigger"), ("maxEventsPerTriger", "maxEventsPerTrigger"),
+                        ("consumerGroup", "eventhubs.consumerGroup"), ("eventhubs.startingPositon",
+                        "eventhubs.startingPosition")):  # fmt: skip
+        with pytest.raises(OptionError, match=f"did you mean '{meant}'"):
+            read_options({"eventhubs.connectionString": conn, typo: "1"}, STREAM)
+    for kafka, ours in (("startingOffsets", "eventhubs.startingPosition"), ("maxOffsetsPerTrigger",
+                        "maxEventsPerTrigger"), ("kafka.bootstrap.servers", "eventhubs.connectionString"),
+                        ("subscribe", "eventhubs.name")):  # fmt: skip
+        with pytest.raises(OptionError, match=f"that is Spark's Kafka source; here it is '{ours}'"):
+            read_options({"eventhubs.connectionString": conn, kafka: "x"}, STREAM)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_typo_within_two_edits_suggests_the_option_or_one_as_near(data):
+    from eventhubs_spark.options import SPECS, STREAM, edit_distance, suggestion
+
+    spec = data.draw(st.sampled_from([s for s in SPECS if STREAM in s.modes]))
+    typo = spec.key
+    for _ in range(data.draw(st.integers(1, 2))):
+        at = data.draw(st.integers(0, len(typo) - 1))
+        edit = data.draw(st.sampled_from(["drop", "swap", "change", "add"]))
+        letter = data.draw(st.sampled_from("abcdefghijklmnopqrstuvwxyz"))
+        if edit == "drop":
+            typo = typo[:at] + typo[at + 1 :]
+        elif edit == "swap" and at + 1 < len(typo):
+            typo = typo[:at] + typo[at + 1] + typo[at] + typo[at + 2 :]
+        elif edit == "change":
+            typo = typo[:at] + letter + typo[at + 1 :]
+        else:
+            typo = typo[:at] + letter + typo[at:]
+    if typo.lower() in {s.key.lower() for s in SPECS}:
+        return  # the edits made another real option
+    near = suggestion(typo, STREAM)
+    assert near is not None, typo
+
+    def distance(key: str) -> int:  # as suggestion() measures it: the eventhubs. prefix may be left out
+        return min(edit_distance(typo.lower(), k) for k in {key.lower(), key.lower().removeprefix("eventhubs.")})
+
+    assert distance(near) <= distance(spec.key), (typo, near, spec.key)
