@@ -63,7 +63,7 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
     for seen in causes(exc):
         if isinstance(seen, AuthenticationFailedError | HubNotFoundError | NetworkError):
             return seen
-        network = classify(seen, settings.namespace, settings.network)
+        network = classify(seen, settings.namespace, settings.network, settings.emulator)
         if network is not None:
             return network
         meaning = sdk.condition(seen)
@@ -76,7 +76,11 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
             # The SDK reports some failures to connect as failed sign-ins (a host name that does not resolve
             # over WebSockets, a custom endpoint that refuses): what it wraps decides.
             inner = getattr(seen, "error", None) or getattr(seen, "inner_error", None) or seen.__cause__
-            wrapped = network_failure(inner, settings.namespace, settings.network) if inner is not None else None
+            wrapped = (
+                network_failure(inner, settings.namespace, settings.network, settings.emulator)
+                if inner is not None
+                else None
+            )
             return wrapped or auth_error(settings, str(seen))
     return None
 

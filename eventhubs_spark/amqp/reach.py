@@ -90,30 +90,34 @@ def causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def network_failure(exc: BaseException, namespace: str, network: NetworkSettings) -> NetworkError | None:
+def network_failure(
+    exc: BaseException, namespace: str, network: NetworkSettings, emulator: bool = False
+) -> NetworkError | None:
     """A clear :class:`NetworkError` when ``exc`` (or anything it came from) is a failure to reach the
     namespace, naming what to change; None when it is something else."""
     for cause in causes(exc):
-        found = classify(cause, namespace, network)
+        found = classify(cause, namespace, network, emulator)
         if found is not None:
             return found
     return None
 
 
-def classify(cause: BaseException, namespace: str, network: NetworkSettings) -> NetworkError | None:
+def classify(
+    cause: BaseException, namespace: str, network: NetworkSettings, emulator: bool = False
+) -> NetworkError | None:
     """:func:`network_failure` for one exception, not its causes (an aiohttp connector error is asked
     about the exception it carries first: that one is the more precise)."""
     if isinstance(cause, NetworkError):
         return cause
     ws, aiohttp = _libraries()
-    where = network.where(namespace)
+    where = network.where(namespace, emulator)
     text = " ".join(str(cause).split())[:300]
     if aiohttp is not None and isinstance(cause, aiohttp.ClientConnectorError):
         if isinstance(cause, aiohttp.ClientProxyConnectionError):
             return _proxy_unreachable(network, text)
         inner = getattr(cause, "certificate_error", None) or getattr(cause, "os_error", None)
         if isinstance(inner, BaseException) and inner is not cause:
-            found = classify(inner, namespace, network)
+            found = classify(inner, namespace, network, emulator)
             if found is not None:
                 return found
     if isinstance(cause, ssl.SSLCertVerificationError):
@@ -163,8 +167,21 @@ def classify(cause: BaseException, namespace: str, network: NetworkSettings) -> 
     if _unreachable(cause, ws, aiohttp):
         if network.proxy is not None:  # through a proxy, the only address a client connects to is the proxy's
             return _proxy_unreachable(network, text)
-        what = "refused the connection" if isinstance(cause, ConnectionRefusedError) else f"is unreachable ({text})"
-        return NetworkError(f"{where} {what}. {_PORT_HINT}", retriable=True)
+        refused = isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED
+        what = (
+            "refused the connection (nothing listens on that port there)"
+            if refused
+            else f"did not answer ({text}): a firewall that drops the connection, or a wrong address"
+        )
+        if emulator and network.custom_endpoint is None:
+            hint = ("Check the host and port of the connection string's Endpoint: the emulator says where it listens "
+                    "when it starts")  # fmt: skip
+        elif network.websockets:
+            hint = ("Check eventhubs.customEndpointAddress, and eventhubs.httpProxy.hostname/port if the network goes "
+                    "out through a proxy")  # fmt: skip
+        else:
+            hint = _PORT_HINT  # a TLS port blocked: WebSockets on 443 may pass where it does not
+        return NetworkError(f"{where} {what}. {hint}", retriable=True)
     return None
 
 

@@ -111,9 +111,12 @@ class NetworkSettings:
             kwargs["connection_verify"] = self.ca_file
         return kwargs
 
-    def where(self, namespace: str) -> str:
-        """Where a client connects, in words: host, port and transport (for error messages)."""
-        host = namespace.split(":")[0]
+    def where(self, namespace: str, emulator: bool = False) -> str:
+        """Where a client connects, in words: host, port and transport (for error messages), as the user gave
+        them: the development emulator's port is the one in the connection string's Endpoint."""
+        host, _, given = namespace.partition(":")
+        if emulator and self.custom_endpoint is None:
+            return f"{host}:{given or 5672} (plain AMQP: UseDevelopmentEmulator=true)"
         port = WEBSOCKETS_PORT if self.websockets else AMQPS_PORT
         if self.custom_endpoint is not None:
             from urllib.parse import urlparse

@@ -277,3 +277,23 @@ def test_the_sdk_reporting_a_failed_connect_as_a_failed_sign_in_is_seen_through(
         assert isinstance(failures.failure(settings, exc), NetworkError)
     refused = AuthenticationException(ErrorCondition.UnauthorizedAccess, description="CBS token error: 401")
     assert "could not sign in" in str(failures.failure(settings, refused))
+
+
+def test_a_wrong_emulator_port_is_named_as_given_and_not_blamed_on_tls():
+    """Issue 49: the emulator on one port, the connection string naming another: the error names that host and
+    port and plain AMQP (not 5671 and TLS), says the port refused, and does not send the user to WebSockets."""
+    from eventhubs_spark.amqp.failures import failure
+
+    port = free_port()
+    settings = parse_connection_string(f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=s;"
+                                       "EntityPath=hub;UseDevelopmentEmulator=true")  # fmt: skip
+    exc = raised(lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
+    found = failure(settings, as_the_sdk_wraps(exc))
+    assert isinstance(found, NetworkError)
+    text = str(found)
+    assert f"127.0.0.1:{port} (plain AMQP" in text and "refused the connection" in text, text
+    assert "5671" not in text and "amqpWebSockets" not in text and "Endpoint" in text, text
+    # a real namespace whose TLS port refuses: WebSockets on 443 is worth suggesting there
+    real = f"Endpoint=sb://{NAMESPACE}/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+    tls = failure(parse_connection_string(real), as_the_sdk_wraps(exc))
+    assert isinstance(tls, NetworkError) and ":5671 (AMQP over TLS)" in str(tls) and "amqpWebSockets" in str(tls)
