@@ -359,6 +359,25 @@ SPECS: tuple[Spec, ...] = (
         "servicePrincipal",
     ),
     Spec(
+        "databricks.serviceCredential",
+        None,
+        _text,
+        "Databricks (Runtime 16.2+, 15.4 LTS in preview): sign in with this Unity Catalog service credential, the "
+        "name Databricks' Kafka source takes too. No secret in any option: the driver and every executor get tokens "
+        "from it (the Schema Registry, and an Entra-signed checkpoint store, too). With eventhubs.namespace and "
+        "eventhubs.name; fails at load() off Databricks.",
+        "eventhubs-reader",
+        secret=True,
+    ),
+    Spec(
+        "databricks.serviceCredential.scope",
+        None,
+        _text,
+        "The scope Event Hubs tokens are asked for with databricks.serviceCredential (default: Event Hubs' own, "
+        "https://eventhubs.azure.net/.default).",
+        "https://eventhubs.azure.net/.default",
+    ),
+    Spec(
         "eventhubs.sasToken",
         None,
         _sas_token,

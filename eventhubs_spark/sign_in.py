@@ -48,6 +48,18 @@ def resolve_sign_in(values: Mapping[str, Any], entra_keys: Sequence[str]) -> Con
     sas = values.get("eventhubs.sastoken")
     entra_set = [k for k in entra_keys if values.get(k.lower())]
     method = values.get("eventhubs.auth")
+    service_credential = values.get("databricks.servicecredential")
+    if service_credential:
+        _service_credential_alone(values, method, connection, sas, entra_set)
+        method = "serviceCredential"
+    elif values.get("databricks.servicecredential.scope"):
+        example = ".option('databricks.serviceCredential', 'eventhubs-reader')"
+        raise OptionError(f"databricks.serviceCredential.scope goes with databricks.serviceCredential, e.g. {example}",
+                          example)  # fmt: skip
+    elif method == "serviceCredential":
+        example = ".option('databricks.serviceCredential', 'eventhubs-reader')"
+        raise OptionError(f"eventhubs.auth=serviceCredential needs databricks.serviceCredential (the Unity Catalog "
+                          f"service credential's name), e.g. {example}", example)  # fmt: skip
     if connection and namespace:
         raise OptionError(
             f"set eventhubs.connectionString or eventhubs.namespace, not both, e.g. {_NAMESPACE_EXAMPLE}",
@@ -115,6 +127,24 @@ def resolve_sign_in(values: Mapping[str, Any], entra_keys: Sequence[str]) -> Con
     )
 
 
+def _service_credential_alone(values: Mapping[str, Any], method: Any, connection: Any, sas: Any,
+                              entra_set: Sequence[str]) -> None:  # fmt: skip
+    """databricks.serviceCredential is the whole sign-in: no other identity beside it, none to fall back to; and
+    this process must be a Databricks runtime that has service credentials (said at ``.load()``)."""
+    from .auth.credentials import check_service_credential_runtime
+
+    example = (".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB')"
+               ".option('databricks.serviceCredential', 'eventhubs-reader')")  # fmt: skip
+    others = [k for k, v in (("eventhubs.connectionString", connection), ("eventhubs.sasToken", sas)) if v]
+    others += list(entra_set)
+    if method not in (None, "serviceCredential"):
+        others.append(f"eventhubs.auth={method}")
+    if others:
+        raise OptionError(f"databricks.serviceCredential signs in on its own: drop {', '.join(others)}, e.g. "
+                          f"{example}", example)  # fmt: skip
+    check_service_credential_runtime()
+
+
 def _implied_entra_method(values: Mapping[str, Any]) -> str:
     if (
         values.get("eventhubs.entra.clientsecret")
@@ -174,6 +204,9 @@ def _entra_settings(values: Mapping[str, Any], method: str) -> EntraSettings:
             "eventhubs.entra.federatedTokenFile belongs to a workload identity: set eventhubs.auth",
             ".option('eventhubs.auth', 'workloadIdentity')",
         )
+    if method == "serviceCredential":
+        return EntraSettings(method=method, service_credential=values.get("databricks.servicecredential"),
+                             scope=values.get("databricks.servicecredential.scope"))  # fmt: skip
     return EntraSettings(
         method=method,
         tenant_id=get("tenantId"),

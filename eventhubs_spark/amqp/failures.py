@@ -36,6 +36,8 @@ _AUTH_HINTS = {
     f"user-assigned one) and that it has {_ROLES}.",
     "workloadIdentity": "Check eventhubs.entra.tenantId, eventhubs.entra.clientId and "
     f"eventhubs.entra.federatedTokenFile (or AZURE_* variables on every node), and {_ROLES}.",
+    "serviceCredential": "Check databricks.serviceCredential (the Unity Catalog service credential's name), that "
+    f"you have ACCESS on it, that its managed identity has {_ROLES}, and databricks.serviceCredential.scope.",
     "defaultAzureCredential": "DefaultAzureCredential tries environment variables, workload identity, managed "
     "identity and the Azure CLI, in each Spark process; name one with eventhubs.auth "
     f"(e.g. servicePrincipal) for a precise error, and check {_ROLES}.",

@@ -31,6 +31,8 @@ class EntraSettings:
     federated_token_file: str | None = None
     authority_host: str | None = None
     disable_instance_discovery: bool = False
+    service_credential: Secret | None = None  # databricks.serviceCredential: a Unity Catalog service credential's name
+    scope: str | None = None  # databricks.serviceCredential.scope: what Event Hubs tokens are asked for
 
     def credential(self, network: NetworkSettings | None = None) -> Any:
         """The azure-identity credential for this identity, shared by every client of this process
@@ -50,6 +52,9 @@ class EntraSettings:
             return credential
 
     def _build(self, network: NetworkSettings | None) -> Any:
+        if self.method == "serviceCredential":
+            assert self.service_credential is not None  # the options require it
+            return _Scoped(service_credential_provider(self.service_credential.reveal()), self.scope)
         try:
             import azure.identity as identity
         except ImportError:
@@ -95,6 +100,89 @@ class EntraSettings:
         """The same credential for the SDK's asyncio clients: their ``await credential.get_token()``
         runs the synchronous credential on a thread (no aiohttp needed, one token cache)."""
         return _AsyncCredential(self.credential(network))
+
+
+DATABRICKS_RUNTIME = "Databricks Runtime 16.2 or later (15.4 LTS in preview)"
+EVENTHUBS_SCOPE = "https://eventhubs.azure.net/.default"
+
+
+def service_credential_provider(name: str) -> Any:
+    """The Azure ``TokenCredential`` of the Unity Catalog service credential ``name``, through the entry point this
+    process has: ``databricks.service_credentials`` (inside UDFs, where a data source's tasks run, and on the driver)
+    or, failing that, a notebook's ``dbutils.credentials``. An :class:`OptionError` saying what is missing when
+    neither is here: nothing falls back to another identity."""
+    try:
+        from databricks import service_credentials
+    except ImportError:
+        service_credentials = None
+    entry = getattr(service_credentials, "getServiceCredentialsProvider", None)
+    if entry is None:
+        dbutils = _dbutils()
+        entry = getattr(getattr(dbutils, "credentials", None), "getServiceCredentialsProvider", None)
+    if entry is not None:
+        if not name:
+            return None  # only looking (check_service_credential_runtime)
+        try:
+            return entry(name)
+        except Exception as exc:  # the runtime refused it: a name that does not exist, or no ACCESS on it
+            from ..errors import AuthenticationFailedError
+
+            raise AuthenticationFailedError(
+                f"could not sign in with eventhubs.auth=serviceCredential: Databricks refused the service credential "
+                f"named in databricks.serviceCredential ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:300].replace(name, '<databricks.serviceCredential>')}). Check its "
+                "name, that you have ACCESS on it (GRANT ACCESS ON SERVICE CREDENTIAL ...), and that its managed "
+                "identity has the Azure Event Hubs Data Receiver (reads) or Data Sender (writes) role"
+            ) from None
+    example = ".option('eventhubs.connectionString', dbutils.secrets.get('scope', 'eventhubs'))"
+    raise OptionError(
+        "databricks.serviceCredential signs in with a Unity Catalog service credential, which needs "
+        f"{DATABRICKS_RUNTIME}: it gives Python code databricks.service_credentials (in UDFs, where this source's "
+        "tasks run) and dbutils.credentials (in notebooks). Neither is in this process, so this is not such a "
+        f"runtime. Elsewhere sign in another way, e.g. {example}, or eventhubs.auth with eventhubs.entra.*",
+        example,
+    )
+
+
+def check_service_credential_runtime() -> None:
+    """At ``.load()``: this process has an entry point for service credentials (else the :class:`OptionError` of
+    :func:`service_credential_provider`); the credential itself is asked for where it is used."""
+    service_credential_provider("")  # with no name it only finds the entry point, or raises saying what is missing
+
+
+def _dbutils() -> Any:
+    """A notebook's ``dbutils``, where this process has one (the notebook's globals, or builtins)."""
+    import builtins
+    import sys
+
+    main = sys.modules.get("__main__")
+    found = getattr(main, "dbutils", None) or getattr(builtins, "dbutils", None)
+    if found is None:
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+            found = shell.user_ns.get("dbutils") if shell is not None else None
+        except ImportError:
+            found = None
+    return found
+
+
+class _Scoped:
+    """A service credential asked for Event Hubs tokens with the scope ``databricks.serviceCredential.scope`` names
+    (the Schema Registry's tokens are Event Hubs tokens too); other scopes (Storage) pass as asked. Tokens are the
+    provider's: it renews them before they expire, as every Azure credential does when asked."""
+
+    def __init__(self, credential: Any, scope: str | None) -> None:
+        self._credential = credential
+        self._scope = scope
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        wanted = tuple(self._scope if self._scope and s == EVENTHUBS_SCOPE else s for s in scopes)
+        return self._credential.get_token(*wanted, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._credential, name)
 
 
 class _AsyncCredential:

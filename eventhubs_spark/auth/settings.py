@@ -23,7 +23,8 @@ CONNECTION_EXAMPLE = (
 
 
 #: How a client signs in to Event Hubs, the values of ``eventhubs.auth``.
-ENTRA_METHODS = ("servicePrincipal", "managedIdentity", "workloadIdentity", "defaultAzureCredential")
+ENTRA_METHODS = ("servicePrincipal", "managedIdentity", "workloadIdentity", "defaultAzureCredential",
+                 "serviceCredential")  # fmt: skip
 AUTH_METHODS = ("connectionString", "sasToken", *ENTRA_METHODS)
 
 

@@ -59,10 +59,42 @@ def run_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
                 )  # fmt: skip
                 query.awaitTermination()
             result["read"] = sorted(got)
+        if job.get("live"):
+            result["read"], result["written"] = live(spark, options, job["live"])
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.monotonic() - started
     return result
+
+
+def live(spark: Any, options: dict[str, str], plan: dict[str, Any]) -> tuple[list[str], int]:
+    """A stream that runs for ``plan["seconds"]`` while ``plan["count"]`` events are written every ``plan["every"]``
+    seconds through the sink with the same options (a token may expire meanwhile); the stream's bodies, sorted, once
+    it has read every event written, and how many were written."""
+    got: list[str] = []
+    query = (
+        spark.readStream.format("eventhubs").options(**{**options, "eventhubs.startingPosition": '{"offset": "-1"}'})
+        .load().selectExpr("cast(body as string) as body")
+        .writeStream.foreachBatch(lambda df, _id: got.extend(r.body for r in df.collect()))
+        .option("checkpointLocation", plan["checkpoint"]).trigger(processingTime="1 second").start()
+    )  # fmt: skip
+    written = 0
+    deadline = time.monotonic() + plan["seconds"]
+    try:
+        while time.monotonic() < deadline:
+            bodies = [f"live-{written + i}" for i in range(plan["count"])]
+            spark.createDataFrame([(b,) for b in bodies], "body string").write.format("eventhubs").mode(
+                "append").options(**options).save()  # fmt: skip
+            written += len(bodies)
+            time.sleep(plan["every"])
+        until = time.monotonic() + 60
+        while len(got) < written and time.monotonic() < until and query.exception() is None:
+            time.sleep(0.5)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+    finally:
+        query.stop()
+    return sorted(got), written
 
 
 def main(jobs_file: str, results_file: str) -> None:
