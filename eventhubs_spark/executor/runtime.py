@@ -92,6 +92,7 @@ class Runtime:
         # What this process found it may not use, each found out once (at a bounded cost) and checked again in the
         # background every channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
         self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
+        self._said: set[tuple[str, str]] = set()  # (query, home executor): said once, here and to the driver
         self._service_down = False  # the executor's receiver service cannot start, or went away
         self.recheck = channel.RECHECK
 
@@ -168,7 +169,9 @@ class Runtime:
                             return
                         except (ServiceGone, RefusedError) as exc:
                             start = exc.next_seq if isinstance(exc, ServiceGone) else request.start
-                            self._home_unreachable(request, home, exc)
+                            # remembered when it could not be reached; a home that does not know the query yet (a
+                            # first batch, its service not yet told) is tried again by the next task
+                            self._home_unreachable(request, home, exc, remember=isinstance(exc, ServiceGone))
                             # the rest here, keeping no link or read-ahead: the partition stays the home's
                             request = dataclasses.replace(request, idle_timeout=0.0)
                     else:
@@ -241,15 +244,18 @@ class Runtime:
         with self._lock:
             return (request.query.query if request.query else "", home.executor) in self._unreachable
 
-    def _home_unreachable(self, request: RangeRequest, home: Home, exc: BaseException) -> None:
+    def _home_unreachable(self, request: RangeRequest, home: Home, exc: BaseException, remember: bool = True) -> None:
         """Said once per process, query and home, here and to the driver (which checks the home itself and
-        places the partition elsewhere when it is gone); remembered, so the next tasks do not try it, until a
-        thread of its own reaches its port again (every ``recheck`` seconds)."""
+        places the partition elsewhere when it is gone); with ``remember`` (it could not be reached), the next
+        tasks do not try it until a thread of its own reaches its port again (every ``recheck`` seconds)."""
         key = (request.query.query if request.query else "", home.executor)
         with self._lock:
-            if key in self._unreachable:
+            if key in self._unreachable or (key in self._said and not remember):
                 return
-            self._unreachable.add(key)
+            if remember:
+                self._unreachable.add(key)
+            said_before = key in self._said
+            self._said.add(key)
 
         def recheck() -> None:
             for _ in range(max(1, int(channel.GIVE_UP_AFTER / self.recheck))):
@@ -261,7 +267,10 @@ class Runtime:
             with self._lock:  # reached again (or an hour gone by: a task may try it afresh, once)
                 self._unreachable.discard(key)
 
-        threading.Thread(target=recheck, name="eventhubs-home-recheck", daemon=True).start()
+        if remember:
+            threading.Thread(target=recheck, name="eventhubs-home-recheck", daemon=True).start()
+        if said_before:
+            return
         why = f"the home of partition {request.partition}, executor {home.executor}, cannot serve it ({exc})"
         _LOG.warning("eventhubs: %s; reading in this worker without read-ahead", why)
         channel.tell(request.driver, request.query, {"kind": "home_unreachable", "executor": home.executor,
