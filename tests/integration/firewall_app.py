@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-PORT = 41000
-HOMES = (40000, 40099)  # eventhubs.executorPorts
+PORT = 21000  # outside the ephemeral range (32768-60999), where Spark's own ports are
+HOMES = (20000, 20099)  # eventhubs.executorPorts, likewise
 PARTITIONS = 8
 EVENTS = 2400  # per partition: 24 batches of 800
 BEFORE = 5

@@ -344,7 +344,7 @@ def test_every_shape_the_reader_reads_the_sink_writes_back(spark, setting, tmp_p
 
     runs = itertools.count()
 
-    @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(schemas_and_values())
     def generated(case: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
         schema, values = case

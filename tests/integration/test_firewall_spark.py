@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Its Spark runs in a process of its own, in the namespace: not marked spark, so ./dev test runs it beside the Spark
+# tests rather than after them (the CI's time)
+pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
