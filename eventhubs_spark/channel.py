@@ -111,7 +111,7 @@ def open_server(bind: str, ports: str, option: str) -> socket.socket:
 
 
 def parse_ports(text: str) -> list[int]:
-    """``""`` or ``"0"``: any free port; ``"40000"``; ``"40000-40099"`` (eventhubs.executorPorts)."""
+    """``""`` or ``"0"``: any free port; ``"20000"``; ``"20000-20099"`` (eventhubs.executorPorts)."""
     text = text.strip()
     if text in ("", "0"):
         return [0]

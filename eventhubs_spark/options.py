@@ -115,8 +115,8 @@ def _ports(option: str, value: str) -> str:
     except ValueError:
         first, last = -1, -1
     if not (0 <= first <= last <= 65535) or (dash and first == 0):
-        example = f".option({option!r}, '40000-40099')"
-        raise OptionError(f"{option}: expected a port or a range such as 40000-40099 (0: any free port), got "
+        example = f".option({option!r}, '20000-20099')"
+        raise OptionError(f"{option}: expected a port or a range such as 20000-20099 (0: any free port), got "
                           f"{value!r}. Example: {example}", example)  # fmt: skip
     return f"{first}-{last}" if dash else str(first)
 
@@ -720,9 +720,10 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.executorPorts",
         defaults.EXECUTOR_PORTS,
         _ports,
-        "Where a home's receiver service listens for other executors' tasks: a port or a range of them; 0: any free "
-        "port (two services on one host never clash).",
-        "40000-40099",
+        "Where a home's receiver service listens for other executors' tasks: a port or a range of them, below the "
+        "ephemeral ports (32768-60999 on Linux), where other connections' ports may already be; 0: any free port "
+        "(two services on one host never clash).",
+        "20000-20099",
         frozenset({STREAM}),
         field="executor_ports",
     ),
@@ -763,7 +764,7 @@ SPECS: tuple[Spec, ...] = (
         defaults.EXECUTOR_PORTS,
         _ports,
         "The port, or a range of ports, the driver's channel listens on (a firewall's opening); 0: any free port.",
-        "41000-41009",
+        "21000-21009",
         frozenset({STREAM}),
         field="driver_ports",
     ),

@@ -319,10 +319,15 @@ def test_repositioning_a_receiver_hands_the_old_link_to_its_reader_thread_and_go
     assert handed == [old_link] and receiver._link is None
 
 
-def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
+def test_every_read_option_lands_in_the_typed_options_or_the_sign_in(monkeypatch):
     """Nothing is parsed and then left unused: setting any read option changes what the readers get (the
     typed options, or the connection settings where sign-in options go)."""
+    from pathlib import Path
+
     from eventhubs_spark.options import READ
+
+    # databricks.serviceCredential needs Databricks' entry point in the process: the tests' stand-in
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "databricks_standin"))
 
     store = {"eventhubs.checkpointStore.connectionString": "UseDevelopmentStorage=true",
              "eventhubs.checkpointStore.container": "c"}  # fmt: skip
@@ -391,6 +396,8 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in():
                                     "0f5e"),
         "eventhubs.avro.mode": (avro, "PERMISSIVE"),
         "eventhubs.avro.corruptRecordColumn": ({**avro, "eventhubs.avro.mode": "PERMISSIVE"}, "_bad"),
+        "databricks.serviceCredential": ({**by_namespace, "eventhubs.name": "hub"}, "eventhubs-reader"),
+        "databricks.serviceCredential.scope": ({**by_namespace, "databricks.serviceCredential": "c"}, "api://x"),
     }  # fmt: skip
     ownership = {"eventhubs.ownerId", "eventhubs.loadBalancing.maxPartitions"}
     for spec in SPECS:
