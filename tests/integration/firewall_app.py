@@ -8,7 +8,9 @@ port: ``mid`` adds it after :data:`BEFORE` micro-batches and takes it away :data
 ``bare`` has it from the start with homes and the receiver service off (what a sandbox leaves); ``all`` has it
 from the start, drops the homes' ports (eventhubs.executorPorts) too, and leaves the receiver service no place to
 start (the executors' private socket directory is a symbolic link, which the connector refuses): every
-restriction at once, with every option left as it is. 8 partitions (or
+restriction at once, with every option left as it is; ``flood`` has no rule, but a stranger opens 1,000 connections
+(half to the driver's channel, half to the first home's port), held and dropped in turns, some with a handshake
+for a query it does not know, after :data:`BEFORE` micro-batches. 8 partitions (or
 PARTITIONS) with a backlog, 100 events per partition and micro-batch, into parquet. ``result.json`` gets the rows
 read (partition, sequence number), each batch's start and duration, when the rule came and went, and the
 executors' logs' lines about the driver's reach.
@@ -16,12 +18,14 @@ executors' logs' lines about the driver's reach.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 PORT = 21000  # outside the ephemeral range (32768-60999), where Spark's own ports are
@@ -35,6 +39,38 @@ RECHECK = 10  # seconds between the executors' re-checks (a minute by default: s
 
 def nft(*args: str) -> None:
     subprocess.run(["nft", *args], check=True)
+
+
+def flood(result: dict[str, object], connections: int = 1000) -> None:
+    """A stranger's flood on loopback: ``connections`` connections in all, at most 200 held at once, bounded in
+    time; when it began and ended go into ``result``."""
+    import socket
+
+    result["flood_started"] = time.time()
+    held: list[socket.socket] = []
+    opened = 0
+    deadline = time.monotonic() + 60
+    while opened < connections and time.monotonic() < deadline:
+        port = PORT if opened % 2 == 0 else HOMES[0]
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+        except OSError:
+            opened += 1  # refused or cut off: it counts as an attempt
+            continue
+        opened += 1
+        if opened % 10 == 1:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"EHS1" + b"\0" * 16 + b"\1" * 32)  # a handshake for a query nobody knows
+        held.append(sock)
+        if len(held) >= 200:
+            for old in held[:100]:
+                old.close()
+            del held[:100]
+        time.sleep(0.01)
+    for sock in held:
+        sock.close()
+    result["flood_ended"] = time.time()
+    result["flood_connections"] = opened
 
 
 def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events: str = str(EVENTS)) -> None:
@@ -102,17 +138,23 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
         .start()
     )
     total = count * per_partition
+    flooder: threading.Thread | None = None
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and query.exception() is None:
             progress = query.recentProgress
             done = sum(p["numInputRows"] for p in progress)
-            if plan == "mid" and "dropped" not in result and len([p for p in progress if p["numInputRows"]]) >= BEFORE:
+            started = len([p for p in progress if p["numInputRows"]]) >= BEFORE
+            if plan == "mid" and "dropped" not in result and started:
                 result["dropped"] = drop()
+            if plan == "flood" and flooder is None and started:
+                flooder = threading.Thread(target=flood, args=(result,), daemon=True)
+                flooder.start()
             dropped = float(result.get("dropped", time.time()))  # type: ignore[arg-type]
             if plan == "mid" and "allowed" not in result and time.time() - dropped >= DROPPED:
                 result["allowed"] = allow()
-            if done >= total and (plan != "mid" or "allowed" in result):
+            waiting = (plan == "mid" and "allowed" not in result) or (plan == "flood" and "flood_ended" not in result)
+            if done >= total and not waiting:
                 break
             time.sleep(0.2)
         assert query.exception() is None, query.exception()

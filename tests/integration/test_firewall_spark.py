@@ -79,3 +79,33 @@ def test_every_restriction_at_once_leaves_a_stream_that_reads_each_event_once(tm
     said = result["said"]
     assert any("receiver service cannot start" in line for line in said), said
     assert any("cannot be reached from this process" in line for line in said), said
+
+
+def test_a_strangers_flood_on_the_driver_and_a_home_leaves_the_stream_exact(tmp_path):
+    """1,000 connections from a stranger (loopback, bounded in count and time) to the driver's channel and a home's
+    port while the stream runs: every event once, and the batches during the flood still complete."""
+    import datetime
+
+    from .firewall_app import PARTITIONS
+
+    name = _namespace()
+    try:
+        done = subprocess.run(
+            ["ip", "netns", "exec", name, sys.executable, "-m", "tests.integration.firewall_app", str(tmp_path),
+             "flood", str(PARTITIONS), "1600"],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    rows = sorted(map(tuple, result["rows"]))
+    assert rows == sorted((str(p), s) for p in range(PARTITIONS) for s in range(1600)), "every event once"
+    assert result["flood_connections"] == 1000
+
+    def at(stamp: str) -> float:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    during = [b for b in result["batches"] if b["rows"] and result["flood_started"] <= at(b["start"])
+              <= result["flood_ended"]]  # fmt: skip
+    assert during, "batches ran during the flood"
