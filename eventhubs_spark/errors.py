@@ -71,13 +71,18 @@ class NetworkError(EventHubsError, ConnectionError):
     transport, and which option to change. ``retriable`` when it may heal (a refused or unreachable
     port, a name that did not resolve); an untrusted certificate or a proxy that refuses does not."""
 
-    def __init__(self, message: str, example: str | None = None, *, retriable: bool = False) -> None:
+    def __init__(
+        self, message: str, example: str | None = None, *, retriable: bool = False, wrong_address: bool = False
+    ) -> None:
         super().__init__(message)
         self.example = example
         self.retriable = retriable
+        # the port refused, or the host has no address: may heal for a namespace once reached, but for one never
+        # reached it is most likely a wrong host or port (see amqp.failures.FIRST_CONNECT_GRACE)
+        self.wrong_address = wrong_address
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_network_error, (str(self), self.example, self.retriable))
+        return (_network_error, (str(self), self.example, self.retriable, self.wrong_address))
 
 
 class DecodeError(ValueError):
@@ -85,8 +90,8 @@ class DecodeError(ValueError):
     floor below both, because the frame reader (``amqp/``) and the decoders (``codec/``) both raise it."""
 
 
-def _network_error(message: str, example: str | None, retriable: bool) -> NetworkError:
-    return NetworkError(message, example, retriable=retriable)
+def _network_error(message: str, example: str | None, retriable: bool, wrong_address: bool = False) -> NetworkError:
+    return NetworkError(message, example, retriable=retriable, wrong_address=wrong_address)
 
 
 # Every type above by name: an error raised in another process (the executor's receiver service) is

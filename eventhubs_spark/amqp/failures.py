@@ -12,12 +12,13 @@ chain decides, so an attempt that failed to connect and a later one refused at s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from azure.core.exceptions import ClientAuthenticationError
 
 from ..auth.settings import ConnectionSettings
-from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError
+from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError, retriable
 from . import sdk
 from .reach import causes, classify, network_failure
 
@@ -42,6 +43,37 @@ _AUTH_HINTS = {
     "identity and the Azure CLI, in each Spark process; name one with eventhubs.auth "
     f"(e.g. servicePrincipal) for a precise error, and check {_ROLES}.",
 }
+
+
+# A namespace this process has never reached whose port refuses (or whose host has no address) is most likely a
+# wrong host or port: its first connection is given up after this long, with the error that names what was tried,
+# not after eventhubs.operationTimeout (5 minutes by default). Once reached, the same refusal is retried to the end.
+FIRST_CONNECT_GRACE = 10.0
+_REACHED: set[str] = set()  # namespaces this process has connected to
+
+
+def reached(settings: ConnectionSettings) -> None:
+    """This process has connected to the namespace: refusals from now on are retried as any transient failure."""
+    _REACHED.add(settings.namespace)
+
+
+def give_up_early(
+    settings: ConnectionSettings, clock: Callable[[], float] = time.monotonic
+) -> Callable[[BaseException], bool]:
+    """A retry loop's ``is_retriable`` for calls that may be the process's first to the namespace: as
+    :func:`~eventhubs_spark.errors.retriable`, but a wrong address (a refused port, a host with no address) of a
+    namespace never reached stops being retried :data:`FIRST_CONNECT_GRACE` seconds after the first one."""
+    first: list[float] = []
+
+    def is_retriable(exc: BaseException) -> bool:
+        if not retriable(exc):
+            return False
+        if isinstance(exc, NetworkError) and exc.wrong_address and settings.namespace not in _REACHED:
+            first.append(clock())
+            return first[-1] - first[0] < FIRST_CONNECT_GRACE
+        return True
+
+    return is_retriable
 
 
 @contextlib.contextmanager

@@ -142,6 +142,7 @@ class ManagementClient:
             timeout=self.operation_timeout,
             what=f"management request for hub {self.settings.hub!r} on {self.settings.namespace}",
             on_retry=reconnect,
+            is_retriable=failures.give_up_early(self.settings),  # a wrong host or port: said within seconds
             attempt_share=1 / 3,
             # a live connection shows a frame within its idle time-out: a request unanswered for that long went
             # into a black hole, and is made again on a new connection (bench pushback)
@@ -180,6 +181,7 @@ class ManagementClient:
     async def _request(self, properties: dict[str, str], operation_type: str) -> Any:
         try:
             await self._ensure_open()
+            failures.reached(self.settings)
             client, mgmt = self._client, self._mgmt
             message = sdk.management_message(client, properties)
             message.application_properties["security_token"] = (await self._auth.get_token()).token

@@ -163,6 +163,7 @@ def classify(
             f"cannot resolve the host of {where} ({text}): check the namespace (the connection string's "
             "Endpoint, or eventhubs.namespace) and eventhubs.customEndpointAddress",
             retriable=True,
+            wrong_address=True,
         )
     if _unreachable(cause, ws, aiohttp):
         if network.proxy is not None:  # through a proxy, the only address a client connects to is the proxy's
@@ -181,7 +182,7 @@ def classify(
                     "out through a proxy")  # fmt: skip
         else:
             hint = _PORT_HINT  # a TLS port blocked: WebSockets on 443 may pass where it does not
-        return NetworkError(f"{where} {what}. {hint}", retriable=True)
+        return NetworkError(f"{where} {what}. {hint}", retriable=True, wrong_address=refused)
     return None
 
 

@@ -297,3 +297,39 @@ def test_a_wrong_emulator_port_is_named_as_given_and_not_blamed_on_tls():
     real = f"Endpoint=sb://{NAMESPACE}/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
     tls = failure(parse_connection_string(real), as_the_sdk_wraps(exc))
     assert isinstance(tls, NetworkError) and ":5671 (AMQP over TLS)" in str(tls) and "amqpWebSockets" in str(tls)
+
+
+def test_a_first_connection_refused_fails_within_seconds_but_a_namespace_once_reached_is_retried():
+    """Issue 49: a wrong host or port (the very first connection refused) fails the query within 30 s by default,
+    naming the host and port given, not after eventhubs.operationTimeout's 5 minutes; a namespace this process has
+    reached is retried to the end as before."""
+    import time
+
+    from eventhubs_spark.amqp import failures as failures_module
+    from eventhubs_spark.source import EventHubsStreamReader
+
+    port = free_port()
+    conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub;" \
+        "UseDevelopmentEmulator=true"  # fmt: skip
+    reader = EventHubsStreamReader({"eventhubs.connectionString": conn})
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:
+        reader.initialOffset()
+    took = time.monotonic() - started
+    assert took < 30, f"{took:.0f} s to fail"
+    assert f"127.0.0.1:{port} (plain AMQP" in str(failed.value) and "refused" in str(failed.value), failed.value
+
+    settings = parse_connection_string(conn)
+    clock = [0.0]
+    refused = NetworkError("refused", retriable=True, wrong_address=True)
+    retry = failures_module.give_up_early(settings, clock=lambda: clock[0])
+    assert retry(refused)
+    clock[0] = failures_module.FIRST_CONNECT_GRACE + 1
+    assert not retry(refused)  # never reached: given up
+    failures_module.reached(settings)
+    try:
+        assert failures_module.give_up_early(settings, clock=lambda: clock[0])(refused)
+        clock[0] += 1000
+        assert retry(refused)  # once reached, a refusal is retried to the deadline
+    finally:
+        failures_module._REACHED.discard(settings.namespace)
