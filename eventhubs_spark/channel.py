@@ -341,6 +341,24 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
     return won
 
 
+def reaches(hosts: tuple[str, ...], port: int, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether this process can connect to ``port`` at one of ``hosts`` (a connect, nothing sent; all at once)."""
+    connected = first_connect(hosts, port, timeout)
+    if connected is not None:
+        connected[1].close()
+    return connected is not None
+
+
+def wait_until_reached(hosts: tuple[str, ...], port: int, every: float) -> bool:
+    """Try ``port`` every ``every`` seconds until it answers (True) or :data:`GIVE_UP_AFTER` has passed (False): the
+    background re-check of something found unreachable."""
+    for _ in range(max(1, int(GIVE_UP_AFTER / every))):
+        time.sleep(every)
+        if reaches(hosts, port):
+            return True
+    return False
+
+
 class Reach:
     """Whether this process reaches the drivers it talks to: found out once within :data:`PROBE_TIMEOUT`, then
     remembered. While a driver is unreachable nothing here waits for it (every ask answers None at once) and a
@@ -375,18 +393,11 @@ class Reach:
         threading.Thread(target=self._watch, args=(driver,), name="eventhubs-driver-recheck", daemon=True).start()
 
     def _watch(self, driver: DriverAddress) -> None:
-        for _ in range(max(1, int(GIVE_UP_AFTER / self.recheck))):
-            time.sleep(self.recheck)
-            connected = first_connect(driver.hosts, driver.port, PROBE_TIMEOUT)
-            if connected is not None:
-                connected[1].close()
-                with self._lock:
-                    self._down.pop((driver.hosts, driver.port), None)
-                _LOG.info("eventhubs: the query's driver (port %d) can be reached again from this process",
-                          driver.port)  # fmt: skip
-                return
-        with self._lock:  # an hour unreachable: its query has likely ended; a later ask would probe it afresh
+        healed = wait_until_reached(driver.hosts, driver.port, self.recheck)
+        with self._lock:  # reached again, or an hour unreachable (its query ended, likely: a later ask probes afresh)
             self._down.pop((driver.hosts, driver.port), None)
+        if healed:
+            _LOG.info("eventhubs: the query's driver (port %d) can be reached again from this process", driver.port)
 
 
 REACH = Reach()

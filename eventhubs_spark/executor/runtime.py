@@ -258,12 +258,7 @@ class Runtime:
             self._said.add(key)
 
         def recheck() -> None:
-            for _ in range(max(1, int(channel.GIVE_UP_AFTER / self.recheck))):
-                time.sleep(self.recheck)
-                connected = channel.first_connect(home.hosts, home.port, channel.PROBE_TIMEOUT)
-                if connected is not None:
-                    connected[1].close()
-                    break
+            channel.wait_until_reached(home.hosts, home.port, self.recheck)
             with self._lock:  # reached again (or an hour gone by: a task may try it afresh, once)
                 self._unreachable.discard(key)
 
