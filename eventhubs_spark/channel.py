@@ -57,6 +57,11 @@ def _recheck() -> float:
 
 RECHECK = _recheck()
 GIVE_UP_AFTER = 3600.0  # seconds a re-check thread keeps trying (a driver gone that long: its query has ended)
+# A probe that found no answer within PROBE_TIMEOUT may have met a busy host (two cores, a starved process) rather
+# than a firewall: the first background re-check comes after CONFIRM_AFTER seconds and allows CONFIRM_TIMEOUT, so a
+# false alarm costs a few seconds without the driver (or a home), not a RECHECK's minute. No task waits for it.
+CONFIRM_AFTER = 2.0
+CONFIRM_TIMEOUT = 10.0
 HANDSHAKE_TIMEOUT = 5.0  # a connection to a driver or a home must prove itself within this long
 MAX_PENDING = 32  # connections not yet proven (a driver's or a home's): past it the oldest is cut off (see Gate)
 MAX_THREADS = 256  # connections a driver or a home serves at once
@@ -324,10 +329,10 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
     won: tuple[str, socket.socket] | None = None
     try:
         while pending and won is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+            left = max(0.0, deadline - time.monotonic())
             _, ready, _ = select.select([], list(pending), [], left)
+            if not ready and left == 0.0:
+                break  # one last look past the deadline: a connection made while this thread waited for a CPU counts
             for sock in ready:
                 host = pending.pop(sock)
                 if won is None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
@@ -350,8 +355,13 @@ def reaches(hosts: tuple[str, ...], port: int, timeout: float = PROBE_TIMEOUT) -
 
 
 def wait_until_reached(hosts: tuple[str, ...], port: int, every: float) -> bool:
-    """Try ``port`` every ``every`` seconds until it answers (True) or :data:`GIVE_UP_AFTER` has passed (False): the
-    background re-check of something found unreachable."""
+    """Try ``port`` until it answers (True) or :data:`GIVE_UP_AFTER` has passed (False): the background re-check of
+    something found unreachable. The first try comes soon and waits long (:data:`CONFIRM_AFTER`,
+    :data:`CONFIRM_TIMEOUT`: a probe that met a busy host is corrected in seconds), then one every ``every``
+    seconds."""
+    time.sleep(min(every, CONFIRM_AFTER))
+    if reaches(hosts, port, CONFIRM_TIMEOUT):
+        return True
     for _ in range(max(1, int(GIVE_UP_AFTER / every))):
         time.sleep(every)
         if reaches(hosts, port):

@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -77,6 +78,47 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
         assert answers == [{"kind": "read", "ranges": []}]
     finally:
         heard.close()
+
+
+def test_a_probe_that_met_a_busy_host_is_corrected_in_seconds_not_a_recheck_later(monkeypatch):
+    """A driver that answers, found unreachable all the same (a process starved of CPU past the probe's time-out, as
+    happened once under CI's load): the first background re-check comes within channel.CONFIRM_AFTER, not after
+    the minute between re-checks, so lag times and homes come back at once."""
+    fresh = Reach(recheck=60.0)
+    monkeypatch.setattr(channel, "REACH", fresh)
+    query = new_query_key()
+    heard = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1")
+    driver = heard.address()
+    try:
+        fresh.failed(driver, "no answer within 2 s")
+        assert channel.ask(driver, query, {"kind": "read"}) is None  # remembered: nobody waits meanwhile
+        started = time.monotonic()
+        wait_until(lambda: fresh.reachable(driver), timeout=channel.CONFIRM_AFTER + 5, message="reachable again")
+        assert time.monotonic() - started < channel.CONFIRM_AFTER + 5
+        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+    finally:
+        heard.close()
+
+
+def test_a_connection_made_while_the_prober_waited_for_a_cpu_counts(monkeypatch):
+    """first_connect looks once more past its deadline: a thread that got no CPU until after it finds the
+    connection the kernel made meanwhile, rather than calling an open port unreachable."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    real = time.monotonic
+    calls = {"n": 0}
+
+    def late() -> float:  # every reading after the first is an hour on: the deadline has passed at the first look
+        calls["n"] += 1
+        return real() + (3600.0 if calls["n"] > 1 else 0.0)
+
+    monkeypatch.setattr(channel, "time", types.SimpleNamespace(monotonic=late, sleep=time.sleep))  # this module's
+    try:
+        connected = channel.first_connect(("127.0.0.1",), port, 2.0)
+        assert connected is not None and connected[0] == "127.0.0.1"
+        connected[1].close()
+    finally:
+        server.close()
 
 
 def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach):
