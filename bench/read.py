@@ -32,6 +32,14 @@ CASES = [(4, 200, 200_000), (32, 200, 200_000), (4, 2048, 200_000), (32, 2048, 2
 PACKED = {"eventhubs.minEventsPerTask": "50000"}
 
 
+TARGET = "whole query, connector >= 3x the plain SDK consumer's events/s at 4 partitions, >= 2x at 32 (issue 50)"
+
+
+def target_ratio(partitions: int) -> float:
+    """The whole-query ratio to the SDK each case must reach (:data:`TARGET`)."""
+    return 3.0 if partitions <= 4 else 2.0
+
+
 def fill(conn: str, events: int, size: int) -> None:
     """Round-robin over every partition with full batches, as fast as the SDK sends."""
     from azure.eventhub import EventData, EventHubProducerClient
@@ -234,9 +242,9 @@ def run() -> None:
     record(
         "read_vs_sdk",
         {
-            "target": "connector >= 1.5x the plain SDK consumer's events/s",
+            "target": TARGET,
             "worst ratio (connector / SDK)": worst,
-            "target met": worst >= 1.5,
+            "target met": all(r["ratio"] >= target_ratio(r["partitions"]) for r in rows),
             "issue 16: at least 100k events/s per Python worker (under 10 µs of its CPU per event), 4 "
             "partitions, 200 B": rows[0]["events per second of one Python worker's CPU"] >= 100_000,
         },

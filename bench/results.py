@@ -26,6 +26,19 @@ def record(name: str, summary: dict[str, Any], rows: list[dict[str, Any]], notes
     doc = dict(sorted(doc.items()))  # benchmarks by name; each table keeps its columns in the order written
     JSON_PATH.write_text(json.dumps(doc, indent=2) + "\n")
     MD_PATH.write_text(render(doc))
+    write_docs()
+
+
+def write_docs() -> None:
+    """The documentation's Performance page shows the results as recorded: regenerated with them (no figure there
+    is copied by hand; docs/generate.py, whose check a unit test runs)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_generate", HERE.parent / "docs" / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([])
 
 
 def _cores() -> int:

@@ -71,7 +71,7 @@ class _QuietStop:
 
     With Python workers on a Unix domain socket (the package's Spark conf), Spark closes its workers'
     sockets at stop while some still read or write, and they print ``EOFError`` / ``BrokenPipeError``
-    tracebacks (pyspark's daemon and stream runner: Spark's own, README "Troubleshooting"). Once the demo
+    tracebacks (pyspark's daemon and stream runner: Spark's own, docs/pages/troubleshooting.md). Once the demo
     stops, those tracebacks (and only those) are left out, so Ctrl-C ends with its one line. Everything
     goes through a pipe read by a thread: the JVM and its Python workers inherit the descriptor.
     """

@@ -1355,7 +1355,8 @@ def _unknown(key: str, mode: str) -> OptionError:
         example = _example(BY_KEY[near.lower()])
         return OptionError(f"unknown option {key!r}: did you mean {near!r}, e.g. {example}?", example)
     example = _example(BY_KEY["eventhubs.consumergroup"])
-    return OptionError(f"unknown option {key!r}: the options are listed in the README's options table (e.g. {example})",
+    return OptionError(f"unknown option {key!r}: every option is on the documentation's Options page, "
+                       f"docs/pages/options.md (e.g. {example})",
                        example)  # fmt: skip
 
 
@@ -1528,7 +1529,8 @@ def _with_example(spec: Spec, value: str) -> Any:
 
 
 def options_table() -> str:
-    """The README's options table, generated from :data:`SPECS` (a test keeps them in step)."""
+    """The Options page's table (docs/pages/options.md), generated from :data:`SPECS` by docs/generate.py (a test
+    keeps them in step)."""
     where = {STREAM: "stream", BATCH: "batch", WRITE: "write"}
     rows = ["| option | default | applies to | meaning | example |", "|---|---|---|---|---|"]
     for spec in SPECS:

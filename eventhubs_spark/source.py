@@ -725,7 +725,7 @@ class EventHubsBatchReader(DataSourceReader):
 
 
 class EventHubsDataSource(DataSource):
-    """The ``eventhubs`` data source. Options: see the README's table (``eventhubs_spark.options``)."""
+    """The ``eventhubs`` data source. Options: see docs/pages/options.md (``eventhubs_spark.options``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -14,7 +14,7 @@
 # MAGIC
 # MAGIC On Spark 4.1 and later (DBR 18+), where you can set the cluster's Spark config, add
 # MAGIC `spark.python.unix.domain.socket.enabled true`: each Python task of a small micro-batch then takes
-# MAGIC about 10 ms of executor time instead of about 50 (README, Performance).
+# MAGIC about 10 ms of executor time instead of about 50 (docs: Performance).
 
 # COMMAND ----------
 
