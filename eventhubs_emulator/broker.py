@@ -312,7 +312,7 @@ class Hub:
             "name": self.name,
             "type": "com.microsoft:eventhub",
             "created_at": amqp.Timestamp(self.created_ms),
-            "partition_count": len(self.partitions),
+            "partition_count": amqp.Int(len(self.partitions)),  # an AMQP int, as the service: the JVM SDKs cast it
             "partition_ids": amqp.Array("string", [p.id for p in self.partitions]),
         }
 

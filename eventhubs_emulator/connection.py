@@ -644,9 +644,33 @@ def _address(terminus: Any) -> str:
     return ""
 
 
+# A terminus's fields by position, with the AMQP type each has (source: 11 fields, target: 7); what is not named
+# here goes back as decoded. The decoder gives plain ints for every integer type, and a list for an array.
+_TERMINUS_FIELDS = {
+    amqp.SOURCE: {1: "uint", 2: "symbol", 3: "uint", 6: "symbol", 9: "symbols", 10: "symbols"},
+    amqp.TARGET: {1: "uint", 2: "symbol", 3: "uint", 6: "symbols"},
+}
+
+
+def _retyped(value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    if kind == "uint":
+        return UInt(value)
+    if kind == "symbol":
+        return Symbol(value)
+    values = value if isinstance(value, list) else [value]
+    return amqp.Array("symbol", [Symbol(v) for v in values])
+
+
 def _reencode_terminus(terminus: Any, code: int) -> Any:
+    """The client's source or target, sent back in the ATTACH reply with each field in its own AMQP type: a JVM
+    client (proton-j) casts every field, so a durability sent back as a long, or capabilities as a list rather
+    than an array, fails its connection with amqp:decode-error."""
     if terminus is None:
         return Described(ULong(code), [None])
-    if isinstance(terminus, Described):
-        return Described(ULong(code), terminus.value)
-    return Described(ULong(code), terminus)
+    fields = terminus.value if isinstance(terminus, Described) else terminus
+    if not isinstance(fields, list):
+        return Described(ULong(code), fields)
+    kinds = _TERMINUS_FIELDS.get(code, {})
+    return Described(ULong(code), [_retyped(v, kinds[i]) if i in kinds else v for i, v in enumerate(fields)])

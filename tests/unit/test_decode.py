@@ -429,3 +429,21 @@ def test_an_enqueued_time_beyond_what_microseconds_hold_fails_as_the_message_by_
     assert str(columnwise.value) == str(reference.value)
     ok = payloads[:70]
     assert decode_batch(pa.array(ok, pa.binary()), "3")[0].to_pylist() == reference_rows(ok)
+
+
+def test_an_amqp_char_decodes_as_its_utf8_on_both_paths():
+    """A Java producer's Character property is an AMQP char (0x73), which the SDK's decoder had no entry for:
+    the fast path and the SDK path (its gap filled) both give its UTF-8, as they give strings."""
+    from azure.eventhub._pyamqp._decode import decode_payload
+
+    from eventhubs_spark.amqp import sdk
+    from eventhubs_spark.amqp.messages import scalar
+
+    for char in ("z", "é", "\U0001f600"):
+        raw = b"\x73" + ord(char).to_bytes(4, "big")
+        assert scalar(raw + b"\x40", 0) == (char.encode("utf-8"), 5)
+        sdk.fill_decoder_gaps()
+        # an application-properties section {"c": char} and a data body, as the SDK decodes a whole message
+        props = b"\x00\x53\x74\xc1" + bytes([3 + len(raw), 2]) + b"\xa1\x01c" + raw
+        message = decode_payload(memoryview(props + b"\x00\x53\x75\xa0\x01x"))
+        assert message.application_properties == {b"c": char.encode("utf-8")}

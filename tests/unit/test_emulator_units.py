@@ -279,3 +279,45 @@ def test_the_emulator_imports_nothing_of_the_connector():
 
     for path in pathlib.Path(eventhubs_emulator.__file__).parent.glob("*.py"):
         assert not re.search(r"^\s*(from|import) eventhubs_spark", path.read_text(), re.M), path.name
+
+
+def test_an_attach_reply_sends_the_clients_source_back_in_its_own_amqp_types():
+    """proton-j (the JVM SDKs) casts every field of the source in the ATTACH reply: the decoder's plain ints
+    and lists must go back as uint, symbol and symbol arrays, or a Java receiver's connection fails with
+    amqp:decode-error ("Incorrect type used")."""
+    from eventhubs_emulator import amqp
+    from eventhubs_emulator.connection import _reencode_terminus
+
+    source = [
+        "hub/ConsumerGroups/$Default/Partitions/0",
+        0,  # durable: a uint on the wire, decoded as an int
+        amqp.Symbol("session-end"),
+        0,  # timeout
+        False,
+        None,
+        None,
+        {amqp.Symbol("apache.org:selector-filter:string"): "amqp.annotation.x-opt-offset > '-1'"},
+        None,
+        ["amqp:accepted:list"],  # outcomes: an array of symbols, decoded as a list
+        "com.microsoft:one",  # capabilities: a single symbol may stand for an array of one
+    ]
+    wire = amqp.encode_value(_reencode_terminus(amqp.Described(amqp.ULong(amqp.SOURCE), source), amqp.SOURCE))
+    assert wire[:3] == b"\x00\x53\x28"
+    reply = _reencode_terminus(amqp.Described(amqp.ULong(amqp.SOURCE), source), amqp.SOURCE).value
+    assert type(reply[1]) is amqp.UInt and type(reply[3]) is amqp.UInt and type(reply[2]) is amqp.Symbol
+    assert reply[9] == amqp.Array("symbol", [amqp.Symbol("amqp:accepted:list")])
+    assert reply[10] == amqp.Array("symbol", [amqp.Symbol("com.microsoft:one")])
+    assert reply[0] == source[0] and reply[7] == source[7] and reply[4] is False
+    assert b"Partitions/0\x43\xa3" in wire and b"\xf0" in wire  # uint0 after the address; an array32 on the wire
+
+
+def test_a_hubs_partition_count_is_an_amqp_int():
+    """The legacy Java SDK under the old Scala connector casts partition_count to Integer."""
+    from eventhubs_emulator import amqp
+    from eventhubs_emulator.broker import Broker
+
+    broker = Broker()
+    broker.add_hub("h", 3)
+    count = broker.hubs["h"].properties()["partition_count"]
+    assert type(count) is amqp.Int and count == 3
+    assert amqp.encode_value(count) == b"\x54\x03"

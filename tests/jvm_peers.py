@@ -1,0 +1,68 @@
+"""The JVM peers (issue 47), run beside the connector: the Java Event Hubs SDK 5.x as a single-file program
+(``tests/jvm/Peer.java``) on a classpath Maven resolves from ``tests/jvm/pom.xml`` into ``.jvm/`` (ignored; Maven's
+own downloads cached in ``.jvm/m2``, so a fresh clone and CI fill it once, and ``./dev setup`` does it first)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JVM = ROOT / ".jvm"
+POMS = {"sdk": ROOT / "tests" / "jvm" / "pom.xml"}
+PEER = ROOT / "tests" / "jvm" / "Peer.java"
+# the SDK's own INFO and WARN lines are many and say nothing a test reads (its errors still show)
+JAVA_OPTIONS = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-XX:+UseSerialGC", "-Xss512k"]
+
+
+def missing() -> str | None:
+    """What this machine lacks to run the JVM peers (None: nothing): the tests skip, saying it."""
+    lacking = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if not lacking:
+        return None
+    return f"needs {' and '.join(lacking)} (Java 17 and Maven, which resolves the Java SDK from Maven Central)"
+
+
+def classpath(name: str = "sdk") -> str:
+    """The classpath (a folder of jars, as ``folder/*``) of ``tests/jvm/<pom>``, resolved by Maven once per pom
+    version."""
+    pom = POMS[name]
+    stamp = hashlib.sha1(pom.read_bytes()).hexdigest()[:12]
+    folder = JVM / f"{name}-lib-{stamp}"
+    if not (folder / ".complete").exists():
+        done = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(pom), f"-Dmaven.repo.local={JVM / 'm2'}", "dependency:copy-dependencies",
+             "-DincludeScope=runtime", f"-DoutputDirectory={folder}"],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"Maven could not resolve {pom.relative_to(ROOT)}: {done.stdout[-3000:]}")
+        (folder / ".complete").touch()
+    return str(folder / "*")
+
+
+def peer(*args: str) -> list[str]:
+    """The command line that runs Peer.java with ``args`` (see its header for the verbs)."""
+    return ["java", *JAVA_OPTIONS, "-cp", classpath("sdk"), str(PEER), *args]
+
+
+def run_peer(*args: str, timeout: float = 180) -> str:
+    """Run Peer.java to its end; what it printed. A failure shows its error output."""
+    done = subprocess.run(peer(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "JAVA_TOOL_OPTIONS": ""})  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"the Java SDK ({args[0]}) failed: {done.stderr[-4000:]}")
+    return done.stdout
+
+
+if __name__ == "__main__":  # ./dev setup resolves the classpaths before any test needs them
+    import sys
+
+    if missing() is None:
+        for pom_name in POMS:
+            classpath(pom_name)
+    else:
+        print(f"note: the JVM peers' tests will be skipped: {missing()}", file=sys.stderr)
