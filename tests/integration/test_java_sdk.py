@@ -34,7 +34,28 @@ from .sdk_helpers import receive, send, wait_until
 from .test_other_producers import _normal
 
 pytestmark = [pytest.mark.slow]
-HOST = "127.0.0.47"  # a loopback address of these tests' own: port 5672 there is free whatever else runs
+
+
+def _loopback_address() -> str:
+    """A loopback address of this process's own (Linux answers on all of 127.0.0.0/8) whose port 5672 is free,
+    whatever else runs: both halves of ./dev test run these tests' emulators at once."""
+    import os
+    import random
+    import socket
+
+    rng = random.Random(os.getpid())
+    for _ in range(50):
+        host = f"127.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}.{rng.randrange(2, 255)}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, 5672))
+            except OSError:
+                continue
+            return host
+    raise RuntimeError("no loopback address with port 5672 free")
+
+
+HOST = _loopback_address()
 ALIKE = 300
 
 
