@@ -12,7 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 JVM = ROOT / ".jvm"
-POMS = {"sdk": ROOT / "tests" / "jvm" / "pom.xml"}
+POMS = {"sdk": ROOT / "tests" / "jvm" / "pom.xml", "old": ROOT / "tests" / "jvm" / "old" / "pom.xml"}
+OLD_SPARK = "3.5.9"  # the newest Spark 3 (Scala 2.12), where the old connector (built for 3.2) still runs
+OLD_VENV = ROOT / ".venv-spark3.5"
+OLD_APP = ROOT / "tests" / "jvm" / "old_app.py"
 PEER = ROOT / "tests" / "jvm" / "Peer.java"
 # the SDK's own INFO and WARN lines are many and say nothing a test reads (its errors still show)
 JAVA_OPTIONS = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-XX:+UseSerialGC", "-Xss512k"]
@@ -20,7 +23,7 @@ JAVA_OPTIONS = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-XX:+UseSeria
 
 def missing() -> str | None:
     """What this machine lacks to run the JVM peers (None: nothing): the tests skip, saying it."""
-    lacking = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    lacking = [tool for tool in ("java", "mvn", "keytool") if shutil.which(tool) is None]
     if not lacking:
         return None
     return f"needs {' and '.join(lacking)} (Java 17 and Maven, which resolves the Java SDK from Maven Central)"
@@ -44,6 +47,54 @@ def classpath(name: str = "sdk") -> str:
     return str(folder / "*")
 
 
+def jars(name: str) -> list[str]:
+    """The jar files of a resolved classpath."""
+    import glob
+
+    return sorted(glob.glob(classpath(name)[:-1] + "*.jar"))
+
+
+def old_spark_python() -> str:
+    """The Python of a virtual environment with pyspark OLD_SPARK alone, made once (the old connector's Spark)."""
+    python = OLD_VENV / "bin" / "python"
+    stamp = OLD_VENV / f".installed-pyspark-{OLD_SPARK}"
+    if not stamp.exists():
+        import sys
+
+        subprocess.run([sys.executable, "-m", "venv", str(OLD_VENV)], check=True, timeout=300)
+        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"pyspark=={OLD_SPARK}"],
+                              capture_output=True, text=True, timeout=1200)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"pip could not install pyspark {OLD_SPARK}: {done.stderr[-2000:]}")
+        stamp.touch()
+    return str(python)
+
+
+def trust_store(ca_file: str, where: Path) -> str:
+    """A PKCS12 trust store (password ``changeit``) holding the emulator's authority: the only way the old
+    connector's legacy SDK trusts a certificate (it checks the host name, and takes no CA option)."""
+    store = where / "emulator-trust.p12"
+    if not store.exists():
+        subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "eventhubs-emulator", "-file", ca_file,
+                        "-keystore", str(store), "-storetype", "PKCS12", "-storepass", "changeit"],
+                       check=True, capture_output=True, timeout=60)  # fmt: skip
+    return str(store)
+
+
+def run_old(plan: dict, where: Path, timeout: float = 900) -> dict:
+    """Run tests/jvm/old_app.py's ``plan`` on the old connector's Spark; its results."""
+    import json
+
+    plan_file, out_file = where / "old-plan.json", where / "old-results.json"
+    plan_file.write_text(json.dumps({**plan, "jars": jars("old")}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_HOME"))}  # its own Spark
+    done = subprocess.run([old_spark_python(), str(OLD_APP), str(plan_file), str(out_file)], cwd=where,
+                          capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"the old connector failed: {done.stderr[-5000:]}")
+    return json.loads(out_file.read_text())  # type: ignore[no-any-return]
+
+
 def peer(*args: str) -> list[str]:
     """The command line that runs Peer.java with ``args`` (see its header for the verbs)."""
     return ["java", *JAVA_OPTIONS, "-cp", classpath("sdk"), str(PEER), *args]
@@ -64,5 +115,6 @@ if __name__ == "__main__":  # ./dev setup resolves the classpaths before any tes
     if missing() is None:
         for pom_name in POMS:
             classpath(pom_name)
+        old_spark_python()
     else:
         print(f"note: the JVM peers' tests will be skipped: {missing()}", file=sys.stderr)

@@ -1,0 +1,118 @@
+"""The old Scala connector (azure-event-hubs-spark 2.3.22) at work on its own Spark 3.5, for
+tests/integration/test_old_connector.py and bench jvm (issue 47): ``.venv-spark3.5/bin/python tests/jvm/old_app.py
+PLAN.json OUT.json``. It imports nothing of this project (it runs where only pyspark 3.5 is installed).
+
+The plan (JSON) names the connection string (the emulator's, over TLS on 5671: the old connector knows no other
+port and no plain AMQP), the trust store with the emulator's authority, the jars, and a list of steps, all run in
+one Spark application (one JVM start):
+
+- ``{"do": "batch", "name": N, "start": POSITION, "end": POSITION|null}``: a batch read; its (partition,
+  sequence number) pairs.
+- ``{"do": "stream", "name": N, "start": POSITION}``: a stream with one trigger into a memory sink; likewise.
+- ``{"do": "migrate", "hub": H, "path": P, "start": POSITION, "max": M}``: a stream of hub H with one trigger of at
+  most M events into parquet at P/data, its Spark checkpoint at P/checkpoint (which the connector resumes).
+- ``{"do": "rows", "name": N, "hub": H}``: every event of hub H as rows (body in base64, partition, sequence
+  number, partition key, properties).
+- ``{"do": "write", "hub": H, "rows": [...]}``: the old connector's sink writes the rows (body, and partitionId
+  or partitionKey, and properties) to hub H.
+
+POSITION is the old connector's own JSON: ``{"offset": "-1", "seqNo": -1, "enqueuedTime": null, "isInclusive":
+true}``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+
+
+def main(plan_path: str, out_path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    with open(plan_path) as f:
+        plan = json.load(f)
+    trust = (
+        f"-Djavax.net.ssl.trustStore={plan['trust_store']} -Djavax.net.ssl.trustStorePassword=changeit "
+        "-Djavax.net.ssl.trustStoreType=PKCS12"
+    )
+    spark = (
+        SparkSession.builder.master(plan.get("master", "local[2]"))
+        .config("spark.jars", ",".join(plan["jars"]))
+        .config("spark.driver.extraJavaOptions", trust)
+        .config("spark.executor.extraJavaOptions", trust)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm = spark.sparkContext._jvm
+
+    def conf(hub: str | None = None) -> dict[str, str]:
+        conn = plan["connection_string"] if hub is None else plan["namespace"] + f";EntityPath={hub}"
+        return {"eventhubs.connectionString": jvm.org.apache.spark.eventhubs.EventHubsUtils.encrypt(conn)}
+
+    results: dict[str, object] = {}
+    for step in plan["steps"]:
+        do = step["do"]
+        if do == "batch":
+            reader = (
+                spark.read.format("eventhubs")
+                .options(**conf())
+                .option("eventhubs.startingPosition", json.dumps(step["start"]))
+            )
+            if step.get("end") is not None:
+                reader = reader.option("eventhubs.endingPosition", json.dumps(step["end"]))
+            rows = reader.load().select("partition", "sequenceNumber").collect()
+            results[step["name"]] = sorted([r.partition, r.sequenceNumber] for r in rows)
+        elif do == "stream":
+            name = f"old_{len(results)}"
+            query = (
+                spark.readStream.format("eventhubs").options(**conf())
+                .option("eventhubs.startingPosition", json.dumps(step["start"])).load()
+                .select("partition", "sequenceNumber").writeStream.format("memory").queryName(name)
+                .trigger(once=True).start()
+            )  # fmt: skip
+            query.awaitTermination()
+            results[step["name"]] = sorted([r.partition, r.sequenceNumber] for r in spark.table(name).collect())
+        elif do == "migrate":
+            query = (
+                spark.readStream.format("eventhubs").options(**conf(step["hub"]))
+                .option("eventhubs.startingPosition", json.dumps(step["start"]))
+                .option("maxEventsPerTrigger", str(step["max"])).load()
+                .selectExpr("cast(body as string) as body", "partition", "sequenceNumber")
+                .writeStream.format("parquet").option("path", step["path"] + "/data")
+                .option("checkpointLocation", step["path"] + "/checkpoint").trigger(once=True).start()
+            )  # fmt: skip
+            query.awaitTermination()
+        elif do == "rows":
+            start = json.dumps({"offset": "-1", "seqNo": -1, "enqueuedTime": None, "isInclusive": True})
+            rows = (
+                spark.read.format("eventhubs").options(**conf(step["hub"])).option("eventhubs.startingPosition", start)
+                .load().collect()
+            )  # fmt: skip
+            results[step["name"]] = [
+                {"body": base64.b64encode(bytes(r.body)).decode(), "partition": r.partition,
+                 "sequenceNumber": r.sequenceNumber, "partitionKey": r.partitionKey,
+                 "properties": dict(r.properties or {})}
+                for r in rows
+            ]  # fmt: skip
+        elif do == "write":
+            rows = step["rows"]
+            schema = "body binary, partitionId string, partitionKey string, properties map<string,string>"
+            data = [(base64.b64decode(r["body"]), r.get("partitionId"), r.get("partitionKey"), r.get("properties"))
+                    for r in rows]  # fmt: skip
+            df = spark.createDataFrame(data, schema)
+            # the old sink takes either partitionId or partitionKey, not both columns: one write per kind
+            for column, other in (("partitionId", "partitionKey"), ("partitionKey", "partitionId")):
+                part = df.where(f"{column} is not null").drop(other)
+                if part.count():
+                    part.write.format("eventhubs").options(**conf(step["hub"])).save()
+        else:
+            raise ValueError(f"unknown step {do!r}")
+    spark.stop()
+    with open(out_path, "w") as out:
+        json.dump(results, out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
