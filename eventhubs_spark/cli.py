@@ -381,7 +381,17 @@ def checkpoints_report(
 def _checkpoints(args: argparse.Namespace) -> int:
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
     store = _secret(args.storage_connection_string, "CHECKPOINT_STORE_CONNECTION_STRING", "--storage-connection-string")
-    rows = checkpoints_report(conn, store, args.container, args.consumer_group)
+    try:
+        rows = checkpoints_report(conn, store, args.container, args.consumer_group)
+    except Exception as exc:  # the blob service's or the hub's failure: one line, not the storage SDK's traceback
+        from .checkpoints.blob import describe_store_error
+        from .errors import EventHubsError
+
+        said = (
+            str(exc).splitlines()[0] if isinstance(exc, EventHubsError) else describe_store_error(exc, args.container)
+        )
+        print(f"error: {said}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -249,3 +249,27 @@ class BlobFolder:
     def modified(self, path: str) -> dt.datetime:
         when = self.container.get_blob_client(self._name(path)).get_blob_properties().last_modified
         return when if isinstance(when, dt.datetime) else dt.datetime.now(dt.timezone.utc)
+
+
+def describe_store_error(exc: BaseException, container: str | None = None) -> str:
+    """A failure of the blob service in one line, with its fix where it is known: the storage SDK's own message
+    runs to a dozen lines (request id, time, the XML body), printed every trigger by a mirror that retries.
+
+    - Azurite refusing the storage SDK's API version (Azurite older than the SDK): start it with
+      ``--skipApiVersionCheck`` (``./dev azurite`` does).
+    - A container that does not exist: create it, or check its name.
+    """
+    text = str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    code = str(getattr(exc, "error_code", "") or "")
+    status = getattr(exc, "status_code", None)
+    if "not supported by Azurite" in text:
+        version = first.split("The API version ", 1)[-1].split(" ", 1)[0] if "The API version " in first else "?"
+        return (f"Azurite refuses the storage SDK's API version {version}: start it with --skipApiVersionCheck "
+                "(./dev azurite does), or upgrade Azurite")  # fmt: skip
+    if "ContainerNotFound" in code or "ContainerNotFound" in text:
+        name = f" {container!r}" if container else ""
+        return (f"the container{name} does not exist in that storage account: create it (the portal, or "
+                f"az storage container create --name {container or 'NAME'}), or check its name")  # fmt: skip
+    prefix = f"{type(exc).__name__}" + (f" {status}" if status else "")
+    return f"{prefix}: {first}"

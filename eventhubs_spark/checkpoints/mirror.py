@@ -45,6 +45,8 @@ class CheckpointMirror:
         # Offsets seen in partition properties, by partition and sequence number: a checkpoint whose
         # event is among them needs no lookup on the hub.
         self._known_offsets: dict[str, OrderedDict[int, str]] = {}
+        self._failing: str | None = None  # the store's failure as last said, while it lasts
+        self._failures = 0
 
     @property
     def configured(self) -> bool:
@@ -99,19 +101,35 @@ class CheckpointMirror:
         try:
             self._write(todo, infos, None)
         except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
-            _LOG.warning("hub %s: could not mirror progress to the checkpoint store (will retry at the next "
-                         "commit): %s", self.settings.hub, exc)  # fmt: skip
+            self._failed(exc, "could not mirror progress to the checkpoint store (retried at every commit)")
             return
+        if self._failing is not None:
+            _LOG.warning("hub %s: the checkpoint store takes progress again (%d commits were not mirrored)",
+                         self.settings.hub, self._failures)  # fmt: skip
+            self._failing, self._failures = None, 0
         _LOG.info("hub %s: mirrored checkpoints %s to the checkpoint store", self.settings.hub,
                   {p: n - 1 for p, n in todo.items()})  # fmt: skip
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        """Say a store failure in one line, once while it stays the same (the next ones at debug level)."""
+        from .blob import describe_store_error
+
+        container = self.store_options.container if self.store_options is not None else None
+        said = describe_store_error(exc, container)
+        self._failures += 1
+        if said == self._failing:
+            _LOG.debug("hub %s: %s (again, %d times): %s", self.settings.hub, what, self._failures, said)
+            return
+        self._failing = said
+        _LOG.warning("hub %s: %s: %s", self.settings.hub, what, said)
 
     def release(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo], owner: str) -> bool:
         """Hand partitions over: their final checkpoints, marked as released by ``owner``."""
         try:
             self._write(dict(positions), infos, owner)
         except Exception as exc:
-            _LOG.warning("hub %s: could not hand over partitions %s (retrying at the next trigger): %s",
-                         self.settings.hub, sorted(positions, key=int), exc)  # fmt: skip
+            self._failed(exc, f"could not hand over partitions {sorted(positions, key=int)} (retried at the next "
+                              "trigger)")  # fmt: skip
             return False
         _LOG.info("hub %s: handed over partitions %s at checkpoints %s", self.settings.hub,
                   sorted(positions, key=int), {p: n - 1 for p, n in positions.items()})  # fmt: skip

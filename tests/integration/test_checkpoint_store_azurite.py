@@ -123,3 +123,43 @@ def test_many_partitions_are_written_concurrently(ours):
     assert len(ours.list_checkpoints(NS, HUB, CG)) == 64
     assert len(ours.list_ownership(NS, HUB, CG)) == 64
     print(f"64 checkpoints and 64 claims in {elapsed:.2f} s")
+
+
+def test_an_azurite_that_refuses_the_api_version_is_said_once_with_the_fix(tmp_path, caplog):
+    """Azurite older than the storage SDK refuses every request (started without --skipApiVersionCheck): the
+    mirror says so in one line naming the fix, once, not a dozen lines at every commit."""
+    import logging
+    import subprocess
+
+    from eventhubs_spark.checkpoints.mirror import CheckpointMirror
+    from eventhubs_spark.options import STREAM, read_options
+    from eventhubs_spark.ranges import ReceiverConfig
+    from tests.conftest import AZURITE_ACCOUNT, AZURITE_KEY, ROOT, free_port, wait_for_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(ROOT / "node_modules" / ".bin" / "azurite-blob"), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+         "--location", str(tmp_path), "--silent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for_port(port)
+        conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+                f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};")  # fmt: skip
+        options = read_options({
+            "eventhubs.connectionString": "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;"
+                                          "EntityPath=hub;UseDevelopmentEmulator=true",
+            "eventhubs.checkpointStore.connectionString": conn,
+            "eventhubs.checkpointStore.container": "refused",
+        }, STREAM)  # fmt: skip
+        mirror = CheckpointMirror(options.checkpoint_store, options.settings, ReceiverConfig())
+        with caplog.at_level(logging.DEBUG, logger="eventhubs_spark"):
+            for n in range(1, 4):  # three commits
+                mirror.mirror({"0": n}, {})
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert "Azurite refuses the storage SDK's API version" in warnings[0] and "--skipApiVersionCheck" in warnings[0]
+        assert "\n" not in warnings[0] and "AccountKey" not in warnings[0]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -120,3 +121,50 @@ def test_demo_help_gives_every_flag_its_default(capsys):
     for flag, default in (("--partitions", "4"), ("--events", "2000"), ("--rate", "500"), ("--seconds", "90")):
         assert flag in text and f"(default: {default}" in text
     assert "Ctrl-C" in text and "--child" not in text
+
+
+@pytest.mark.azurite
+def test_checkpoints_on_a_container_that_does_not_exist_says_so_in_one_line(eventhub, azurite, capsys):
+    args = ["checkpoints", "--connection-string", eventhub.connection_string, "--storage-connection-string",
+            azurite.connection_string, "--container", "no-such-container"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert "'no-such-container' does not exist" in err and "create" in err
+    assert "AccountKey" not in err
+
+
+@pytest.mark.azurite
+def test_dev_azurite_starts_the_blob_service_as_the_connector_needs_it(tmp_path):
+    """``./dev azurite`` (the Getting started page's checkpoint store): it prints a connection string the storage
+    SDK works with, the API-version check skipped."""
+    import os
+    import signal
+    import socket
+
+    from tests.conftest import ROOT
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([str(ROOT / "dev"), "azurite"], cwd=ROOT, env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        conn = next(line.strip() for line in proc.stdout if line.strip().startswith("DefaultEndpointsProtocol="))
+        assert f"127.0.0.1:{port}" in conn
+        store = BlobCheckpointStore.from_connection_string(conn, f"dev-azurite-{port}")
+        deadline = time.monotonic() + 30
+        while True:  # it prints before it listens
+            try:
+                store.ensure_container()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        store.update_checkpoint(Checkpoint("ns", "hub", "$Default", "0", 4, "400"))
+        assert [c.sequence_number for c in store.list_checkpoints("ns", "hub", "$Default")] == [4]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
