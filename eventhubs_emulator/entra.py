@@ -57,6 +57,7 @@ class LocalEntra:
     identity_header: str = field(default_factory=lambda: secrets.token_hex(8))
     token_lifetime: int = 3600
     issued: list[dict[str, Any]] = field(default_factory=list)  # claims of every token issued
+    issued_tokens: list[str] = field(default_factory=list)  # the tokens themselves (tests search logs for them)
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _server: ThreadingHTTPServer | None = None
     _dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="local-entra-"))
@@ -159,7 +160,9 @@ class LocalEntra:
             "exp": now + self.token_lifetime,
         }
         self.issued.append(claims)
-        return self._sign(claims), now + self.token_lifetime
+        token = self._sign(claims)
+        self.issued_tokens.append(token)
+        return token, now + self.token_lifetime
 
     def verify(self, token: str, audience: str = EVENTHUBS_AUDIENCE) -> str | None:
         """None when ``token`` is a live token of this service for ``audience``; else why not."""

@@ -105,7 +105,16 @@ def main(jobs_file: str, results_file: str) -> None:
 
     # The Spark UI on, on a free port: its REST API serves what the UI pages show (SQL plans and their
     # node details, jobs, stages, environment), which the test searches for secrets.
-    spark: SparkSession = local_session("eventhubs-auth-tests", **{"spark.ui.enabled": "true", "spark.ui.port": "0"})
+    overrides = {"spark.ui.enabled": "true", "spark.ui.port": "0"}
+    master = os.environ.get("EVENTHUBS_TEST_MASTER")  # e.g. local-cluster[2,1,1024]: executors of their own
+    if master:
+        overrides["spark.master"] = master
+    event_log = os.environ.get("EVENTHUBS_TEST_EVENT_LOG")  # a folder: Spark's event log, searched for secrets
+    if event_log:
+        overrides.update(
+            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_log, "spark.eventLog.compress": "false"}
+        )  # plain text, to search
+    spark: SparkSession = local_session("eventhubs-auth-tests", **overrides)
     with open(jobs_file, encoding="utf-8") as f:
         jobs = json.load(f)
     results = [run_job(spark, job) for job in jobs]

@@ -61,10 +61,16 @@ def test_a_databricks_service_credential_signs_in_every_process_and_renews_its_t
     lifetime, entra.token_lifetime = entra.token_lifetime, 20
     jobs_file, results_file, log = tmp / "svc-jobs.json", tmp / "svc-results.json", tmp / "svc-driver.log"
     jobs_file.write_text(json.dumps(jobs))
+    event_log = tmp / "event-log"
+    event_log.mkdir()
     standin = str(ROOT / "tests" / "databricks_standin")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AZURE_")},  # nothing else to fall back to
         "REQUESTS_CA_BUNDLE": entra.ca_file,
+        # executors of their own (they inherit this environment: the stand-in and its credentials), and the event
+        # log, which a Spark history server shows, searched for the credential's name and tokens as well
+        "EVENTHUBS_TEST_MASTER": "local-cluster[2,1,1024]",
+        "EVENTHUBS_TEST_EVENT_LOG": str(event_log),
         "PYTHONPATH": os.pathsep.join(p for p in (standin, os.environ.get("PYTHONPATH")) if p),
         "EVENTHUBS_TEST_SERVICE_CREDENTIALS": json.dumps({name: {"tenant": entra.tenant_id, "client": "app-svc",
                                                                  "secret": SERVICE_SECRET,
@@ -91,6 +97,11 @@ def test_a_databricks_service_credential_signs_in_every_process_and_renews_its_t
     assert all(c["appid"] == "app-svc" for c in entra.issued[before:]), "another identity was tried"
     error = results["no-access"].get("error", "")
     assert "AuthenticationFailedError" in error and "databricks.serviceCredential" in error, error
+    logged = "".join(f.read_text(errors="replace") for f in event_log.rglob("*") if f.is_file())
+    assert "local-cluster" in logged, "the event log was written, by a cluster with executors of their own"
+    assert entra.issued_tokens, "tokens were issued"
+    for secret in (name, SERVICE_SECRET, *entra.issued_tokens):
+        assert secret not in logged, "the credential's name, secret or a token reached Spark's event log"
     for secret in (name, SERVICE_SECRET):
         assert secret not in output, "the credential's name or secret reached the driver or worker output"
         assert secret not in json.dumps(results), "the credential's name reached an error message"

@@ -219,15 +219,30 @@ def test_sign_in_methods_are_implied_by_the_options_given():
         "connector.entra.example.json",
         "connector.proxy.example.json",
         "connector.avro.example.json",
+        "connector.databricks.example.json",
     ],
 )
-def test_the_example_configurations_in_conf_are_valid(name):
+def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
+    import sys
     from pathlib import Path
 
-    raw = json.loads((Path(__file__).resolve().parents[2] / "conf" / name).read_text())
+    root = Path(__file__).resolve().parents[2]
+    assert sorted(p.name for p in (root / "conf").glob("connector*.json")) == sorted(
+        test_the_example_configurations_in_conf_are_valid.pytestmark[0].args[1]  # type: ignore[attr-defined]
+    ), "every example in conf/ is checked here"
+    if "databricks" in name:  # Databricks' entry point, as the tests stand it in (tests/databricks_standin)
+        monkeypatch.syspath_prepend(str(root / "tests" / "databricks_standin"))
+        monkeypatch.delitem(sys.modules, "databricks", raising=False)
+    raw = json.loads((root / "conf" / name).read_text())
     raw.pop("_comment")
-    options = parse_options(raw, "stream")
+    try:
+        options = parse_options(raw, "stream")
+    finally:  # the stand-in leaves no trace for the tests after (which check the error off Databricks)
+        for module in [m for m in sys.modules if m == "databricks" or m.startswith("databricks.")]:
+            del sys.modules[module]
     assert options.settings.hub and options.consumer_group == "spark-orders"
+    if "databricks" in name:
+        assert options.settings.entra.method == "serviceCredential"
 
 
 def test_the_recommended_spark_settings_in_conf_are_the_ones_the_tests_and_demo_run_with():
