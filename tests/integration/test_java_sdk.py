@@ -33,6 +33,8 @@ from tests import jvm_peers
 from .sdk_helpers import receive, send, wait_until
 from .test_other_producers import _normal
 
+# The tests that take the spark fixture are not marked spark: ./dev test runs them in the half beside the Spark
+# tests (with a session of that half's own), whose time is the CI's; the compatibility runs leave them to the newest
 pytestmark = [pytest.mark.slow]
 
 
@@ -126,7 +128,6 @@ def test_events_from_the_java_sdk_read_as_the_python_sdk_reads_them(java, portle
     assert last == {"i": str(ALIKE - 1), "big": str(2**33 + ALIKE - 1), "tag": f"t{(ALIKE - 1) % 5}"}
 
 
-@pytest.mark.spark
 def test_what_the_sink_writes_the_java_sdk_reads_as_written(spark, java, portless):
     conn = _conn(portless, "tojava")
     df = spark.createDataFrame(
@@ -187,7 +188,6 @@ class JavaProcessor:
                 raise
 
 
-@pytest.mark.spark
 @pytest.mark.azurite
 def test_an_ownership_mode_query_and_a_java_event_processor_share_a_consumer_group(
     spark, java, portless, azurite, tmp_path
