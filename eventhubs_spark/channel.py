@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -354,19 +355,30 @@ def reaches(hosts: tuple[str, ...], port: int, timeout: float = PROBE_TIMEOUT) -
     return connected is not None
 
 
-def wait_until_reached(hosts: tuple[str, ...], port: int, every: float) -> bool:
+def wait_until_reached(
+    hosts: tuple[str, ...], port: int, every: float, still_down: Callable[[], None] | None = None
+) -> bool:
     """Try ``port`` until it answers (True) or :data:`GIVE_UP_AFTER` has passed (False): the background re-check of
     something found unreachable. The first try comes soon and waits long (:data:`CONFIRM_AFTER`,
     :data:`CONFIRM_TIMEOUT`: a probe that met a busy host is corrected in seconds), then one every ``every``
-    seconds."""
+    seconds; ``still_down`` is called after each try that found it unreachable still."""
     time.sleep(min(every, CONFIRM_AFTER))
     if reaches(hosts, port, CONFIRM_TIMEOUT):
         return True
     for _ in range(max(1, int(GIVE_UP_AFTER / every))):
+        if still_down is not None:
+            still_down()
         time.sleep(every)
         if reaches(hosts, port):
             return True
     return False
+
+
+def _executor_dir() -> str | None:
+    """The executor's first local directory (``SPARK_LOCAL_DIRS``, which all its Python workers share), where a
+    worker leaves what it found out for the others; None outside an executor."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return first if first and os.path.isdir(first) else None
 
 
 class Reach:
@@ -375,21 +387,59 @@ class Reach:
     thread of its own tries its port every :data:`RECHECK` seconds; once it answers, asking goes on. Said once
     per process and driver, in the log."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, recheck: float = RECHECK) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, recheck: float = RECHECK, shared_dir: str | None = None
+    ) -> None:
+        """``shared_dir``: a folder every process of this executor sees (its local directory), where a process
+        that paid a failed probe leaves a note, so its executor's other Python workers (each a process of its
+        own, with no receiver service to ask) do not pay it again; None: each process finds out for itself."""
         self.clock = clock
         self.recheck = recheck
+        self.shared_dir = shared_dir
         self._down: dict[tuple[tuple[str, ...], int], float] = {}  # driver -> since when it is unreachable
         self._lock = threading.Lock()
         self.probes = 0  # connection attempts that failed (what this process paid)
 
+    def _note(self, driver: DriverAddress) -> str | None:
+        if self.shared_dir is None:
+            return None
+        key = hashlib.sha256(f"{','.join(driver.hosts)}:{driver.port}".encode()).hexdigest()[:16]
+        return os.path.join(self.shared_dir, f"eventhubs-driver-unreachable-{key}")
+
+    def _leave_note(self, driver: DriverAddress) -> None:
+        note = self._note(driver)
+        if note is not None:
+            with contextlib.suppress(OSError), open(note, "w") as f:  # read-only: each process finds out itself
+                f.write(str(time.time()))
+
+    def _fresh_note(self, driver: DriverAddress) -> bool:
+        """Another process of this executor found the driver unreachable lately, and re-checks it (its note is
+        renewed at every re-check: one older than that was left by a process that has gone)."""
+        note = self._note(driver)
+        if note is None:
+            return False
+        try:
+            age = time.time() - os.stat(note).st_mtime
+        except OSError:
+            return False
+        return age < self.recheck + CONFIRM_TIMEOUT + PROBE_TIMEOUT
+
     def reachable(self, driver: DriverAddress) -> bool:
         with self._lock:
-            return (driver.hosts, driver.port) not in self._down
+            if (driver.hosts, driver.port) in self._down:
+                return False
+        if self._fresh_note(driver):
+            self.failed(driver, "another Python worker of this executor found it out", probed=False)
+            return False
+        return True
 
     def failed(self, driver: DriverAddress, why: str, probed: bool = True) -> None:
-        """A connection to the driver could not be made (``probed``: by this process; else it learned so from
-        its executor's service): remember it, say it once, and check in the background."""
+        """A connection to the driver could not be made (``probed``: by this process, which then leaves a note
+        for its executor's other processes; else it learned so from them or from its executor's service):
+        remember it, say it once, and check in the background."""
         key = (driver.hosts, driver.port)
+        if probed:
+            self._leave_note(driver)
         with self._lock:
             self.probes += probed
             if key in self._down:
@@ -403,14 +453,18 @@ class Reach:
         threading.Thread(target=self._watch, args=(driver,), name="eventhubs-driver-recheck", daemon=True).start()
 
     def _watch(self, driver: DriverAddress) -> None:
-        healed = wait_until_reached(driver.hosts, driver.port, self.recheck)
+        healed = wait_until_reached(driver.hosts, driver.port, self.recheck, lambda: self._leave_note(driver))
         with self._lock:  # reached again, or an hour unreachable (its query ended, likely: a later ask probes afresh)
             self._down.pop((driver.hosts, driver.port), None)
+        note = self._note(driver)
+        if note is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(note)
         if healed:
             _LOG.info("eventhubs: the query's driver (port %d) can be reached again from this process", driver.port)
 
 
-REACH = Reach()
+REACH = Reach(shared_dir=_executor_dir())
 
 
 def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[str, SealedSocket] | None:

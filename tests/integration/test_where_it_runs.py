@@ -121,6 +121,33 @@ def test_a_connection_made_while_the_prober_waited_for_a_cpu_counts(monkeypatch)
         server.close()
 
 
+def test_an_executors_other_workers_do_not_pay_a_probe_one_of_them_paid(tmp_path, monkeypatch):
+    """Without a receiver service to ask, an executor's Python workers (processes of their own) share what one
+    of them found out through a note in the executor's local directory: the next worker's first task waits for
+    nothing. The note goes once the driver answers again."""
+    first, second = Reach(recheck=0.5, shared_dir=str(tmp_path)), Reach(recheck=0.5, shared_dir=str(tmp_path))
+    hole = BlackHole()
+    query = new_query_key()
+    driver = DriverAddress(("127.0.0.1",), hole.port)
+    try:
+        monkeypatch.setattr(channel, "REACH", first)
+        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        assert first.probes == 1 and list(tmp_path.iterdir()), "the worker that paid left a note"
+        monkeypatch.setattr(channel, "REACH", second)  # another worker of the same executor
+        started = time.monotonic()
+        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        assert time.monotonic() - started < 0.5 and second.probes == 0, "it paid nothing"
+    finally:
+        hole.close()
+    heard = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1", ports=str(hole.port))
+    try:
+        wait_until(lambda: first.reachable(driver) and second.reachable(driver), timeout=20, message="healed")
+        wait_until(lambda: not list(tmp_path.iterdir()), timeout=10, message="the note gone")
+        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+    finally:
+        heard.close()
+
+
 def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach):
     """1,000 connections that never prove themselves, and some that send garbage or a huge length: the channel
     keeps at most MAX_PENDING of them waiting (the oldest cut off), and the query's own connections get through
