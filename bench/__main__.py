@@ -10,6 +10,7 @@ from . import (
     ceiling,
     cluster,
     emulator_sdk,
+    jvm,
     latency,
     memory,
     networks,
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "ceiling": ceiling.run,  # issue 28: Spark's own ceiling for a Python source, beside the connector
     "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
+    "jvm": jvm.run,  # issue 47: the old Scala connector on Spark 3.5 beside this one, same emulator and events
     "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
     "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode

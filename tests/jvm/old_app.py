@@ -13,6 +13,8 @@ one Spark application (one JVM start):
   most M events into parquet at P/data, its Spark checkpoint at P/checkpoint (which the connector resumes).
 - ``{"do": "rows", "name": N, "hub": H}``: every event of hub H as rows (body in base64, partition, sequence
   number, partition key, properties).
+- ``{"do": "time", "name": N, "hub": H}``: a whole batch read of hub H into the ``noop`` sink, timed (bench jvm):
+  its seconds, events, and the CPU seconds of this process's tree (the JVM, its executor in local mode).
 - ``{"do": "write", "hub": H, "rows": [...]}``: the old connector's sink writes the rows (body, and partitionId
   or partitionKey, and properties) to hub H.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import time
 
 
 def main(plan_path: str, out_path: str) -> None:
@@ -107,11 +110,57 @@ def main(plan_path: str, out_path: str) -> None:
                 part = df.where(f"{column} is not null").drop(other)
                 if part.count():
                     part.write.format("eventhubs").options(**conf(step["hub"])).save()
+        elif do == "time":
+            start = json.dumps({"offset": "-1", "seqNo": -1, "enqueuedTime": None, "isInclusive": True})
+            end = json.dumps({"offset": "@latest", "seqNo": -1, "enqueuedTime": None, "isInclusive": True})
+            df = (
+                spark.read.format("eventhubs").options(**conf(step["hub"]))
+                .option("eventhubs.startingPosition", start).option("eventhubs.endingPosition", end).load()
+            )  # fmt: skip
+            cpu, began = tree_cpu(), time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            seconds, used = time.perf_counter() - began, tree_cpu() - cpu
+            results[step["name"]] = {"seconds": seconds, "cpu_seconds": used}
         else:
             raise ValueError(f"unknown step {do!r}")
     spark.stop()
     with open(out_path, "w") as out:
         json.dump(results, out)
+
+
+def tree_cpu(root: int | None = None, also: str = "eventhubs_spark.executor.service") -> float:
+    """CPU seconds used so far by ``root`` (this process) and every process below it (Linux ``/proc``), plus any
+    process whose command line holds ``also`` (the connector's receiver service, which leaves its parent)."""
+    import os
+
+    root = os.getpid() if root is None else root
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    extra: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / tick
+        if also.encode() in cmdline:
+            extra.add(pid)
+    total = 0.0
+    for pid, used in times.items():
+        p, seen = pid, 0
+        while p > 1 and p != root and seen < 64:
+            p, seen = parents.get(p, 1), seen + 1
+        if p == root or pid in extra:
+            total += used
+    return total
 
 
 if __name__ == "__main__":
