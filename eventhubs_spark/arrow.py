@@ -93,10 +93,13 @@ def projection(schema: Any, source: pa.Schema = ARROW_SCHEMA) -> Projection | No
         wanted = own.dataType.simpleString()
         example = f'.schema("{own.name} {wanted}")'
         if field.dataType != own.dataType:
+            declared = field.dataType.simpleString()
+            # convert to what the query declared (a binary body becomes text first: Spark casts no bytes to numbers)
+            via = '.cast("string")' if wanted == "binary" and declared not in ("string", "binary") else ""
             raise OptionError(
-                f"column {field.name!r} of the query's schema is {field.dataType.simpleString()}, but the eventhubs "
-                f"source gives {wanted}: declare it {wanted} and convert it after load() (e.g. "
-                f'col({own.name!r}).cast("string")). Example: {example}',
+                f"column {field.name!r} of the query's schema is {declared}, but the eventhubs source gives "
+                f"{wanted}: declare it {wanted} and convert it after load() (e.g. "
+                f'col({own.name!r}){via}.cast("{declared}")). Example: {example}',
                 example,
             )
         if not field.nullable:

@@ -307,7 +307,7 @@ def _send(args: argparse.Namespace) -> int:
     try:
         # One management call without the SDK's retries first: a wrong hub name or key is answered at
         # once, in one line, instead of after the producer's retries and a traceback.
-        settings = parse_connection_string(conn, option="--connection-string")
+        settings = parse_connection_string(conn, option="--connection-string", hub=args.hub, hub_option="--hub")
         runtime.current().management(settings, 30.0).partition_ids()
     except EventHubsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -320,7 +320,7 @@ def _send(args: argparse.Namespace) -> int:
         options["partition_key"] = args.partition_key
     sent = 0
     started = time.monotonic()
-    with EventHubProducerClient.from_connection_string(conn) as producer:
+    with EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.hub) as producer:
         batch = producer.create_batch(**options)
         for body in bodies:
             event = EventData(body)
@@ -573,6 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     emulator_cli.add_arguments(emu)
     send = sub.add_parser("send", help="send generated events, or the lines of a JSON-lines file, to a hub")
     send.add_argument("--connection-string", help="with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    send.add_argument("--hub", help="the event hub, for a connection string without EntityPath")
     send.add_argument("--file", help="a JSON-lines file (one event body per line; - for stdin)")
     send.add_argument("--count", type=int, default=1000, help="generated events (without --file)")
     send.add_argument("--size", type=int, default=100, help="approximate bytes per generated event")

@@ -822,5 +822,8 @@ class _FailingReader(_Failing, DataSourceReader):
 def _append_only(overwrite: bool) -> None:
     if overwrite:
         raise OptionError(
-            "an event hub is append-only: write with mode('append') (or outputMode('append'))", "mode('append')"
+            "an event hub is append-only: it keeps every event it is sent and cannot replace them, so Overwrite (which "
+            "Spark suggests beside Append when it refuses its default mode) does not apply. Write with "
+            ".mode('append') (a stream: .outputMode('append'))",
+            "mode('append')",
         )

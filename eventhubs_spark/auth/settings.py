@@ -113,13 +113,16 @@ def host_and_port(address: str, allow_path: bool = True) -> str | None:
 
 
 def parse_connection_string(
-    secret: str | Secret, option: str = "eventhubs.connectionString", hub: str | None = None
+    secret: str | Secret,
+    option: str = "eventhubs.connectionString",
+    hub: str | None = None,
+    hub_option: str = "eventhubs.name",
 ) -> ConnectionSettings:
     """Validate a connection string (wrapped as a :class:`Secret`, as the options keep it; or plain text);
     errors name the missing part and never echo the string.
 
     ``hub`` (``eventhubs.name``) names the event hub of a namespace-level string (no EntityPath), the
-    kind the portal shows first.
+    kind the portal shows first; ``hub_option`` is what a message calls that option (the CLI's ``--hub``).
     """
     text = secret.reveal() if isinstance(secret, Secret) else secret
     parts: dict[str, str] = {}
@@ -142,7 +145,7 @@ def parse_connection_string(
     entity = parts.get("entitypath", "")
     if not entity and not hub:
         raise OptionError(
-            f"{option}: EntityPath=<event hub name> is missing; add it, or name the hub with eventhubs.name. "
+            f"{option}: EntityPath=<event hub name> is missing; add it, or name the hub with {hub_option}. "
             f"Example: {CONNECTION_EXAMPLE}",
             CONNECTION_EXAMPLE,
         )

@@ -41,6 +41,17 @@ def test_send_a_json_lines_file_with_the_connection_string_from_the_environment(
     assert {e.partition_key for e in got} == {b"oslo"}
 
 
+def test_send_to_a_namespace_connection_string_names_the_hub_with_its_own_flag(eventhub, capsys):
+    """A namespace-level string (no EntityPath, the portal's first): the error names the CLI's --hub, not an
+    option the CLI has no flag for, and --hub sends there."""
+    namespace_only = eventhub.connection_string.split(";EntityPath=")[0]
+    assert main(["send", "--connection-string", namespace_only, "--count", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "EntityPath=<event hub name> is missing" in err and "--hub" in err and "eventhubs.name" not in err
+    assert main(["send", "--connection-string", namespace_only, "--hub", eventhub.name, "--count", "3"]) == 0
+    assert sum(_ends(eventhub).values()) == 3
+
+
 def test_send_without_a_connection_string_says_how_to_give_one(monkeypatch):
     monkeypatch.delenv("EVENTHUBS_CONNECTION_STRING", raising=False)
     with pytest.raises(SystemExit, match="--connection-string or set EVENTHUBS_CONNECTION_STRING"):

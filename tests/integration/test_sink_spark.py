@@ -163,10 +163,12 @@ def test_bad_rows_and_columns_fail_clearly(spark, eventhub, ddl, rows, message):
 
 def test_overwrite_is_refused(spark, eventhub):
     df = spark.createDataFrame([("a",)], "body string")
-    with pytest.raises(Exception, match="append-only"):
+    with pytest.raises(Exception, match="append-only") as info:
         df.write.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).mode(
             "overwrite"
         ).save()
+    # Spark's own refusal of its default mode suggests Overwrite beside Append: the message says why not, and how
+    assert "Overwrite (which Spark suggests" in str(info.value) and ".mode('append')" in str(info.value)
 
 
 def test_the_default_save_mode_is_refused_by_spark_naming_append(spark, eventhub):

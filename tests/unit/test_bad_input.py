@@ -313,6 +313,14 @@ def test_a_query_schema_picks_columns_in_its_own_order_and_spelling() -> None:
     [
         ((("bodie", "binary", True),), "'bodie'", "is not a column"),
         ((("body", "string", True),), "'body'", "declare it binary"),
+        # the conversion the hint shows goes to the type the query declared
+        (
+            (("offset", "bigint", True),),
+            "'offset'",
+            "declare it string and convert it after load() (e.g. col('offset').cast(\"bigint\"))",
+        ),
+        ((("body", "bigint", True),), "'body'", 'col(\'body\').cast("string").cast("bigint")'),
+        ((("sequenceNumber", "string", True),), "'sequenceNumber'", "col('sequenceNumber').cast(\"string\")"),
         ((("enqueuedTime", "timestamp_ntz", True),), "'enqueuedTime'", "declare it timestamp"),
         ((("sequenceNumber", "bigint", False),), "'sequenceNumber'", "NOT NULL"),
         ((("body", "binary", True), ("BODY", "binary", True)), "'body'", "appears twice"),
