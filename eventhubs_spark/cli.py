@@ -484,10 +484,16 @@ def _lag_text(report: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:.1f}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
     batch = report["batch"]
+    seconds = shown(report["maxSecondsBehindLatest"], " s")
+    known = [v["secondsBehind"] for v in report["partitions"].values() if v["secondsBehind"] is not None]
+    if report["maxSecondsBehindLatest"] is None and known:
+        # a partition's time unknown (nothing read from it yet): the max over the others is a floor, said so
+        unknown = [p for p, v in report["partitions"].items() if v["secondsBehind"] is None]
+        seconds = f"at least {max(known):.1f} s (no time yet for partition{'s' if len(unknown) > 1 else ''} " \
+                  f"{', '.join(unknown)})"  # fmt: skip
     head = (f"hub {report['hub']!r}: " + ("no batch committed yet" if batch is None else
             f"batch {batch} committed {shown(report['commitAgeSeconds'], ' s')} ago") +
-            f"; behind latest: max {report['maxOffsetsBehindLatest']} events, "
-            f"max {shown(report['maxSecondsBehindLatest'], ' s')}")  # fmt: skip
+            f"; behind latest: max {report['maxOffsetsBehindLatest']} events, max {seconds}")  # fmt: skip
     headers = ["partition", "committed", "latest", "events behind", "seconds behind", "last read enqueued"]
     rows = [[p, shown(v["committed"]), v["latest"], shown(v["eventsBehind"]), shown(v["secondsBehind"]),
              shown(v["lastReadEnqueuedTime"])] for p, v in report["partitions"].items()]  # fmt: skip

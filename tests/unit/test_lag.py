@@ -228,3 +228,21 @@ def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_s
     written = LagFiles(str(tmp_path), "hub").reports()
     assert [r.partitions["0"].events for r in written] == [100, 50, 0, 0]
     assert written[-1].partitions["1"].stalled and not written[-2].partitions["1"].stalled
+
+
+def test_the_lag_commands_text_gives_a_floor_for_the_max_when_a_partitions_time_is_unknown():
+    """The summary's maxSecondsBehindLatest is None while a partition has no time (nothing read from it yet), as
+    the figures over the others would say less than is true; the text shows the others' max as a floor, naming
+    the partitions without a time, rather than "max -" beside a partition 62.7 s behind."""
+    from eventhubs_spark.cli import _lag_text
+
+    def row(seconds: float | None, events: int) -> dict:
+        return {"committed": 10, "latest": 10 + events, "eventsBehind": events, "secondsBehind": seconds,
+                "lastReadEnqueuedTime": None, "stalled": None}  # fmt: skip
+
+    report = {"hub": "h", "batch": 3, "commitAgeSeconds": 1.5, "maxOffsetsBehindLatest": 40,
+              "maxSecondsBehindLatest": None, "partitions": {"0": row(62.7, 40), "1": row(None, 5)}}  # fmt: skip
+    head = _lag_text(report).splitlines()[0]
+    assert "max at least 62.7 s (no time yet for partition 1)" in head, head
+    report["maxSecondsBehindLatest"], report["partitions"]["1"] = 62.7, row(3.0, 5)
+    assert _lag_text(report).splitlines()[0].endswith("max 40 events, max 62.7 s")
