@@ -327,16 +327,22 @@ class EventSender:
             if since is not None:  # the wait after a busy namespace's refusal ends here
                 self.report.throttled_wait += time.monotonic() - since
             try:
-                return attempt(seconds)
+                done = attempt(seconds)
             except Exception as exc:
                 failure = failures.failure(self.settings, exc)
                 if failure is not None and failure is not exc:
                     raise failure from None
                 raise
+            failures.reached(self.settings)
+            return done
+
+        early = failures.give_up_early(self.settings)  # a wrong host or port: said within seconds, not minutes
 
         def transient(error: BaseException) -> bool:
             if isinstance(error, EventHubsError):
-                return error.retriable  # a refused sign-in or an untrusted certificate does not heal
+                # a refused sign-in or an untrusted certificate does not heal; a namespace this process never
+                # reached that refuses its port (or whose host has no address) is a wrong address
+                return error.retriable and early(error)
             return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:

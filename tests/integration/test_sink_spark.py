@@ -180,3 +180,23 @@ def test_the_default_save_mode_is_refused_by_spark_naming_append(spark, eventhub
     text = str(info.value)
     assert "ErrorIfExists" in text and "Append" in text, text
     assert eventhub.emulator.partition_properties(eventhub.name, 0)["last_enqueued_sequence_number"] == -1
+
+
+def test_a_sink_pointed_at_a_wrong_port_fails_in_seconds_naming_what_it_tried(spark):
+    """A write's very first connection refused (a wrong host or port): the task says so within about
+    FIRST_CONNECT_GRACE, naming the host, port and transport given, not after eventhubs.operationTimeout's five
+    minutes of retries."""
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=hub;UseDevelopmentEmulator=true"
+    df = spark.createDataFrame([("a",)], "body string")
+    started = time.monotonic()
+    with pytest.raises(Exception) as info:
+        df.write.format("eventhubs").option("eventhubs.connectionString", conn).mode("append").save()
+    took = time.monotonic() - started
+    assert took < 60, f"{took:.0f} s"
+    assert f"127.0.0.1:{port}" in str(info.value) and "refused the connection" in str(info.value)
