@@ -56,5 +56,13 @@ def register(spark: Any) -> None:
     except Exception as exc:
         # Spark Connect 4.0 refuses to register a name the server found by itself (4.1+ replaces it):
         # the source is there either way.
-        if "DATA_SOURCE_ALREADY_EXISTS" not in str(getattr(exc, "getErrorClass", lambda: "")() or exc):
-            raise
+        if "DATA_SOURCE_ALREADY_EXISTS" in str(getattr(exc, "getErrorClass", lambda: "")() or exc):
+            return
+        if "No module named 'eventhubs_spark'" in str(exc) or "No module named 'pyspark_eventhubs'" in str(exc):
+            raise RuntimeError(
+                "eventhubs_spark.register: the Spark server's Python cannot import eventhubs_spark, so it can "
+                "neither register the eventhubs source nor run it (a query would fail with DATA_SOURCE_NOT_FOUND or "
+                "this same error): install the package where the Spark Connect server and its Python workers run "
+                "(on Databricks, a cluster library), not only on this client"
+            ) from exc
+        raise

@@ -267,3 +267,23 @@ def test_every_error_type_survives_a_trip_to_another_process():
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is cls and str(copy) == str(error), name
     assert pickle.loads(pickle.dumps(OptionError("x", example="e"))).example == "e"
+
+
+def test_register_says_when_the_spark_server_cannot_import_the_package():
+    """Under Spark Connect with the package on the client only, registering makes the server unpickle the
+    source's class, which fails there: the error says where to install it (a later query's
+    DATA_SOURCE_NOT_FOUND says nothing of the kind)."""
+    import types
+
+    import pytest
+
+    import eventhubs_spark
+
+    def refuse(_source: object) -> None:
+        raise Exception("[PYTHON_DATA_SOURCE_ERROR] ModuleNotFoundError: No module named 'eventhubs_spark'")
+
+    spark = types.SimpleNamespace(dataSource=types.SimpleNamespace(register=refuse))
+    with pytest.raises(RuntimeError, match="install the package where the Spark Connect server"):
+        eventhubs_spark.register(spark)
+    done = types.SimpleNamespace(dataSource=types.SimpleNamespace(register=lambda _s: None))
+    eventhubs_spark.register(done)  # a server that has it: nothing to say
