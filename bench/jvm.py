@@ -1,8 +1,10 @@
 """Bench ``jvm`` (issue 47): the old Scala connector (azure-event-hubs-spark 2.3.22 on Spark 3.5.9, the JVM
 connector users migrate from) beside this connector (on the newest Spark), one run, one emulator, the same events.
 
-Each case is a hub of its own (4 or 32 partitions, 200 B or 2 KB events, ``EVENTHUBS_JVM_EVENTS`` events, a million
-by default) read whole by a batch query into Spark's ``noop`` sink, ``local[2]``: the query's wall time (planning
+Each case is a hub of its own (4 or 32 partitions, 200 B or 2 KB events, ``EVENTHUBS_JVM_EVENTS`` events, 200,000
+by default: runs at the issue's million and at 200,000 ended without a result, the old connector's reads idling for
+minutes on this emulator, see the closing note of 2026-11-26) read
+whole by a batch query into Spark's ``noop`` sink, ``local[2]``: the query's wall time (planning
 included) and the CPU of the whole Spark application (its JVM and every process below it: Python workers, the
 receiver service), measured the same way for both. The old connector reads over TLS on 5671 (the only way it
 connects); ours over plain AMQP, as the other benches (bench ``networks`` has TLS at 0.9 of plain TCP here).
@@ -24,7 +26,7 @@ from .read import fill
 from .results import record
 
 CASES = ((4, 200), (32, 200), (4, 2048), (32, 2048))
-EVENTS = int(os.environ.get("EVENTHUBS_JVM_EVENTS", "1000000"))
+EVENTS = int(os.environ.get("EVENTHUBS_JVM_EVENTS", "200000"))
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,7 +45,9 @@ def ours(plan_file: str, out_file: str) -> None:
     from eventhubs_spark.localspark import local_session
 
     plan = json.loads(Path(plan_file).read_text())
-    spark = local_session("bench-jvm", **{"spark.master": "local[2]", "spark.ui.enabled": "false"})
+    spark = local_session(
+        "bench-jvm", **{"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+    )  # as the old connector's (fmt: skip)
     tree_cpu = _old_app().tree_cpu
     results = {}
     for name, conn in plan["hubs"].items():
@@ -95,6 +99,7 @@ def run() -> None:
             print(f"{name}: {EVENTS} events in {time.perf_counter() - started:.0f} s", flush=True)
         namespace = f"Endpoint=sb://{host};SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE"
         plan = {"connection_string": f"{namespace};EntityPath={next(iter(hubs))}", "namespace": namespace,
+                "driver_memory": "4g",
                 "trust_store": jvm_peers.trust_store(cert.ca_file, where),
                 "steps": [{"do": "time", "name": name, "hub": name} for name in (warm, *hubs)]}  # fmt: skip
         old = jvm_peers.run_old(plan, where, timeout=3600)

@@ -91,7 +91,9 @@ def run_old(plan: dict, where: Path, timeout: float = 900) -> dict:
     done = subprocess.run([old_spark_python(), str(OLD_APP), str(plan_file), str(out_file)], cwd=where,
                           capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
     if done.returncode != 0:
-        raise AssertionError(f"the old connector failed: {done.stderr[-5000:]}")
+        causes = [line for line in done.stderr.splitlines() if ("Exception" in line or "Error" in line)
+                  and not line.lstrip().startswith("at ")][:10]  # fmt: skip
+        raise AssertionError(f"the old connector failed: {causes} ... {done.stderr[-3000:]}")
     return json.loads(out_file.read_text())  # type: ignore[no-any-return]
 
 

@@ -44,6 +44,7 @@ def main(plan_path: str, out_path: str) -> None:
         .config("spark.driver.extraJavaOptions", trust)
         .config("spark.executor.extraJavaOptions", trust)
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", plan.get("driver_memory", "1g"))
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
