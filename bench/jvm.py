@@ -66,13 +66,12 @@ def ours(plan_file: str, out_file: str) -> None:
 def run() -> None:
     from eventhubs_emulator.tls import generate
     from tests import jvm_peers
-    from tests.integration.test_java_sdk import _loopback_address
 
     lacking = jvm_peers.missing()
     if lacking:
         print(f"bench jvm skipped: it {lacking}")
         return
-    host = _loopback_address()
+    host = jvm_peers.loopback_address(5671)  # the old connector's only port
     where = Path(tempfile.mkdtemp(prefix="bench-jvm-"))
     cert = generate(host, str(where))
     hubs = {f"c{p}x{size}": p for p, size in CASES}

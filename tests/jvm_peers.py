@@ -21,6 +21,25 @@ PEER = ROOT / "tests" / "jvm" / "Peer.java"
 JAVA_OPTIONS = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=error", "-XX:+UseSerialGC", "-Xss512k"]
 
 
+def loopback_address(port: int) -> str:
+    """A loopback address (Linux answers on all of 127.0.0.0/8) whose ``port`` is free there, whatever else runs:
+    the JVM SDKs take a port-less endpoint (AMQP's 5672, or 5671 for the old connector, which knows no other), so
+    each emulator for them gets an address of its own. Chosen by this process's id, a free one among 50."""
+    import random
+    import socket
+
+    rng = random.Random(os.getpid())
+    for _ in range(50):
+        host = f"127.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}.{rng.randrange(2, 255)}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return host
+    raise RuntimeError(f"no loopback address with port {port} free")
+
+
 def missing() -> str | None:
     """What this machine lacks to run the JVM peers (None: nothing): the tests skip, saying it."""
     lacking = [tool for tool in ("java", "mvn", "keytool") if shutil.which(tool) is None]

@@ -151,13 +151,10 @@ def test_dev_azurite_starts_the_blob_service_as_the_connector_needs_it(tmp_path)
     SDK works with, the API-version check skipped."""
     import os
     import signal
-    import socket
 
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([str(ROOT / "dev"), "azurite"], cwd=ROOT, env={**os.environ, "PORT": str(port)},
                             stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     try:

@@ -22,42 +22,18 @@ import pytest
 
 from eventhubs_emulator import Emulator
 from eventhubs_spark.amqp import sdk
-from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.codec.columns import events_to_batch
-from eventhubs_spark.codec.layout import decode_spans, events_batch
-from eventhubs_spark.executor.runtime import current
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 from tests import jvm_peers
 
-from .sdk_helpers import receive, send, wait_until
-from .test_other_producers import _normal
+from .sdk_helpers import send, wait_until
+from .test_other_producers import read_as_the_sdk_reads
 
 # The tests that take the spark fixture are not marked spark: ./dev test runs them in the half beside the Spark
 # tests (with a session of that half's own), whose time is the CI's; the compatibility runs leave them to the newest
 pytestmark = [pytest.mark.slow]
 
 
-def _loopback_address() -> str:
-    """A loopback address of this process's own (Linux answers on all of 127.0.0.0/8) whose port 5672 is free,
-    whatever else runs: both halves of ./dev test run these tests' emulators at once."""
-    import os
-    import random
-    import socket
-
-    rng = random.Random(os.getpid())
-    for _ in range(50):
-        host = f"127.{rng.randrange(1, 255)}.{rng.randrange(1, 255)}.{rng.randrange(2, 255)}"
-        with socket.socket() as probe:
-            try:
-                probe.bind((host, 5672))
-            except OSError:
-                continue
-            return host
-    raise RuntimeError("no loopback address with port 5672 free")
-
-
-HOST = _loopback_address()
+HOST = jvm_peers.loopback_address(5672)  # both halves of ./dev test run these tests' emulators at once
 ALIKE = 300
 
 
@@ -93,25 +69,9 @@ def test_events_from_the_java_sdk_read_as_the_python_sdk_reads_them(java, portle
     # the SDK's decoder has no entry for the AMQP char a Java Character is sent as (its receive stopped at that
     # event): the connector fills that gap (amqp.sdk.fill_decoder_gaps), and the SDK is the reference after it
     sdk.fill_decoder_gaps()
-    sdk_events = sorted(receive(conn, total, starting_position="-1"), key=lambda e: e.sequence_number)
-    assert len(sdk_events) == total
-    settings = parse_connection_string(conn)
-    assert settings.namespace == HOST  # the Java SDK's namespace too: the checkpoint store's paths agree
-    config = ReceiverConfig(consumer_group="$Default", prefetch=500, receiver_timeout=10.0, exclusive=False)
-    receiver = current().pool.acquire(settings, config, "0", 0, retry=False)
-    try:
-        got = RawEvents()
-        for chunk in receiver.read_range(0, total, True, RangeResult()):
-            got.extend(chunk)
-    finally:
-        current().pool.release(receiver, False)
-    assert list(got.seqs) == list(range(total))
-    reference = _normal(events_to_batch(sdk_events, "0").to_pylist())
-    task_batch, task_fallbacks = events_batch(got, "0")
-    columnwise, fallbacks = decode_spans(*got.spans(), "0", min_rows=0)
-    assert _normal(task_batch.to_pylist()) == reference
-    assert _normal(columnwise.to_pylist()) == reference
-    assert task_fallbacks == fallbacks == 0, "nothing the Java SDK sends needs the SDK's decoder"
+    # the Java SDK's namespace too: the checkpoint store's paths agree
+    assert parse_connection_string(conn).namespace == HOST
+    reference = read_as_the_sdk_reads(conn, total, "the Java SDK")
 
     rows = {bytes(row["body"]): row for row in reference}
     props = dict(rows[b"with properties"]["properties"])

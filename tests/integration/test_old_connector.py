@@ -41,9 +41,7 @@ def old(spark, tmp_path_factory):
     lacking = jvm_peers.missing()
     if lacking:
         pytest.skip(f"the old connector {lacking}")
-    from .test_java_sdk import _loopback_address
-
-    host = _loopback_address()  # 5671 there: the old connector's only port
+    host = jvm_peers.loopback_address(5671)  # the old connector's only port
     where = tmp_path_factory.mktemp("old")
     emulator = Emulator({"positions": 4, "migrate": 4, "oldsink": 4, "newsink": 4}, host=host, tls_port=5671)
     emulator.start()

@@ -51,29 +51,36 @@ def _normal(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def test_events_from_the_javascript_sdk_read_as_the_python_sdk_reads_them():
-    total = RICH + ALIKE + KEYED
-    with Emulator({"js": 1}) as emulator:
-        conn = emulator.connection_string("js")
-        _javascript("send_events.mjs", conn, "js", "0", ALIKE)
-        sdk_events = sorted(receive(conn, total, starting_position="-1"), key=lambda e: e.sequence_number)
-        assert len(sdk_events) == total
-        settings = parse_connection_string(conn)
-        config = ReceiverConfig(consumer_group="$Default", prefetch=500, receiver_timeout=10.0, exclusive=False)
-        receiver = current().pool.acquire(settings, config, "0", 0, retry=False)
-        try:
-            got = RawEvents()
-            for chunk in receiver.read_range(0, total, True, RangeResult()):
-                got.extend(chunk)
-        finally:
-            current().pool.release(receiver, False)
+def read_as_the_sdk_reads(conn: str, total: int, sender: str) -> list[dict]:
+    """Partition 0's first ``total`` events, read by the Python SDK and by the connector (a receiver's range, then
+    decoded as a task decodes a chunk, and column by column): the connector's rows must be the SDK's, with no event
+    left to the SDK's decoder. Returns the SDK's rows (``_normal``)."""
+    sdk_events = sorted(receive(conn, total, starting_position="-1"), key=lambda e: e.sequence_number)
+    assert len(sdk_events) == total
+    config = ReceiverConfig(consumer_group="$Default", prefetch=500, receiver_timeout=10.0, exclusive=False)
+    receiver = current().pool.acquire(parse_connection_string(conn), config, "0", 0, retry=False)
+    try:
+        got = RawEvents()
+        for chunk in receiver.read_range(0, total, True, RangeResult()):
+            got.extend(chunk)
+    finally:
+        current().pool.release(receiver, False)
     assert list(got.seqs) == list(range(total))
     reference = _normal(events_to_batch(sdk_events, "0").to_pylist())
     task_batch, task_fallbacks = events_batch(got, "0")  # the way a task decodes a chunk
     columnwise, fallbacks = decode_spans(*got.spans(), "0", min_rows=0)
     assert _normal(task_batch.to_pylist()) == reference
     assert _normal(columnwise.to_pylist()) == reference
-    assert task_fallbacks == fallbacks == 0, "nothing JavaScript sends needs the SDK's decoder"
+    assert task_fallbacks == fallbacks == 0, f"nothing {sender} sends needs the SDK's decoder"
+    return reference
+
+
+def test_events_from_the_javascript_sdk_read_as_the_python_sdk_reads_them():
+    total = RICH + ALIKE + KEYED
+    with Emulator({"js": 1}) as emulator:
+        conn = emulator.connection_string("js")
+        _javascript("send_events.mjs", conn, "js", "0", ALIKE)
+        reference = read_as_the_sdk_reads(conn, total, "JavaScript")
 
     # The JavaScript SDK writes a body that is not bytes as its JSON, strings included (quoted)
     rows = {bytes(row["body"]): row for row in reference}

@@ -186,12 +186,11 @@ def test_a_sink_pointed_at_a_wrong_port_fails_in_seconds_naming_what_it_tried(sp
     """A write's very first connection refused (a wrong host or port): the task says so within about
     FIRST_CONNECT_GRACE, naming the host, port and transport given, not after eventhubs.operationTimeout's five
     minutes of retries."""
-    import socket
     import time
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    from tests.conftest import free_port
+
+    port = free_port()  # closed again: nothing listens there
     conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=hub;UseDevelopmentEmulator=true"
     df = spark.createDataFrame([("a",)], "body string")
     started = time.monotonic()
