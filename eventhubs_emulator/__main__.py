@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -213,11 +213,40 @@ def build(args: argparse.Namespace) -> Emulator:
     return emulator
 
 
+class SignalFlag:
+    """A stop request set from a signal handler: a plain attribute, no lock.
+
+    A ``threading.Event`` must not be set from a handler: Python runs the handler in the main thread
+    between two bytecodes, and if that thread is inside ``Event.wait`` holding the event's own
+    (non-reentrant) lock at that moment, ``set()`` waits for it forever. Under load that window is hit
+    (a SIGTERM once left the emulator running for good). Waiting here is a sleep, which a signal
+    interrupts and PEP 475 resumes.
+    """
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def set(self, *_: object) -> None:
+        self.raised = True
+
+    def is_set(self) -> bool:
+        return self.raised
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.raised:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.05, left))
+        return self.raised
+
+
 def serve(emulator: Emulator) -> int:
     """Start, print the connection strings, block until SIGINT/SIGTERM, stop."""
-    stop = threading.Event()
+    stop = SignalFlag()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stop.set)
     emulator.start()
     shown_key = DEFAULT_KEY if not emulator.config.keys else "<your key>"
     shown_name = DEFAULT_KEY_NAME if not emulator.config.keys else next(iter(emulator.config.keys))

@@ -150,7 +150,7 @@ def _demo_run(args: argparse.Namespace) -> int:
     from azure.eventhub import EventData, EventHubProducerClient
 
     hub = "demo"
-    stop_requested = threading.Event()
+    stop_requested = emulator_cli.SignalFlag()  # set by a signal handler: no lock (see SignalFlag)
     # standard error restored (and what Spark left in the pipe passed on) however the demo ends
     with Emulator({hub: args.partitions}) as emu, tempfile.TemporaryDirectory() as tmp, _QuietStop() as quiet:
         conn = emu.connection_string(hub)
@@ -177,7 +177,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         print("starting Spark (about 10 s)...", flush=True)
         spark = local_session("eventhubs-spark demo")  # eventhubs_spark/conf/spark-defaults.conf
         for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
-            signal.signal(sig, lambda signum, frame: stop_requested.set())
+            signal.signal(sig, stop_requested.set)
         from . import register
 
         register(spark)  # a no-op where Spark found the installed package by itself

@@ -321,3 +321,29 @@ def test_a_hubs_partition_count_is_an_amqp_int():
     count = broker.hubs["h"].properties()["partition_count"]
     assert type(count) is amqp.Int and count == 3
     assert amqp.encode_value(count) == b"\x54\x03"
+
+
+def test_a_stop_signal_during_the_wait_is_seen_without_taking_a_lock():
+    """The emulator's and the demo's stop flag: set from a real signal handler while the main thread waits.
+
+    (A ``threading.Event`` set from a handler can deadlock on its own lock; the flag takes none.)
+    """
+    import os
+    import signal
+    import threading
+    import time
+
+    from eventhubs_emulator.__main__ import SignalFlag
+
+    flag = SignalFlag()
+    previous = signal.signal(signal.SIGUSR1, flag.set)
+    try:
+        timer = threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGUSR1))
+        timer.start()
+        started = time.monotonic()
+        assert flag.wait(10.0) is True
+        assert time.monotonic() - started < 5.0
+        assert flag.is_set()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert SignalFlag().wait(0.05) is False
