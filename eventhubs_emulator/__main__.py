@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import sys
 import time
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import DEFAULT_KEY, DEFAULT_KEY_NAME, Emulator, EmulatorConfig, load_official_config, parse_hub_flag
+from .capture import DEFAULT_NAME_FORMAT, CaptureSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +135,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --promote-every: each promotion loses every partition's last N events, as a forced one loses "
         "what was not yet replicated (default 0)",
     )  # fmt: skip
+    parser.add_argument(
+        "--capture", metavar="FOLDER|blob:CONTAINER",
+        help="Event Hubs Capture: each partition's events in Avro files as the service writes them, into a local "
+        "folder, or blob:CONTAINER with --capture-connection-string (e.g. Azurite's) (default: off)",
+    )  # fmt: skip
+    parser.add_argument("--capture-connection-string", metavar="CONNECTION_STRING",
+                        help="with --capture blob:CONTAINER: the storage account's (default: "
+                        "$AZURE_STORAGE_CONNECTION_STRING)")  # fmt: skip
+    parser.add_argument("--capture-window", type=float, default=300.0, metavar="SECONDS",
+                        help="a file per partition at least this often (the time window; default 300)")  # fmt: skip
+    parser.add_argument(
+        "--capture-size",
+        type=int,
+        default=300 * 1024 * 1024,
+        metavar="BYTES",
+        help="or once a window holds this many bytes of events (the size window; default 300 MiB)",
+    )
+    parser.add_argument(
+        "--capture-codec",
+        choices=("null", "deflate"),
+        default="null",
+        help="the Avro codec (the service's Avro is null, AvroDeflate deflate; default null)",
+    )
+    parser.add_argument("--capture-name-format", default=DEFAULT_NAME_FORMAT, metavar="FORMAT",
+                        help="archiveNameFormat: all nine tokens, e.g. the default " + DEFAULT_NAME_FORMAT.replace(
+                            "{", "{{").replace("}", "}}"))  # fmt: skip
+    parser.add_argument(
+        "--capture-namespace",
+        default="emulator",
+        metavar="NAME",
+        help="the {Namespace} of the file names (default emulator)",
+    )
+    parser.add_argument(
+        "--capture-skip-empty",
+        action="store_true",
+        help="no file for a window without events (skipEmptyArchives; default: an empty file)",
+    )
+
+
+def _capture(args: argparse.Namespace) -> CaptureSettings | None:
+    """--capture and its settings (checked by CaptureSettings, whose errors name the setting)."""
+    where = getattr(args, "capture", None)
+    if not where:
+        return None
+    common: dict[str, Any] = {"window_seconds": args.capture_window, "window_bytes": args.capture_size,
+                              "codec": args.capture_codec, "name_format": args.capture_name_format,
+                              "namespace": args.capture_namespace, "skip_empty": args.capture_skip_empty}  # fmt: skip
+    if where.startswith("blob:"):
+        connection = args.capture_connection_string or os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+        if not connection:
+            raise ValueError("--capture blob:CONTAINER needs --capture-connection-string (or "
+                             "$AZURE_STORAGE_CONNECTION_STRING), e.g. Azurite's")  # fmt: skip
+        return CaptureSettings(destination="blob", connection_string=connection, container=where[5:], **common)
+    return CaptureSettings(destination=where, **common)
 
 
 def build(args: argparse.Namespace) -> Emulator:
@@ -200,6 +256,7 @@ def build(args: argparse.Namespace) -> Emulator:
         promote_every=getattr(args, "promote_every", None),
         promote_lose=getattr(args, "promote_lose", 0),
     )
+    network["capture"] = _capture(args)
     if not getattr(args, "entra", False):
         return Emulator(config=config, host=args.host, port=args.port, **network)
     import secrets
@@ -276,6 +333,13 @@ def serve(emulator: Emulator) -> int:
               f"{', '.join(emulator.schema_registry.groups()) or 'none'}): SchemaRegistryClient("
               f"fully_qualified_namespace={emulator.schema_registry_namespace!r}, credential), trusting "
               f"{emulator.ca_file}", flush=True)  # fmt: skip
+    capturer = emulator.capturer
+    if capturer is not None:
+        where = capturer.settings
+        target = f"container {where.container}" if where.destination == "blob" else where.destination
+        print(f"Capture into {target}: a file per partition every {where.window_seconds:g} s or "
+              f"{where.window_bytes} bytes, codec {where.codec}, named {where.name_format}.avro",
+              flush=True)  # fmt: skip
     entra = getattr(emulator, "entra", None)
     if entra is not None:
         secret = entra.clients["local-app"].secret

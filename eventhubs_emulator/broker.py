@@ -23,8 +23,12 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import amqp
+
+if TYPE_CHECKING:
+    from .capture import Capturer
 
 _q = struct.Struct(">q")
 
@@ -229,6 +233,8 @@ class Partition:
             self.next_offset = offset + event.size
             self.last_offset = offset
         self.last_enqueued_ms = now
+        if self.hub.capturer is not None and messages:
+            self.hub.capturer.appended(self, self.events[-len(messages) :])
         for notify in list(self.listeners):
             notify()
 
@@ -285,11 +291,15 @@ class Hub:
     retention_s: float | None = None
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     geo_replicated: bool = False
+    capturer: Capturer | None = None  # Event Hubs Capture, where it is on for this hub (capture.py)
     _round_robin: int = 0
 
     def add_partitions(self, count: int) -> None:
         start = len(self.partitions)
         self.partitions.extend(Partition(self, str(i)) for i in range(start, start + count))
+        if self.capturer is not None:
+            for partition in self.partitions[start:]:
+                self.capturer.start_partition(partition)
 
     def partition(self, partition_id: str) -> Partition | None:
         if partition_id.isascii() and partition_id.isdigit() and int(partition_id) < len(self.partitions):
@@ -323,6 +333,19 @@ class Broker:
     def __init__(self, max_message_size: int = 1024 * 1024) -> None:
         self.hubs: dict[str, Hub] = {}
         self.max_message_size = max_message_size
+        self.capturer: Capturer | None = None
+
+    def capture(self, capturer: Capturer) -> None:
+        """Switch Capture on for the hubs it covers, those there now and those added later."""
+        self.capturer = capturer
+        for hub in self.hubs.values():
+            self._capture_hub(hub)
+
+    def _capture_hub(self, hub: Hub) -> None:
+        if self.capturer is not None and self.capturer.covers(hub.name):
+            hub.capturer = self.capturer
+            for partition in hub.partitions:
+                self.capturer.start_partition(partition)
 
     def add_hub(
         self,
@@ -343,6 +366,7 @@ class Broker:
         hub.consumer_groups.update(g.lower() for g in consumer_groups)
         hub.add_partitions(partitions)
         self.hubs[key] = hub
+        self._capture_hub(hub)
         return hub
 
     def hub(self, name: str) -> Hub | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .broker import Broker
+from .capture import CapturedFile, Capturer, CaptureSettings
 from .config import DEFAULT_CONSUMER_GROUP, EmulatorConfig, HubConfig
 from .metering import Meter
 from .registry import RegistryServer, SchemaRegistry
@@ -53,6 +54,7 @@ class Emulator:
         promote_lose: int = 0,
         schema_registry_port: int | None = None,
         schema_groups: Mapping[str, str] | None = None,
+        capture: CaptureSettings | Mapping[str, Any] | None = None,
     ) -> None:
         """``token_verifier`` accepts Microsoft Entra ID tokens (e.g. :meth:`LocalEntra.verify`); with
         ``keys`` or a verifier, every link needs a token the emulator accepts. ``idle_timeout`` and
@@ -75,7 +77,12 @@ class Emulator:
 
         ``schema_registry_port`` serves the namespace's Schema Registry over HTTPS (:mod:`.registry`; 0: a free
         port) with the same certificate, its tokens checked by ``token_verifier``; ``schema_groups`` (name ->
-        Avro, Json or Custom) are there from the start (:meth:`add_schema_group` adds more)."""
+        Avro, Json or Custom) are there from the start (:meth:`add_schema_group` adds more).
+
+        ``capture`` (a :class:`~.capture.CaptureSettings`, or its fields as a mapping) switches Event Hubs Capture
+        on: each partition's events written to Avro files, window by window, into a local folder or a blob
+        container, as the service writes them (:mod:`.capture`; faults: :meth:`capture_pause`,
+        :meth:`capture_delay_next`, :meth:`capture_duplicate_next`)."""
         # made here so that a bad count fails the constructor (Meter checks it), not the emulator's thread
         self._meter = Meter(throughput_units, burst_seconds) if throughput_units is not None else None
         self.burst_seconds = burst_seconds
@@ -112,6 +119,11 @@ class Emulator:
         for hub in self.config.hubs:
             self.broker.add_hub(hub.name, hub.partitions, hub.consumer_groups, hub.retention_seconds,
                                 hub.geo_replicated or geo_replicated)  # fmt: skip
+        if capture is not None and not isinstance(capture, CaptureSettings):
+            capture = CaptureSettings(**dict(capture))
+        self.capturer: Capturer | None = Capturer(capture) if capture is not None else None
+        if self.capturer is not None:
+            self.broker.capture(self.capturer)
         self.schema_registry = SchemaRegistry()
         for group, schema_format in (schema_groups or {}).items():
             self.schema_registry.add_group(group, schema_format)
@@ -181,6 +193,14 @@ class Emulator:
             ready.set_exception(exc)
             loop.close()
             return
+        if self.capturer is not None:
+            try:
+                self.capturer.start()
+            except Exception as exc:
+                ready.set_exception(exc)
+                loop.run_until_complete(self.server.stop())
+                loop.close()
+                return
         ready.set_result(None)
         try:
             loop.run_forever()
@@ -192,6 +212,8 @@ class Emulator:
             loop.close()
 
     def stop(self) -> None:
+        if self.capturer is not None:
+            self.capturer.stop()  # the open windows' files written, as a clean shutdown of the service would
         if self.registry_server is not None:
             self.registry_server.stop()
             self.registry_server = None
@@ -342,6 +364,41 @@ class Emulator:
         partition id). Returns the events lost per partition."""
 
         return self._call(lambda: _promote(self._server(), self._hub(hub), lose))
+
+    # -- Capture --
+    def _capturer(self) -> Capturer:
+        if self.capturer is None:
+            raise RuntimeError("Capture is off: start the emulator with capture=CaptureSettings(...) (or --capture)")
+        return self.capturer
+
+    @property
+    def captured_files(self) -> list[CapturedFile]:
+        """The Capture files written so far, in the order written."""
+        return list(self._capturer().files)
+
+    def capture_flush(self) -> list[CapturedFile]:
+        """Close every open Capture window now and write its file (its events, or an empty file)."""
+        capturer = self._capturer()
+        self._call(lambda: None)  # one turn of the loop: what was sent before this call is appended
+        return capturer.flush()
+
+    def capture_pause(self, hub: str) -> None:
+        """Switch Capture off for ``hub`` until :meth:`capture_resume`: the events sent meanwhile are never
+        captured, a real gap that only the hub (within its retention) can fill."""
+        self._capturer().pause(hub)
+
+    def capture_resume(self, hub: str) -> None:
+        self._capturer().resume(hub)
+
+    def capture_delay_next(self, hub: str, partition: str, seconds: float) -> None:
+        """Write the next file of a partition ``seconds`` after its window closed (a back-fill after a storage
+        outage): later files may appear before it."""
+        self._capturer().delay_next(hub, partition, seconds)
+
+    def capture_duplicate_next(self, hub: str, partition: str) -> None:
+        """Write the next file of a partition twice, the copy named one second later: the same events in two
+        files."""
+        self._capturer().duplicate_next(hub, partition)
 
     def add_partitions(self, hub: str, count: int) -> None:
         """Grow a hub by ``count`` partitions (Premium and Dedicated tiers allow this at runtime)."""
