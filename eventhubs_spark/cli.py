@@ -503,8 +503,7 @@ def _lag_text(report: dict[str, Any]) -> str:
 
 
 def _lag_options(args: argparse.Namespace) -> dict[str, str]:
-    """The query's options: a JSON file of them (as it was started with), each --option, and the connection
-    string (flag, else the environment, where neither names a namespace)."""
+    """The options the user gave: a JSON file of them (as the query was started with) and each --option."""
     options: dict[str, str] = {}
     if args.options:
         with open(args.options, encoding="utf-8") as f:
@@ -516,24 +515,66 @@ def _lag_options(args: argparse.Namespace) -> dict[str, str]:
                 f"error: --option takes KEY=VALUE, e.g. --option eventhubs.consumerGroup=spark; got {item!r}"
             )
         options[key.strip()] = value
-    given = {k.lower() for k in options}
-    if args.connection_string:
-        options["eventhubs.connectionString"] = args.connection_string
-    elif "eventhubs.connectionstring" not in given and "eventhubs.namespace" not in given:
-        options["eventhubs.connectionString"] = _secret(None, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    return options
+
+
+def _entity_path(connection_string: str) -> str | None:
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "entitypath" and value.strip():
+            return value.strip()
+    return None
+
+
+def _with_stored(given: dict[str, str], stored: dict[str, dict[str, str]], connection: str | None,
+                 location: str) -> dict[str, str]:  # fmt: skip
+    """The query's options as its driver stored them under the checkpoint location (``source.json``, secrets
+    left out), under the ones given here; the connection string (flag, else environment) where the query
+    signed in with a key, which is never stored."""
+    lower = {k.lower(): v for k, v in given.items()}
+    hub = lower.get("eventhubs.name") or (_entity_path(connection) if connection else None)
+    base: dict[str, str] = {}
+    if stored:
+        if hub is None and len(stored) > 1:
+            raise SystemExit(f"error: {location} holds the lag of hubs {', '.join(sorted(stored))}: name one, e.g. "
+                             f"--option eventhubs.name={sorted(stored)[0]}")  # fmt: skip
+        base = dict(stored.get(hub, {}) if hub is not None else next(iter(stored.values())))
+    signed = base.pop("_signIn", None)
+    options = {**base, **given}
+    names = {k.lower() for k in options}
+    if "eventhubs.connectionstring" in names:
+        return options
+    with_key = signed in ("connectionString", "sasToken") or (signed is None and "eventhubs.namespace" not in names)
+    if connection is None and with_key:
+        known = f" (its hub {base['eventhubs.name']!r} is known from {location}; its key is not stored)" if base else ""
+        raise SystemExit(f"error: pass --connection-string or set EVENTHUBS_CONNECTION_STRING{known}")
+    if connection is not None:
+        for key in [k for k in options if k.lower() in ("eventhubs.namespace", "eventhubs.usedevelopmentemulator")]:
+            options.pop(key)  # the connection string names them
+        if _entity_path(connection):
+            for key in [k for k in options if k.lower() == "eventhubs.name"]:
+                options.pop(key)
+        options["eventhubs.connectionString"] = connection
     return options
 
 
 def _lag(args: argparse.Namespace) -> int:
     from .errors import OptionError
+    from .lag import stored_sources
 
-    options = _lag_options(args)
+    given = _lag_options(args)
     location = args.checkpoint_location or next(
-        (v for k, v in options.items() if k.lower() == "eventhubs.checkpointlocation"), None
+        (v for k, v in given.items() if k.lower() == "eventhubs.checkpointlocation"), None
     )
     if not location:
         raise SystemExit("error: pass --checkpoint-location (the query's Spark checkpoint location)")
     storage = args.storage_connection_string or os.environ.get("CHECKPOINT_STORE_CONNECTION_STRING")
+    connection = args.connection_string or os.environ.get("EVENTHUBS_CONNECTION_STRING") or None
+    try:
+        options = _with_stored(given, stored_sources(checkpoint_folder(location, storage)), connection, location)
+    except (OptionError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     shown = 0
     while True:
         try:
@@ -601,7 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     lag.add_argument("--checkpoint-location", help="the query's checkpoint location: a local path, file:, dbfs:/, or "
                      "Azure Storage (abfss://, wasbs://, https://)")  # fmt: skip
-    lag.add_argument("--connection-string", help="Event Hubs, with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    lag.add_argument("--connection-string", help="Event Hubs, for a query that signed in with a key (default: "
+                     "$EVENTHUBS_CONNECTION_STRING); without EntityPath, the query's stored hub")  # fmt: skip
     lag.add_argument("--storage-connection-string", help="for a checkpoint location in Azure Storage (abfss://, "
                      "wasbs://, https://; default: $CHECKPOINT_STORE_CONNECTION_STRING)")  # fmt: skip
     lag.add_argument("--options", help="a JSON file of the options the query was started with (conf/*.json)")

@@ -324,6 +324,10 @@ class Folder(Protocol):
         """The files directly in folder ``sub`` (``a/b``), by name; empty when there is none."""
         ...
 
+    def folders(self, sub: str) -> list[str]:
+        """The folders directly in folder ``sub``, by name; empty when there is none."""
+        ...
+
     def text(self, path: str) -> str:
         """A file's text (OSError when it cannot be read)."""
         ...
@@ -344,11 +348,30 @@ class LocalFolder:
         folder = self.root / sub
         return [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
 
+    def folders(self, sub: str) -> list[str]:
+        folder = self.root / sub
+        return [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+
     def text(self, path: str) -> str:
         return (self.root / path).read_text(encoding="utf-8")
 
     def modified(self, path: str) -> dt.datetime:
         return dt.datetime.fromtimestamp((self.root / path).stat().st_mtime, UTC)
+
+
+SOURCE_FILE = "source.json"
+
+
+def stored_sources(folder: Folder) -> dict[str, dict[str, str]]:
+    """The hubs whose queries wrote lag files under a checkpoint location, with the options each stored
+    (:meth:`LagFiles.write_source`); a hub that stored none is left out."""
+    found: dict[str, dict[str, str]] = {}
+    for hub in folder.folders(FILE_DIRECTORY):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            doc = json.loads(folder.text(f"{FILE_DIRECTORY}/{hub}/{SOURCE_FILE}"))
+            if isinstance(doc, dict):
+                found[hub] = {str(k): str(v) for k, v in doc.items()}
+    return found
 
 
 class LagFiles:
@@ -387,6 +410,13 @@ class LagFiles:
         doc = {p: {"end": segments.show(end), "enqueuedTime": _time(micros).isoformat()}  # type: ignore[union-attr]
                for p, (end, micros) in sorted(reads.items())}  # fmt: skip
         _write_whole(self.directory / "reads.json", json.dumps(doc, sort_keys=True))
+
+    def write_source(self, options: Mapping[str, str]) -> None:
+        """The query's options without their secrets (``source.json``, see :func:`shareable_options`), so a
+        command given only the checkpoint location (``eventhubs-spark lag``) knows the hub, its namespace and
+        how the query reads; the secret it still needs comes from the user."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        _write_whole(self.directory / SOURCE_FILE, json.dumps(dict(options), indent=1, sort_keys=True))
 
     def reads(self) -> dict[str, tuple[int, int]]:
         """What :meth:`write_reads` wrote last (empty when nothing was)."""

@@ -773,9 +773,10 @@ SPECS: tuple[Spec, ...] = (
         None,
         _local_location,
         "The query's own checkpoint location (writeStream's checkpointLocation, which Spark does not tell a "
-        "Python source): the driver writes each trigger's lag figures under eventhubs-lag/ there, for "
-        "`eventhubs-spark lag --checkpoint-location` and the notebooks. A local path, file: or dbfs:/ (through "
-        "/dbfs); unset: the figures go to the driver's log (and the progress's latestOffset on Spark 4.2+) only.",
+        "Python source): the driver writes each trigger's lag figures under eventhubs-lag/ there, with the "
+        "query's options less their secrets, for `eventhubs-spark lag --checkpoint-location` and the notebooks. "
+        "A local path, file: or dbfs:/ (through /dbfs); unset: the figures go to the driver's log (and the "
+        "progress's latestOffset on Spark 4.2+) only.",
         "/dbfs/checkpoints/telemetry",
         frozenset({STREAM}),
         field="checkpoint_location",
@@ -1191,6 +1192,21 @@ def check_read_options(raw: Mapping[str, str]) -> ReadOptions:
         return read_options(raw, STREAM)
     except OptionError:
         return read_options(raw, BATCH)  # fine as a batch read, or this error is the one to show
+
+
+def shareable_options(raw: Mapping[str, str], namespace: str, hub: str, emulator: bool,
+                      auth_method: str) -> dict[str, str]:  # fmt: skip
+    """The options a query was started with, less every secret one (the options table marks them): the
+    connection string gives way to its namespace and hub, which are not secret; its key stays with the user.
+    ``_signIn`` says how it signed in (``connectionString``, ``sasToken``, an Entra method), so a command
+    knows to ask for the key rather than try another identity."""
+    known = {spec.key.lower(): spec for spec in SPECS}
+    kept = {key: str(value) for key, value in raw.items()
+            if key.lower() in known and not known[key.lower()].secret}  # fmt: skip
+    kept.update({"eventhubs.namespace": namespace, "eventhubs.name": hub, "_signIn": auth_method})
+    if emulator:
+        kept["eventhubs.useDevelopmentEmulator"] = "true"
+    return kept
 
 
 def read_options(raw: Mapping[str, str], mode: str) -> ReadOptions:

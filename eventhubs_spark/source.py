@@ -34,7 +34,7 @@ from .errors import OptionError, data_loss_error
 from .executor import runtime
 from .lag import LagFiles, LagReport, LagTracker
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
-from .options import BATCH, STREAM, ReadOptions, read_options
+from .options import BATCH, STREAM, ReadOptions, read_options, shareable_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
 from .positions import Latest, Position
 from .ranges import RangeRequest, ReceiverConfig
@@ -375,6 +375,14 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         typed = self.planner.options
         self._lag = LagTracker(self.hub, typed.stalled_after_batches, typed.stalled_after)
         self._lag_files = LagFiles(typed.checkpoint_location, self.hub) if typed.checkpoint_location else None
+        if self._lag_files is not None:  # what `eventhubs-spark lag` reads back, given only the location
+            settings = self.planner.settings
+            try:
+                self._lag_files.write_source(shareable_options(options, settings.namespace, self.hub,
+                                                               settings.emulator, settings.auth_method))  # fmt: skip
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: the query's options could not be written under %s: %s", self.hub,
+                             self._lag_files.directory, exc)  # fmt: skip
         self._lag_report: LagReport | None = None  # this trigger's figures (reportLatestOffset shows them)
         self._lag_written: tuple[Any, float] | None = None  # what the last lag file said, and when
         self._planned_batch = False  # the last trigger planned a batch (a partition it left counts to a stall)

@@ -238,6 +238,17 @@ class BlobFolder:
         except ResourceNotFoundError:
             return []
 
+    def folders(self, sub: str) -> list[str]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        folder = self._name(sub)
+        start = f"{folder}/" if folder else ""
+        try:  # a prefix walked with a delimiter comes back as a name ending in '/'
+            return [b.name[len(start) : -1] for b in self.container.walk_blobs(name_starts_with=start, delimiter="/")
+                    if b.name.endswith("/")]  # fmt: skip
+        except ResourceNotFoundError:
+            return []
+
     def text(self, path: str) -> str:
         from azure.core.exceptions import AzureError
 

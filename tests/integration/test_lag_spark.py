@@ -16,7 +16,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.mark.azurite
 def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint(
-    spark, eventhub, azurite, tmp_path, capsys
+    spark, eventhub, azurite, tmp_path, capsys, monkeypatch
 ):
     from eventhubs_spark.cli import main
     from eventhubs_spark.lag import LagFiles
@@ -74,6 +74,18 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
                  "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["maxOffsetsBehindLatest"] == 0 and report["stalledPartitions"] == []
+    # the query stored its options, less the key, beside its lag files: the hub and namespace come from there, the
+    # key from a namespace's connection string (no EntityPath), or the command says it is missing and why
+    source = (files.directory / "source.json").read_text()
+    key = next(p.split("=", 1)[1] for p in eventhub.connection_string.split(";") if p.startswith("SharedAccessKey="))
+    assert key not in source and json.loads(source)["eventhubs.name"] == eventhub.name
+    namespace_only = ";".join(p for p in eventhub.connection_string.split(";") if not p.startswith("EntityPath="))
+    assert main(["lag", "--checkpoint-location", str(checkpoint), "--connection-string", namespace_only,
+                 "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["partitions"] == report["partitions"]
+    monkeypatch.delenv("EVENTHUBS_CONNECTION_STRING", raising=False)
+    with pytest.raises(SystemExit, match=f"its hub '{eventhub.name}' is known from .*; its key is not stored"):
+        main(["lag", "--checkpoint-location", str(checkpoint)])
     assert {p: v["committed"] for p, v in report["partitions"].items()} == {"0": "60", "1": "30", "2": "0", "3": "0"}
     # five more events in partition 1, and the query does not run: behind by five, by their time, and stalled
     send(eventhub.connection_string, [f"late-{i}" for i in range(5)], partition_id="1")
@@ -109,6 +121,9 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
     stored = json.loads(capsys.readouterr().out)
     assert stored["batch"] == watched[-1]["batch"] and stored["partitions"]["1"]["eventsBehind"] == 5
     assert stored["partitions"]["1"]["secondsBehind"] == one["secondsBehind"]
+    assert main(["lag", "--checkpoint-location", remote, "--connection-string", namespace_only,
+                 "--storage-connection-string", azurite.connection_string, "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["partitions"] == stored["partitions"]  # the hub from its blob
     assert main(["lag", "--checkpoint-location", remote, "--connection-string", eventhub.connection_string]) == 2
     assert "pass --storage-connection-string" in capsys.readouterr().err
 

@@ -11,7 +11,7 @@ import pytest
 from eventhubs_spark import segments
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.lag import KEEP_FILES, LagFiles, LagReport, LagTracker, local_path
-from eventhubs_spark.options import read_options
+from eventhubs_spark.options import STREAM, read_options
 from eventhubs_spark.partitions import PartitionInfo
 from eventhubs_spark.source import LAG_KEY, EventHubsStreamReader
 
@@ -246,3 +246,42 @@ def test_the_lag_commands_text_gives_a_floor_for_the_max_when_a_partitions_time_
     assert "max at least 62.7 s (no time yet for partition 1)" in head, head
     report["maxSecondsBehindLatest"], report["partitions"]["1"] = 62.7, row(3.0, 5)
     assert _lag_text(report).splitlines()[0].endswith("max 40 events, max 62.7 s")
+
+
+def test_a_query_stores_its_options_without_secrets_and_the_lag_command_takes_them_back(tmp_path):
+    """`eventhubs-spark lag` given only the checkpoint location: the hub, namespace and options come from the
+    query's source.json (secrets left out); the key, never stored, from the user, or a message saying so."""
+    from eventhubs_spark.cli import _with_stored
+    from eventhubs_spark.lag import LocalFolder, stored_sources
+    from eventhubs_spark.options import shareable_options
+
+    key = "k3y-TOPSECRET"
+    raw = {"eventhubs.connectionString": f"Endpoint=sb://ns.example:5672;SharedAccessKeyName=a;SharedAccessKey={key}",
+           "eventhubs.name": "orders", "eventhubs.consumerGroup": "spark", "eventhubs.entra.clientSecret": "s3cret",
+           "maxEventsPerTrigger": "100", "path": "/not/an/option"}  # fmt: skip
+    kept = shareable_options(raw, "ns.example:5672", "orders", True, "connectionString")
+    assert kept == {"eventhubs.name": "orders", "eventhubs.consumerGroup": "spark", "maxEventsPerTrigger": "100",
+                    "eventhubs.namespace": "ns.example:5672", "eventhubs.useDevelopmentEmulator": "true",
+                    "_signIn": "connectionString"}  # fmt: skip
+    LagFiles(str(tmp_path), "orders").write_source(kept)
+    LagFiles(str(tmp_path), "other").write_source({**kept, "eventhubs.name": "other", "_signIn": "managedIdentity"})
+    stored = stored_sources(LocalFolder(str(tmp_path)))
+    assert set(stored) == {"orders", "other"} and key not in json.dumps(stored)
+
+    namespace_key = f"Endpoint=sb://ns.example:5672;SharedAccessKeyName=a;SharedAccessKey={key}"
+    with pytest.raises(SystemExit, match="holds the lag of hubs orders, other: name one, e.g. --option eventhubs.name"):
+        _with_stored({}, stored, namespace_key, "LOC")
+    options = _with_stored({"eventhubs.name": "orders"}, stored, namespace_key, "LOC")
+    assert options == {"eventhubs.name": "orders", "eventhubs.consumerGroup": "spark", "maxEventsPerTrigger": "100",
+                       "eventhubs.connectionString": namespace_key}  # fmt: skip
+    read_options(options, STREAM)  # a valid set: the namespace from the key's connection string, the hub stored
+    with_path = f"{namespace_key};EntityPath=orders"  # the hub by the connection string; the stored name gives way
+    assert "eventhubs.name" not in _with_stored({}, {"orders": stored["orders"]}, with_path, "LOC")
+    with pytest.raises(SystemExit, match="pass --connection-string or set EVENTHUBS_CONNECTION_STRING \\(its hub "
+                       "'orders' is known from LOC; its key is not stored\\)"):  # fmt: skip
+        _with_stored({"eventhubs.name": "orders"}, stored, None, "LOC")
+    # a query that signed in with Entra needs no key: its stored options are the whole sign-in
+    entra = _with_stored({"eventhubs.name": "other"}, stored, None, "LOC")
+    assert "eventhubs.connectionString" not in entra and entra["eventhubs.namespace"] == "ns.example:5672"
+    with pytest.raises(SystemExit, match="pass --connection-string or set EVENTHUBS_CONNECTION_STRING$"):
+        _with_stored({}, {}, None, "LOC")  # nothing stored, nothing given
