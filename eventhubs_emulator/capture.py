@@ -30,14 +30,34 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import amqp
 
-if TYPE_CHECKING:
-    from .broker import Event, Partition
+if TYPE_CHECKING:  # the broker's types, by their shape (the broker imports this module, not the reverse)
+    from typing import Protocol
+
+    class Event(Protocol):
+        sequence_number: int
+        segment: int
+        offset: int
+        enqueued_ms: int
+        partition_key: str | None
+        body: bytes
+        size: int
+
+    class _Hub(Protocol):
+        name: str
+
+    class Partition(Protocol):
+        id: str
+
+        @property
+        def hub(self) -> _Hub: ...
+
+        def wire_offset(self, offset: int, segment: int | None = None) -> str: ...
 
 WRITER_SCHEMA = (
     '{"type":"record","name":"EventData","namespace":"Microsoft.ServiceBus.Messaging","fields":['
@@ -248,7 +268,7 @@ class Capturer:
         with self._lock:
             self._windows.setdefault((partition.hub.name, partition.id), _Window(int(self.clock() * 1000)))
 
-    def appended(self, partition: Partition, events: list[Event]) -> None:
+    def appended(self, partition: Partition, events: Sequence[Event]) -> None:
         """Events just appended to ``partition``: into its open window, unless capture of the hub is paused."""
         hub = partition.hub.name
         if hub.lower() in self._paused:

@@ -41,7 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (
-    ("amqp", "config", "tls", "websocket", "entra", "metering", "registry"),
+    ("amqp", "config", "tls", "websocket", "entra", "metering", "registry", "capture"),
     ("broker",),
     ("connection",),
     ("server",),
