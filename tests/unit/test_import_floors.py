@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ),  # pure
     ("auth",),  # connection, network and identity settings as plain data; sign-in
     ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
-    ("codec", "avro"),  # AMQP messages into Arrow columns and back; Avro bodies into struct columns and back
+    ("codec", "avro", "capture"),  # AMQP messages into Arrow columns and back; Avro bodies; Capture files
     (
         "ranges",
         "sealed",

@@ -1,0 +1,1 @@
+"""Event Hubs Capture files, read (issue 48): their names (``names``) and their events (``files``)."""

@@ -1,0 +1,221 @@
+"""Capture files read: Avro object container files as the service writes them, into the events they hold.
+
+Every file is decoded with its own embedded writer schema, which must be Capture's: a record of
+``SequenceNumber`` (long), ``Offset`` (string), ``EnqueuedTimeUtc`` (string), ``SystemProperties`` (map of
+long, double, string, bytes), ``Properties`` (map of long, double, string, bytes and, in real files, null) and
+``Body`` (null or bytes). The documentation's four-branch ``Properties`` and the real files' five both read;
+any other schema is refused by name. Codecs ``null`` and ``deflate``; a block of zero events (every empty file
+has one) is fine. A file cut short, a sync marker that does not match, or a record that runs past its block
+each get a message naming the file and the byte.
+
+The enqueued time comes from ``SystemProperties["x-opt-enqueued-time"]`` (epoch milliseconds) where the file
+has it, else from ``EnqueuedTimeUtc``, which is to the second (``12/9/2022 4:51:25 PM``, a .NET string in UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EventHubsError
+
+MAGIC = b"Obj\x01"
+_DOUBLE = struct.Struct("<d")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_FIELDS = ("SequenceNumber", "Offset", "EnqueuedTimeUtc", "SystemProperties", "Properties", "Body")
+
+
+class CaptureFileError(EventHubsError):
+    """A Capture file that cannot be read as one: says which file, where, and why."""
+
+
+@dataclass
+class CapturedEvents:
+    """A file's events, as columns (one entry per event, in the file's order)."""
+
+    sequence_numbers: list[int] = field(default_factory=list)
+    offsets: list[str] = field(default_factory=list)
+    enqueued_ms: list[int] = field(default_factory=list)
+    enqueued_to_the_second: list[bool] = field(default_factory=list)  # from EnqueuedTimeUtc alone
+    system_properties: list[dict[str, Any]] = field(default_factory=list)
+    properties: list[dict[str, Any]] = field(default_factory=list)
+    bodies: list[bytes | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.sequence_numbers)
+
+
+def dotnet_time_ms(text: str) -> int:
+    """``M/d/yyyy h:mm:ss tt`` (UTC, as Capture writes ``EnqueuedTimeUtc``) as epoch milliseconds."""
+    when = dt.datetime.strptime(text.strip(), "%m/%d/%Y %I:%M:%S %p").replace(tzinfo=dt.timezone.utc)
+    return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+class _Reader:
+    """A cursor over one file's bytes, failing with the file's name and the byte."""
+
+    def __init__(self, data: bytes | memoryview, where: str, start: int = 0, end: int | None = None) -> None:
+        self.data = data
+        self.where = where
+        self.pos = start
+        self.end = len(data) if end is None else end
+
+    def fail(self, why: str) -> CaptureFileError:
+        return CaptureFileError(f"Capture file {self.where}: {why} (at byte {self.pos})")
+
+    def long(self) -> int:
+        shift = result = 0
+        data, pos, end = self.data, self.pos, self.end
+        while True:
+            if pos >= end:
+                raise self.fail("cut short inside a number")
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise self.fail("a number longer than ten bytes")
+        self.pos = pos
+        return (result >> 1) ^ -(result & 1)
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > self.end:
+            raise self.fail(f"cut short: {n} bytes wanted, {self.end - self.pos} left")
+        out = bytes(self.data[self.pos : self.pos + n])
+        self.pos += n
+        return out
+
+    def bytes_(self) -> bytes:
+        return self.raw(self.long())
+
+    def string(self) -> str:
+        raw = self.bytes_()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail("a string that is not UTF-8") from None
+
+    def double(self) -> float:
+        return float(_DOUBLE.unpack(self.raw(8))[0])
+
+    def map(self, value: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        while True:
+            count = self.long()
+            if count == 0:
+                return out
+            if count < 0:  # a block with its byte size after the count
+                count = -count
+                self.long()
+            for _ in range(count):
+                key = self.string()
+                out[key] = value(self)
+
+
+def _union(branches: tuple[str, ...]) -> Any:
+    def read(r: _Reader) -> Any:
+        index = r.long()
+        if not 0 <= index < len(branches):
+            raise r.fail(f"union branch {index} of {len(branches)}")
+        kind = branches[index]
+        if kind == "long":
+            return r.long()
+        if kind == "double":
+            return r.double()
+        if kind == "string":
+            return r.string()
+        if kind == "bytes":
+            return r.bytes_()
+        return None
+
+    return read
+
+
+def _check_schema(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The value branches of SystemProperties and Properties, once the writer schema is found to be Capture's."""
+    try:
+        schema = json.loads(text)
+        fields = {f["name"]: f["type"] for f in schema["fields"]}
+        names = tuple(f["name"] for f in schema["fields"])
+        system = tuple(fields["SystemProperties"]["values"])
+        props = tuple(fields["Properties"]["values"])
+        ok = (
+            names == _FIELDS and fields["SequenceNumber"] == "long" and fields["Offset"] == "string"
+            and fields["EnqueuedTimeUtc"] == "string" and fields["Body"] == ["null", "bytes"]
+            and set(system) <= {"long", "double", "string", "bytes", "null"}
+            and set(props) <= {"long", "double", "string", "bytes", "null"}
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise CaptureFileError(f"Capture file {where}: its writer schema is not Event Hubs Capture's (fields "
+                               f"{', '.join(_FIELDS)}): {text[:300]}")  # fmt: skip
+    return system, props
+
+
+def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
+    """Every event of one Capture file (``where`` names it in messages)."""
+    if bytes(data[:4]) != MAGIC:
+        raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
+    r = _Reader(data, where, start=4)
+    metadata = r.map(lambda reader: reader.bytes_())
+    codec = metadata.get("avro.codec", b"null").decode()
+    if codec not in ("null", "deflate"):
+        raise CaptureFileError(f"Capture file {where}: codec {codec!r}; Capture writes null or deflate")
+    if "avro.schema" not in metadata:
+        raise CaptureFileError(f"Capture file {where}: no writer schema in its header")
+    system_branches, property_branches = _check_schema(metadata["avro.schema"].decode("utf-8", "replace"), where)
+    system_value, property_value = _union(system_branches), _union(property_branches)
+    sync = r.raw(16)
+    out = CapturedEvents()
+    block = 0
+    while r.pos < r.end:
+        count = r.long()
+        size = r.long()
+        payload = r.raw(size)
+        if r.raw(16) != sync:
+            r.pos -= 16
+            raise r.fail(f"block {block}'s sync marker differs from the header's: the file is corrupt")
+        if count < 0:
+            raise r.fail(f"block {block} says it holds {count} events")
+        if count:
+            if codec == "deflate":
+                try:
+                    payload = zlib.decompress(payload, -15)
+                except zlib.error as exc:
+                    raise r.fail(f"block {block} does not inflate: {exc}") from None
+            _records(_Reader(payload, f"{where} block {block}"), count, out, system_value, property_value)
+        block += 1
+    return out
+
+
+def _records(r: _Reader, count: int, out: CapturedEvents, system_value: Any, property_value: Any) -> None:
+    for _ in range(count):
+        out.sequence_numbers.append(r.long())
+        out.offsets.append(r.string())
+        text = r.string()
+        system = r.map(system_value)
+        out.properties.append(r.map(property_value))
+        branch = r.long()
+        if branch not in (0, 1):
+            raise r.fail(f"Body's union branch {branch}")
+        out.bodies.append(r.bytes_() if branch == 1 else None)
+        out.system_properties.append(system)
+        exact = system.get("x-opt-enqueued-time")
+        if isinstance(exact, int):
+            out.enqueued_ms.append(exact)
+            out.enqueued_to_the_second.append(False)
+        else:
+            try:
+                out.enqueued_ms.append(dotnet_time_ms(text))
+            except ValueError:
+                raise r.fail(f"EnqueuedTimeUtc {text!r} is not a time as Capture writes it") from None
+            out.enqueued_to_the_second.append(True)
+    if r.pos != r.end:
+        raise r.fail(f"{r.end - r.pos} bytes after the block's {count} events")
