@@ -101,7 +101,7 @@ class CaptureSettings:
             )
         if self.codec not in ("null", "deflate"):
             raise ValueError(f"capture codec {self.codec!r}: 'null' or 'deflate'")
-        if self.destination != "blob" and not self.destination:
+        if not self.destination:
             raise ValueError("capture needs a destination: a local folder, or 'blob' with a connection string and a "
                              "container")  # fmt: skip
         if self.destination == "blob" and not (self.connection_string and self.container):
