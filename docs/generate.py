@@ -18,7 +18,8 @@ RESULTS = ROOT / "bench" / "results.json"
 # each benchmark's heading on the Performance page, in the page's order (a benchmark missing here comes last)
 BENCHES = {
     "read_vs_sdk": "Reading, whole query, against the SDK (bench `read`)",
-    "jvm": "Reading, whole query, against the old Scala connector (bench `jvm`)",
+    "jvm": "Reading, whole query, against the old Scala connector and Spark's Kafka source (bench `jvm`)",
+    "jvm_sink": "Writing, against the old Scala connector's sink (bench `jvm`)",
     "ceiling": "Reading inside the micro-batch, against Spark's own ceiling for a Python source (bench `ceiling`)",
     "read_profile": "CPU per event in the read loop, one process (bench `read_profile`)",
     "sink_vs_sdk": "Writing, against the SDK (bench `sink`)",

@@ -12,7 +12,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 JVM = ROOT / ".jvm"
-POMS = {"sdk": ROOT / "tests" / "jvm" / "pom.xml", "old": ROOT / "tests" / "jvm" / "old" / "pom.xml"}
+POMS = {
+    "sdk": ROOT / "tests" / "jvm" / "pom.xml",
+    "old": ROOT / "tests" / "jvm" / "old" / "pom.xml",
+    "kafka": ROOT / "tests" / "jvm" / "kafka" / "pom.xml",
+    "kafka-spark": ROOT / "tests" / "jvm" / "kafka-spark" / "pom.xml",
+}
+IN_CI = ("sdk", "old")  # resolved by ./dev setup; the Kafka broker and Spark's Kafka source only when bench jvm runs
 OLD_SPARK = "3.5.9"  # the newest Spark 3 (Scala 2.12), where the old connector (built for 3.2) still runs
 OLD_VENV = ROOT / ".venv-spark3.5"
 OLD_APP = ROOT / "tests" / "jvm" / "old_app.py"
@@ -134,7 +140,7 @@ if __name__ == "__main__":  # ./dev setup resolves the classpaths before any tes
     import sys
 
     if missing() is None:
-        for pom_name in POMS:
+        for pom_name in IN_CI:
             classpath(pom_name)
         old_spark_python()
     else:

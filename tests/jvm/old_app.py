@@ -17,9 +17,12 @@ one Spark application (one JVM start):
   its seconds, events, and the CPU seconds of this process's tree (the JVM, its executor in local mode).
 - ``{"do": "write", "hub": H, "rows": [...]}``: the old connector's sink writes the rows (body, and partitionId
   or partitionKey, and properties) to hub H.
+- ``{"do": "time_write", "name": N, "hub": H, "events": E, "size": S}``: the old sink writes E events of S
+  bytes, round-robin, timed as ``time`` (bench jvm).
 
-POSITION is the old connector's own JSON: ``{"offset": "-1", "seqNo": -1, "enqueuedTime": null, "isInclusive":
-true}``."""
+``options`` (optional) are more of the old connector's options, given to every step (bench jvm sets its
+``eventhubs.threadPoolSize``). POSITION is the old connector's own JSON: ``{"offset": "-1", "seqNo": -1,
+"enqueuedTime": null, "isInclusive": true}``."""
 
 from __future__ import annotations
 
@@ -46,6 +49,9 @@ def main(plan_path: str, out_path: str) -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", plan.get("driver_memory", "1g"))
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.eventLog.enabled", "true" if plan.get("event_log") else "false")
+        .config("spark.eventLog.dir", plan.get("event_log") or "/tmp")
+        .config("spark.eventLog.compress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -53,7 +59,10 @@ def main(plan_path: str, out_path: str) -> None:
 
     def conf(hub: str | None = None) -> dict[str, str]:
         conn = plan["connection_string"] if hub is None else plan["namespace"] + f";EntityPath={hub}"
-        return {"eventhubs.connectionString": jvm.org.apache.spark.eventhubs.EventHubsUtils.encrypt(conn)}
+        return {
+            **plan.get("options", {}),
+            "eventhubs.connectionString": jvm.org.apache.spark.eventhubs.EventHubsUtils.encrypt(conn),
+        }
 
     results: dict[str, object] = {}
     for step in plan["steps"]:
@@ -118,15 +127,64 @@ def main(plan_path: str, out_path: str) -> None:
                 spark.read.format("eventhubs").options(**conf(step["hub"]))
                 .option("eventhubs.startingPosition", start).option("eventhubs.endingPosition", end).load()
             )  # fmt: skip
-            cpu, began = tree_cpu(), time.perf_counter()
-            df.write.format("noop").mode("overwrite").save()
-            seconds, used = time.perf_counter() - began, tree_cpu() - cpu
-            results[step["name"]] = {"seconds": seconds, "cpu_seconds": used}
+            results[step["name"]] = timed(lambda df=df: df.write.format("noop").mode("overwrite").save())
+        elif do == "time_write":
+            df = sink_frame(spark, step["events"], step["size"])
+            results[step["name"]] = timed(lambda df=df, hub=step["hub"]: df.write.format("eventhubs")
+                                          .options(**conf(hub)).save())  # fmt: skip
         else:
             raise ValueError(f"unknown step {do!r}")
     spark.stop()
+    if plan.get("event_log"):
+        add_in_batch(results, plan["event_log"])
     with open(out_path, "w") as out:
         json.dump(results, out)
+
+
+def sink_frame(spark: object, events: int, size: int) -> object:
+    """The events a sink is timed with (bench jvm): ``events`` bodies of ``size`` bytes and no partition column
+    (sent round-robin), made by Spark itself and cached, so the write's time is the sink's. Round-robin is the old
+    sink's one fast and safe shape: with a partition column it keeps one partition sender per task and opens a
+    new one, closing the last, for every row (its issue #331), and that close cancels the send still in flight:
+    OperationCancelledException, "send cancelled as the Sender instance is Closed before the sendOperation
+    completed"."""
+    df = spark.range(events).selectExpr(f"cast(repeat('x', {size}) as binary) as body").cache()  # type: ignore[attr-defined]
+    df.count()
+    return df
+
+
+def timed(action: object) -> dict[str, float]:
+    """Run ``action`` (a query); its wall seconds, the CPU seconds of this process's tree, and its start and end
+    on the clock Spark's event log uses (for ``add_in_batch``)."""
+    cpu, began, wall = tree_cpu(), time.perf_counter(), time.time()
+    action()  # type: ignore[operator]
+    return {"seconds": time.perf_counter() - began, "cpu_seconds": tree_cpu() - cpu, "from": wall, "to": time.time()}
+
+
+def add_in_batch(results: dict, event_log: str) -> None:
+    """Each timed query's in-batch seconds: from its first stage's submission to its last stage's completion, read
+    from Spark's event log (written in full once the application stops), so planning and the driver's set-up are
+    left out the same way for every Spark and connector."""
+    import glob
+    import os
+
+    stages: list[tuple[float, float]] = []
+    for path in glob.glob(f"{event_log}/**/*", recursive=True):  # Spark 4 rolls its log in a folder
+        if os.path.isdir(path) or path.endswith(".inprogress"):
+            continue
+        with open(path) as f:
+            for line in f:
+                if '"SparkListenerStageCompleted"' not in line:
+                    continue
+                info = json.loads(line)["Stage Info"]
+                if "Submission Time" in info and "Completion Time" in info:
+                    stages.append((info["Submission Time"] / 1000, info["Completion Time"] / 1000))
+    for result in results.values():
+        if not isinstance(result, dict) or "from" not in result:
+            continue
+        mine = [(a, b) for a, b in stages if result["from"] <= a <= result["to"]]
+        if mine:
+            result["in_batch_seconds"] = max(b for _, b in mine) - min(a for a, _ in mine)
 
 
 def tree_cpu(root: int | None = None, also: str = "eventhubs_spark.executor.service") -> float:
