@@ -401,11 +401,50 @@ def _empty_maps(n: int) -> pa.Array:
     return _EMPTY_MAPS[0].slice(0, n)
 
 
+_CONSTANT_MAPS: dict[tuple[tuple[str, str | None], ...], pa.Array] = {}
+
+
+def _constant_entries(g: _Group, name: str, data: np.ndarray) -> tuple[tuple[str, str | None], ...] | None:
+    """The entries of a layout's map when every message of the group has the same ones, key and value (a
+    geo-replicated hub's replication segment in systemProperties, the same on every event of a run); else None."""
+    out: list[tuple[str, str | None]] = []
+    for key, value in getattr(g.layout, name):
+        if value.kind == "const":
+            out.append((key, value.const))
+        elif value.kind in ("int", "uint"):
+            ints = _ints(data, g.slots[value.slot], value.width, value.kind == "int")
+            if len(ints) == 0 or (ints != ints[0]).any():
+                return None
+            out.append((key, str(int(ints[0]))))
+        else:
+            return None
+    return tuple(out)
+
+
+def _constant_maps(entries: tuple[tuple[str, str | None], ...], n: int) -> pa.Array:
+    """``n`` maps of the same ``entries``, in Arrow's own form: offsets a step apart over one keys and one
+    values array, made once per entries (and again, larger, when a batch outgrows it) and sliced."""
+    made = _CONSTANT_MAPS.get(entries)
+    if made is None or len(made) < n:
+        size, k = max(n, 4096), len(entries)
+        keys = pa.array([key for key, _ in entries] * size, pa.string())
+        values = pa.array([value for _, value in entries] * size, pa.string())
+        offsets = pa.array(np.arange(0, (size + 1) * k, k, dtype=np.int32))
+        if len(_CONSTANT_MAPS) > 64:  # a handful of distinct entry sets in a process; never an unbounded cache
+            _CONSTANT_MAPS.clear()
+        made = _CONSTANT_MAPS[entries] = pa.MapArray.from_arrays(offsets, keys, values)
+    return made.slice(0, n)
+
+
 def _map_column(groups: list[_Group], name: str, n: int, data: np.ndarray, buffer: pa.Buffer) -> pa.Array:
     """The properties or systemProperties column: row by row the entries of its message's layout, in
     their order; text values cut from the buffer in one pass, the others made text per layout."""
-    if not any(getattr(g.layout, name) for g in groups):  # the usual case for system properties
+    if not any(getattr(g.layout, name) for g in groups):  # the usual case for properties
         return _empty_maps(n)
+    if len(groups) == 1 and len(groups[0].rows) == n:  # one layout: the usual case for systemProperties
+        entries = _constant_entries(groups[0], name, data)
+        if entries is not None:
+            return _constant_maps(entries, n)
     counts = np.zeros(n, dtype=np.int64)
     for g in groups:
         counts[g.rows] = len(getattr(g.layout, name))

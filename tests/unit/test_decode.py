@@ -271,9 +271,13 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
 @st.composite
 def family(draw: st.DrawFn) -> list[bytes]:
     """Messages of one producer: the same annotations, property names and value types, fresh values."""
-    annotations = draw(st.permutations(["seq", "offset", "time", "key", "publisher", "extra"]))
+    annotations = draw(st.permutations(["seq", "offset", "time", "key", "publisher", "extra", "epoch"]))
     annotations = [a for a in annotations if a == "seq" or draw(st.booleans())]
     extra_type = draw(family_values)
+    # the replication segment every event carries (issue 50): -1 off geo-replicated hubs, a segment on them, the same
+    # on every event of a run, or (a promotion mid-batch) changing; as the service encodes it, an int or a byte
+    epoch_mode = draw(st.sampled_from(["-1", "segment", "changing"]))
+    epoch_segment = draw(st.integers(1, 2**31 - 1))
     props = draw(st.dictionaries(texts, family_values, max_size=4))
     header = draw(st.booleans())
     wide = draw(st.booleans())
@@ -292,6 +296,9 @@ def family(draw: st.DrawFn) -> list[bytes]:
                 values[Symbol("x-opt-partition-key")] = draw(texts)
             elif a == "publisher":
                 values[Symbol("x-opt-publisher")] = draw(texts)
+            elif a == "epoch":
+                segment = {"-1": -1, "segment": epoch_segment}.get(epoch_mode, draw(st.integers(-1, 5)))
+                values[Symbol("x-opt-sequence-number-epoch")] = Int(segment)
             else:
                 values[Symbol("x-opt-extra")] = draw(_VALUES[extra_type])
         parts = []
@@ -447,3 +454,32 @@ def test_an_amqp_char_decodes_as_its_utf8_on_both_paths():
         props = b"\x00\x53\x74\xc1" + bytes([3 + len(raw), 2]) + b"\xa1\x01c" + raw
         message = decode_payload(memoryview(props + b"\x00\x53\x75\xa0\x01x"))
         assert message.application_properties == {b"c": char.encode("utf-8")}
+
+
+def _event(segment: int, i: int) -> bytes:
+    return section(amqp.MESSAGE_ANNOTATIONS, {
+        Symbol("x-opt-sequence-number-epoch"): Int(segment), Symbol("x-opt-sequence-number"): i,
+        Symbol("x-opt-offset"): str(i * 300), Symbol("x-opt-enqueued-time"): Timestamp(1_700_000_000_000 + i),
+    }) + section(amqp.DATA, b"x" * 200)  # fmt: skip
+
+
+@pytest.mark.parametrize("segment", [-1, 3])
+def test_a_replication_segment_every_event_of_a_batch_shares_is_made_once_not_per_row(segment, monkeypatch) -> None:
+    """Issue 50: systemProperties of a run of events of one hub (every event carries its replication segment) is one
+    map repeated, built in Arrow's own form, not text made per row; and reads as the SDK reads each message."""
+    from eventhubs_spark.codec import layout
+
+    payloads = [_event(segment, i) for i in range(5000)]
+
+    def per_row(*args: Any) -> Any:
+        raise AssertionError("a constant segment made into text row by row")
+
+    monkeypatch.setattr(layout, "_other_texts", per_row)
+    batch, fallbacks = decode_batch(pa.array(payloads, pa.binary()), "3", min_rows=0)  # reference_rows' partition
+    assert fallbacks == 0
+    system = batch.column(ARROW_SCHEMA.get_field_index("systemProperties"))
+    assert system.to_pylist() == [[("x-opt-sequence-number-epoch", str(segment))]] * 5000
+    monkeypatch.undo()
+    assert batch.to_pylist()[:50] == reference_rows(payloads[:50])
+    changing = [*payloads[:10], _event(segment + 1, 10)]  # a promotion mid-batch: the general path, same rows
+    assert decode_batch(pa.array(changing, pa.binary()), "3", min_rows=0)[0].to_pylist() == reference_rows(changing)
