@@ -7,8 +7,9 @@ Spark's Python workers inherit it, so credentials are built and used in the work
 
 A job: ``{"name", "options", "write": [bodies]}`` writes the bodies with ``df.write``, then reads the hub
 back in a batch (``"read": true``) or streams it once with ``Trigger.AvailableNow`` (``"stream": DIR``
-as checkpoint location). Each result: ``{"name", "read": [bodies], "written": n}`` or ``{"name", "error",
-"seconds"}``.
+as checkpoint location); ``"live"`` streams while the sink writes (see ``live``), ``"avro"`` writes and reads
+registered Avro through the Schema Registry (see ``avro``). Each result: ``{"name", "read": [bodies],
+"written": n}`` or ``{"name", "error", "seconds"}``.
 """
 
 from __future__ import annotations
@@ -61,10 +62,28 @@ def run_job(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
             result["read"] = sorted(got)
         if job.get("live"):
             result["read"], result["written"] = live(spark, options, job["live"])
+        if job.get("avro"):
+            result["read"] = avro(spark, options, job["avro"])
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
     result["seconds"] = time.monotonic() - started
     return result
+
+
+def avro(spark: Any, options: dict[str, str], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Registered Avro both ways through the Schema Registry: ``plan["values"]`` (records of id and item) written by
+    the sink into schema group ``plan["group"]`` as record ``plan["name"]``, then read back in a batch decoded with
+    the reader schema ``plan["reader"]``; the values read, by id."""
+    name, namespace = plan["name"].rsplit(".", 1)[1], plan["name"].rsplit(".", 1)[0]
+    df = spark.createDataFrame([(v,) for v in plan["values"]], "value struct<id: bigint, item: string>")
+    df.write.format("eventhubs").mode("append").options(**options).options(**{
+        "eventhubs.avro.schemaGroup": plan["group"], "eventhubs.avro.recordName": name,
+        "eventhubs.avro.recordNamespace": namespace}).save()  # fmt: skip
+    rows = (
+        spark.read.format("eventhubs").options(**options).option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("eventhubs.avro.schema", plan["reader"]).load().select("value").collect()
+    )  # fmt: skip
+    return sorted((r.value.asDict() for r in rows), key=lambda v: v["id"])
 
 
 def live(spark: Any, options: dict[str, str], plan: dict[str, Any]) -> tuple[list[str], int]:

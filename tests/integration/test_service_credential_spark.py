@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.slow]
 def setting(tmp_path_factory) -> Iterator[tuple[Any, Any, None, Any]]:
     """LocalEntra, and an emulator that checks its tokens."""
     entra = LocalEntra().start()
-    emulator = Emulator({"secret": 2, "default": 2}, token_verifier=entra.verify).start()
+    emulator = Emulator({"secret": 2, "default": 2, "avro": 2}, token_verifier=entra.verify,
+                        schema_registry_port=0, certificate=(entra.cert_file, entra.key_file),
+                        schema_groups={"svc": "Avro"}).start()  # fmt: skip
     try:
         yield entra, emulator, None, tmp_path_factory.mktemp("service-credential")
     finally:
@@ -39,7 +41,8 @@ SERVICE_SECRET = "svc-cred-secret-TOPSECRET-5"
 
 def test_a_databricks_service_credential_signs_in_every_process_and_renews_its_tokens(setting):
     """Issue 52: databricks.serviceCredential, with the tests' stand-in for databricks.service_credentials on the
-    Spark processes' path (tests/databricks_standin): a batch write and read, and a stream fed by the sink for 45 s
+    Spark processes' path (tests/databricks_standin): a batch write and read, registered Avro written and read
+    through the Schema Registry, and a stream fed by the sink for 45 s
     while tokens live 20 s, all signed in through it (the driver's planning and the executors' tasks alike), every
     event read once; its name and tokens nowhere in the output, the errors or the UI; a name without ACCESS fails
     naming the option, and no other identity is tried."""
@@ -54,6 +57,11 @@ def test_a_databricks_service_credential_signs_in_every_process_and_renews_its_t
          "read": True},
         {"name": "live", "options": {**base, "eventhubs.name": "default"},
          "live": {"seconds": 45, "every": 3, "count": 5, "checkpoint": str(tmp / "svc-live")}},
+        {"name": "avro", "options": {**base, "eventhubs.name": "avro",
+                                     "eventhubs.avro.schemaRegistry": emulator.schema_registry_namespace},
+         "avro": {"group": "svc", "name": "svc.Order", "values": [{"id": i, "item": f"tea-{i}"} for i in range(6)],
+                  "reader": json.dumps({"type": "record", "name": "Order", "namespace": "svc", "fields": [
+                      {"name": "id", "type": "long"}, {"name": "item", "type": "string"}]})}},
         {"name": "no-access", "options": {**base, "eventhubs.name": "secret", "databricks.serviceCredential": "other"},
          "read": True},
     ]  # fmt: skip
@@ -95,6 +103,11 @@ def test_a_databricks_service_credential_signs_in_every_process_and_renews_its_t
     assert {c["aud"] for c in tokens} == {EVENTHUBS_AUDIENCE}
     assert len(tokens) >= 4, f"{len(tokens)} tokens over 45 s of 20 s tokens: not renewed"
     assert all(c["appid"] == "app-svc" for c in entra.issued[before:]), "another identity was tried"
+    # the Schema Registry, signed in through the same credential: the sink registered the schema and encoded, the
+    # reader (driver and executors) fetched it by id and decoded
+    assert results["avro"].get("read") == [{"id": i, "item": f"tea-{i}"} for i in range(6)], results["avro"]
+    versions = emulator.schema_registry.versions("svc", "svc.Order")
+    assert len(versions) == 1 and json.loads(versions[0].content)["name"] == "Order", versions
     error = results["no-access"].get("error", "")
     assert "AuthenticationFailedError" in error and "databricks.serviceCredential" in error, error
     logged = "".join(f.read_text(errors="replace") for f in event_log.rglob("*") if f.is_file())
