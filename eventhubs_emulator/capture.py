@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the broker's types, by their shape (the broker imports this
 
         def wire_offset(self, offset: int, segment: int | None = None) -> str: ...
 
+
 WRITER_SCHEMA = (
     '{"type":"record","name":"EventData","namespace":"Microsoft.ServiceBus.Messaging","fields":['
     '{"name":"SequenceNumber","type":"long"},{"name":"Offset","type":"string"},'

@@ -19,8 +19,12 @@ from ..errors import OptionError
 DEFAULT_FORMAT = "{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}"
 TOKENS = ("Namespace", "EventHub", "PartitionId", "Year", "Month", "Day", "Hour", "Minute", "Second")
 _TIME = ("Year", "Month", "Day", "Hour", "Minute", "Second")
-_PATTERNS = {"Namespace": r"(?P<Namespace>.+?)", "EventHub": r"(?P<EventHub>.+?)",
-             "PartitionId": r"(?P<PartitionId>\d+)", "Year": r"(?P<Year>\d{4})"}
+_PATTERNS = {
+    "Namespace": r"(?P<Namespace>.+?)",
+    "EventHub": r"(?P<EventHub>.+?)",
+    "PartitionId": r"(?P<PartitionId>\d+)",
+    "Year": r"(?P<Year>\d{4})",
+}
 _PATTERNS.update({t: f"(?P<{t}>\\d{{2}})" for t in ("Month", "Day", "Hour", "Minute", "Second")})
 
 

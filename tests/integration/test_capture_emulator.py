@@ -79,8 +79,11 @@ def test_capture_files_hold_what_the_sdk_receives_in_the_services_schema_and_nam
         assert r["EnqueuedTimeUtc"] == dotnet_time(enqueued_ms)  # e.g. 12/9/2022 4:51:25 PM
         assert dt.datetime.strptime(r["EnqueuedTimeUtc"], "%m/%d/%Y %I:%M:%S %p").replace(
             tzinfo=dt.timezone.utc) == event.enqueued_time.replace(microsecond=0)  # fmt: skip
-        sent = next(e.get("properties") or {} for e in events if str(e["body"]).encode("latin-1") == r["Body"]
-                    or e["body"] == r["Body"])  # the properties as the producer sent them (fmt: skip)
+        sent = next(
+            e.get("properties") or {}
+            for e in events
+            if str(e["body"]).encode("latin-1") == r["Body"] or e["body"] == r["Body"]
+        )  # the properties as the producer sent them (fmt: skip)
         expected = {k: ("True" if v is True else v) for k, v in sent.items()}  # booleans as .NET writes them
         assert r["Properties"] == expected
     assert {r["SequenceNumber"] for _, r in got if r["Body"] in (b"\x00binary\xff", b"second")} == {0, 1}
