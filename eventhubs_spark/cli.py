@@ -519,11 +519,9 @@ def _lag_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _entity_path(connection_string: str) -> str | None:
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "entitypath" and value.strip():
-            return value.strip()
-    return None
+    from .auth.settings import connection_string_parts
+
+    return connection_string_parts(connection_string, "--connection-string").get("entitypath") or None
 
 
 def _with_stored(given: dict[str, str], stored: dict[str, dict[str, str]], connection: str | None,

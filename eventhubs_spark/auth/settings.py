@@ -112,6 +112,23 @@ def host_and_port(address: str, allow_path: bool = True) -> str | None:
     return parsed.hostname + (f":{port}" if port else "")
 
 
+def connection_string_parts(secret: str | Secret, option: str = "eventhubs.connectionString") -> dict[str, str]:
+    """A connection string's Key=Value parts, keys lower-cased; an error names ``option`` and never echoes it."""
+    text = secret.reveal() if isinstance(secret, Secret) else secret
+    parts: dict[str, str] = {}
+    for piece in text.strip().split(";"):
+        if not piece.strip():
+            continue
+        key, sep, value = piece.partition("=")
+        if not sep:
+            raise OptionError(
+                f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}",
+                CONNECTION_EXAMPLE,
+            )
+        parts[key.strip().lower()] = value.strip()
+    return parts
+
+
 def parse_connection_string(
     secret: str | Secret,
     option: str = "eventhubs.connectionString",
@@ -125,17 +142,7 @@ def parse_connection_string(
     kind the portal shows first; ``hub_option`` is what a message calls that option (the CLI's ``--hub``).
     """
     text = secret.reveal() if isinstance(secret, Secret) else secret
-    parts: dict[str, str] = {}
-    for piece in text.strip().split(";"):
-        if not piece.strip():
-            continue
-        key, sep, value = piece.partition("=")
-        if not sep:
-            raise OptionError(
-                f"{option}: every part must be Key=Value (the string is not shown). Example: {CONNECTION_EXAMPLE}",
-                CONNECTION_EXAMPLE,
-            )
-        parts[key.strip().lower()] = value.strip()
+    parts = connection_string_parts(text, option)
     endpoint = parts.get("endpoint")
     if not endpoint:
         raise OptionError(f"{option}: Endpoint=sb://... is missing. Example: {CONNECTION_EXAMPLE}", CONNECTION_EXAMPLE)
