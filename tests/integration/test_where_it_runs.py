@@ -272,6 +272,60 @@ def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_backgrou
             os.kill(pid, signal.SIGTERM)
 
 
+def test_a_receiver_service_killed_between_tasks_costs_the_next_task_nothing_and_comes_back(
+    eventhub, tmp_path, monkeypatch
+):
+    """The service's process killed (SIGKILL) between two tasks: the next task reads its range exactly (in its
+    worker, or through a service started again), and tasks read through a new service within seconds."""
+    import contextlib
+    import os
+    import signal
+    import tempfile
+
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.executor.runtime import Runtime
+    from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+
+    from .sdk_helpers import send
+
+    local = tmp_path / "blockmgr-killed"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    send(eventhub.connection_string, [f"k{i}" for i in range(12)], partition_id="2")
+    request = RangeRequest(parse_connection_string(eventhub.connection_string), ReceiverConfig(receiver_timeout=20),
+                           "2", 0, 12, True)  # fmt: skip
+    worker = Runtime(reap_every=0)
+    worker.recheck = 0.5
+    pids: list[int] = []
+
+    def read() -> dict:
+        stats: dict = {}
+        rows = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
+        assert rows == list(range(12)), "every event of the range once"
+        if stats["via"] == "service":
+            pids.append(int(stats["pid"]))
+        return stats
+
+    try:
+        assert read()["via"] == "service"
+        first = pids[0]
+        os.kill(first, signal.SIGKILL)
+        time.sleep(0.2)  # its sockets are closed by the kernel as it dies
+        began = time.monotonic()
+        read()  # the task after the kill: exact, wherever it read
+        assert time.monotonic() - began < 10, "the task after the kill paid a long wait"
+
+        def through_a_new_service() -> bool:
+            return read()["via"] == "service" and pids[-1] != first
+
+        wait_until(through_a_new_service, timeout=15, message="tasks through a new service")
+    finally:
+        for pid in set(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def test_the_driver_says_once_when_no_executor_reaches_its_channel(eventhub, caplog):
     """Batches planned and not one task or service reached the channel: said once, naming the port and the options
     that open it or turn it off for good."""
@@ -294,8 +348,17 @@ def test_the_driver_says_once_when_no_executor_reaches_its_channel(eventhub, cap
         assert "eventhubs.driverChannel=false" in said[0]
     finally:
         driver.close()
+    import os
+    import subprocess
+
+    def listening() -> set[str]:  # the TCP ports this (the driver's) process listens on, as ss sees them
+        out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+        return {line.split()[3] for line in out.splitlines() if f"pid={os.getpid()}," in line}
+
+    before = listening()
     quiet = EventHubsStreamReader({"eventhubs.connectionString": eventhub.connection_string,
                                    "eventhubs.driverChannel": "false"})  # fmt: skip
     assert quiet.query_driver() is None
     planned = quiet.partitions(start, start)
     assert all(r.driver is None and r.query is None and not r.homes for p in planned for r in p.requests)
+    assert listening() <= before, "eventhubs.driverChannel=false opened a port in the driver's process"
