@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import defaults
 from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
@@ -26,6 +26,9 @@ from .lag import local_path
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 from .retry import RetryPolicy
 from .sign_in import resolve_sign_in
+
+if TYPE_CHECKING:
+    from .capture.store import CaptureSource
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -869,6 +872,66 @@ SPECS: tuple[Spec, ...] = (
         field="store.container",
     ),
     Spec(
+        "eventhubs.capture.location",
+        None,
+        lambda option, value: _capture_location(option, value),
+        "Where the hub's Event Hubs Capture writes its Avro files (the container, or a local folder): a read starts "
+        "there for events the hub no longer holds and goes on in the hub from its first retained event, each event "
+        "once. Sign-in as the checkpoint store's.",
+        "abfss://capture@ACCOUNT.dfs.core.windows.net",
+        READ,
+        field="capture.location",
+    ),
+    Spec(
+        "eventhubs.capture.nameFormat",
+        "{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}",
+        lambda option, value: _capture_name_format(option, value),
+        "The Capture's archiveNameFormat (all nine tokens); its files end in .avro.",
+        "{Namespace}/{EventHub}/p{PartitionId}/{Year}-{Month}-{Day}/{Hour}-{Minute}-{Second}",
+        READ,
+        field="capture.name_format",
+    ),
+    Spec(
+        "eventhubs.capture.namespace",
+        None,
+        _text,
+        "The value of {Namespace} in the file names (default: the namespace's name, ns of ns.servicebus.windows.net).",
+        "contoso-events",
+        READ,
+        field="capture.namespace",
+    ),
+    Spec(
+        "eventhubs.capture.connectionString",
+        None,
+        _text,
+        "Storage connection string for eventhubs.capture.location (else eventhubs.capture.sasToken, else the hub's "
+        "Microsoft Entra identity).",
+        "DefaultEndpointsProtocol=https;AccountName=ACCOUNT;AccountKey=KEY",
+        READ,
+        secret=True,
+        field="capture.connection_string",
+    ),
+    Spec(
+        "eventhubs.capture.sasToken",
+        None,
+        _text,
+        "A SAS token for eventhubs.capture.location (read and list on the container).",
+        "sv=2022-11-02&ss=b&srt=co&sp=rl&se=2030-01-01T00:00:00Z&sig=SIGNATURE",
+        READ,
+        secret=True,
+        field="capture.sas_token",
+    ),
+    Spec(
+        "eventhubs.capture.lateFileWait",
+        60.0,
+        parse_duration,
+        "How long a read waits for a Capture file that fills a gap (written late, after a storage outage) before "
+        "it calls the gap (failOnDataLoss decides what then).",
+        "5m",
+        READ,
+        field="capture.late_file_wait",
+    ),
+    Spec(
         "eventhubs.startFromCheckpointStore",
         False,
         parse_bool,
@@ -1154,6 +1217,7 @@ class ReadOptions:
     checkpoint_store: StoreOptions | None
     start_from_checkpoint_store: bool
     ownership: OwnershipOptions | None
+    capture: CaptureSource | None
     avro_registry: str | None
     avro_schema: str | None
     avro_schema_id: str | None
@@ -1235,7 +1299,7 @@ def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptio
     settings = resolve_sign_in(values, _ENTRA_KEYS)
     settings = dataclasses.replace(settings, network=_network(values), retry=_retry(values))
     _check_combinations(values, mode)
-    fields: dict[str, dict[str, Any]] = {"": {}, "store": {}, "ownership": {}}
+    fields: dict[str, dict[str, Any]] = {"": {}, "store": {}, "ownership": {}, "capture": {}}
     for spec in SPECS:
         if spec.field is not None and (spec.modes & READ if mode != WRITE else WRITE in spec.modes):
             group, _, name = spec.field.rpartition(".")
@@ -1244,10 +1308,12 @@ def parse_options(raw: Mapping[str, str], mode: str) -> ReadOptions | WriteOptio
     if mode == WRITE:
         return WriteOptions(settings=settings, **typed)
     store = StoreOptions(**fields["store"]) if fields["store"]["container"] else None
+    capture = _capture_source(fields["capture"], settings)
     ownership = OwnershipOptions(**fields["ownership"]) if typed.pop("ownership") else None
     if typed["receiver_service"] is None:  # unset: streams read through it, batch reads do not
         typed["receiver_service"] = mode == STREAM
-    return ReadOptions(mode=mode, settings=settings, checkpoint_store=store, ownership=ownership, **typed)
+    return ReadOptions(mode=mode, settings=settings, checkpoint_store=store, ownership=ownership, capture=capture,
+                       **typed)  # fmt: skip
 
 
 def _values(raw: Mapping[str, str], mode: str) -> dict[str, Any]:
@@ -1439,6 +1505,44 @@ def _retry(values: Mapping[str, Any]) -> RetryPolicy:
         max_delay=longest,
         jitter=get("eventhubs.retry.jitter"),
     )
+
+
+def _capture_location(option: str, value: str) -> str:
+    from .capture.store import check_location
+
+    return check_location(value.strip(), option)
+
+
+def _capture_name_format(option: str, value: str) -> str:
+    from .capture.names import NameFormat
+
+    return NameFormat(value, option).text
+
+
+def _capture_source(fields: Mapping[str, Any], settings: ConnectionSettings) -> CaptureSource | None:
+    """Where the hub's Capture writes, when eventhubs.capture.location says (None: the read is the hub's alone)."""
+    from .capture.store import CaptureSource
+
+    if not fields.get("location"):
+        for key in ("connection_string", "sas_token", "namespace"):
+            if fields.get(key) is not None:
+                option = f"eventhubs.capture.{_camel(key)}"
+                example = ".option('eventhubs.capture.location', 'abfss://capture@ACCOUNT.dfs.core.windows.net')"
+                raise OptionError(f"{option} goes with eventhubs.capture.location, e.g. {example}", example)
+        return None
+    if fields.get("connection_string") is not None and fields.get("sas_token") is not None:
+        example = ".option('eventhubs.capture.sasToken', 'sv=...&sig=...')"
+        raise OptionError("set eventhubs.capture.connectionString or eventhubs.capture.sasToken, not both, e.g. "
+                          f"{example}", example)  # fmt: skip
+    namespace = fields.get("namespace") or settings.namespace.split(".")[0]
+    return CaptureSource(location=fields["location"], name_format=fields["name_format"], namespace=namespace,
+                         hub=settings.hub, connection_string=fields.get("connection_string"),
+                         sas_token=fields.get("sas_token"), late_file_wait=fields["late_file_wait"])  # fmt: skip
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _check_combinations(values: Mapping[str, Any], mode: str) -> None:

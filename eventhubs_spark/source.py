@@ -28,6 +28,7 @@ from .arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
 from .auth.settings import ConnectionSettings
 from .avro import reading as avro_reading
 from .avro.registry import RegistryError
+from .capture.store import CaptureRead
 from .checkpoints.mirror import CheckpointMirror
 from .driver import QueryDriver
 from .errors import OptionError, data_loss_error
@@ -36,12 +37,13 @@ from .lag import LagFiles, LagReport, LagTracker
 from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
 from .options import BATCH, STREAM, ReadOptions, read_options, shareable_options
 from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
-from .positions import Latest, Position
+from .positions import Earliest, EnqueuedTime, Latest, Position
 from .ranges import RangeRequest, ReceiverConfig
 from .resolve import resolve
 
 if TYPE_CHECKING:
     from .avro.decode import AvroReading
+    from .capture.index import CaptureIndex
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -121,7 +123,13 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         started = time.monotonic()
         last = None
         try:
-            for last in runtime.current().read(request, split.service, stats):
+            if request.capture is not None:
+                from .capture.reader import read_capture
+
+                reads = read_capture(request, stats)
+            else:
+                reads = runtime.current().read(request, split.service, stats)
+            for last in reads:
                 yield last
             if last is not None and last.num_rows:
                 done.append([request.partition, request.end, last.column(_ENQUEUED)[last.num_rows - 1].value])
@@ -236,6 +244,12 @@ class _Planner:
         # the checkpoint store: progress for others to see, and hand-overs in ownership mode
         self.mirror = CheckpointMirror(self.options.checkpoint_store, self.settings, self.config)
         self._ownership: Any = None
+        # the hub's Capture files (eventhubs.capture.*): history the hub no longer holds
+        self.capture: CaptureIndex | None = None
+        if self.options.capture is not None:
+            from .capture.index import CaptureIndex
+
+            self.capture = CaptureIndex(self.options.capture, self.settings)
 
     def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         """eventhubs.startingPosition(s) per partition."""
@@ -305,7 +319,60 @@ class _Planner:
         return {pid: overrides.get(pid, chosen) for pid in infos}
 
     def resolve(self, infos: dict[str, PartitionInfo], positions: dict[str, Position]) -> dict[str, int]:
-        return resolve(self.settings, self.config, infos, positions, self.config.receiver_timeout)
+        """Each position's sequence number: from the hub, and with Capture, from its files where the event named is
+        older than the hub's first (earliest: Capture's first event; an enqueued time before the hub's first)."""
+        out = resolve(self.settings, self.config, infos, positions, self.config.receiver_timeout)
+        if self.capture is None:
+            return out
+        for pid, position in positions.items():
+            info = infos[pid]
+            begin = info.end if info.is_empty else info.beginning_sequence_number
+            if out[pid] > begin or not isinstance(position, Earliest | EnqueuedTime):
+                continue  # the hub holds the event named, and one before it
+            self._no_geo(pid, info)
+            if isinstance(position, Earliest):
+                found = self.capture.earliest(pid)
+            else:
+                after = position.value.astimezone(datetime.timezone.utc)
+                found = self.capture.find_time(pid, int(after.timestamp()) * 1_000_000 + after.microsecond)
+            if found is not None and found < out[pid]:
+                out[pid] = found
+        return out
+
+    def _no_geo(self, partition: str, info: PartitionInfo) -> None:
+        if segments.segment_of(info.end) >= 0:
+            example = ".option('eventhubs.startingPosition', '{\"offset\": \"-1\"}')"
+            raise OptionError(f"eventhubs.capture.location: hub {self.settings.hub!r} is geo-replicated (partition "
+                              f"{partition}), and Capture's files carry no replication segment, so a read cannot "
+                              f"join them to the hub's sequence; read this hub without eventhubs.capture.*, e.g. "
+                              f"{example}", example)  # fmt: skip
+
+    def split(self, partition: str, start: int, end: int, info: PartitionInfo) -> tuple[Range | None, int]:
+        """``[start, end)`` as the part read from Capture (None: none) and where the part read from the hub
+        begins: Capture holds what the hub no longer does, so the switch is at the partition's first retained
+        event. Without Capture, the start after checking it against the retained events."""
+        begin = info.beginning_sequence_number if not info.is_empty else info.end
+        if self.capture is None or start >= begin or end <= start:
+            return None, self.check_data_loss(partition, start, end, info)
+        self._no_geo(partition, info)
+        cut = min(end, begin)
+        return Range(partition, start, cut), cut
+
+    def capture_partitions(self, captured: list[Range], idle_timeout: float = BATCH_IDLE_TIMEOUT,
+                           ) -> list[EventHubsPartition]:  # fmt: skip
+        """A task per partition's range from Capture (split by eventhubs.maxEventsPerPartition), each given the
+        files that hold it."""
+        if self.capture is None:
+            return []
+        source = self.capture.source
+        out = []
+        for r in split_ranges([r for r in captured if r.size > 0], self.options.max_events_per_partition):
+            files = self.capture.covering(r.partition, r.start, r.end)
+            request = RangeRequest(self.settings, self.config, r.partition, r.start, r.end,
+                                   self.options.fail_on_data_loss, idle_timeout,
+                                   capture=CaptureRead(source, files))  # fmt: skip
+            out.append(EventHubsPartition((request,), False))
+        return out
 
     def input_partitions(
         self,
@@ -569,6 +636,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         infos = self._infos if set(e) <= set(self._infos) else self._refresh()
         self._last_end = dict(e)
         ranges = []
+        from_capture: list[Range] = []
         for pid in sorted(e, key=int):
             first = s.get(pid)
             if first is None and self.planner.options.ownership is not None:
@@ -576,14 +644,17 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             elif first is None:  # new partition: from its first retained event, no data loss to report
                 first = infos[pid].beginning_sequence_number if pid in infos else 0
             elif pid in infos:
-                first = self.planner.check_data_loss(pid, first, e[pid], infos[pid])
+                captured, first = self.planner.split(pid, first, e[pid], infos[pid])
+                if captured is not None:
+                    from_capture.append(captured)
             ranges.append(Range(pid, first, e[pid]))
         # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
         # this query owns, so executors close idle receivers of partitions it gave up.
         owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
         planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
+        planned += self.planner.capture_partitions(from_capture, self.idle_timeout())
         running: dict[str, tuple[int, int]] = {}
-        for r in ranges:  # a partition's range may be split over tasks (maxEventsPerPartition)
+        for r in ranges + from_capture:  # a partition's range may be split over tasks (maxEventsPerPartition)
             known = running.get(r.partition, (r.start, r.end))
             running[r.partition] = (min(known[0], r.start), max(known[1], r.end))
         self._lag.running(running)
@@ -599,7 +670,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ports, bind = options.executor_ports, options.executor_bind_address
 
         def placed_request(r: RangeRequest) -> RangeRequest:
-            home = placed.get(r.partition)
+            home = placed.get(r.partition) if r.capture is None else None  # files are read where the task runs
             return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
 
         return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
@@ -712,6 +783,7 @@ class EventHubsBatchReader(DataSourceReader):
         # An ending position names the first event *not* read (as the old connector's translate() used it).
         ends = planner.resolve(infos, ending)
         ranges = []
+        from_capture: list[Range] = []
         for pid in sorted(infos, key=int):
             start, end = starts[pid], ends[pid]
             explicit_end = pid in options.ending_positions or options.ending_position is not None
@@ -724,9 +796,11 @@ class EventHubsBatchReader(DataSourceReader):
                 )
             # A batch read never waits for events that do not exist yet.
             end = min(end, infos[pid].end)
-            start = planner.check_data_loss(pid, min(start, end), end, infos[pid])
+            captured, start = planner.split(pid, min(start, end), end, infos[pid])
+            if captured is not None:
+                from_capture.append(captured)
             ranges.append(Range(pid, start, end))
-        return planner.input_partitions(ranges)
+        return planner.input_partitions(ranges) + planner.capture_partitions(from_capture)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(partition, self.columns, self.avro)

@@ -33,6 +33,10 @@ class CaptureFileError(EventHubsError):
     """A Capture file that cannot be read as one: says which file, where, and why."""
 
 
+class _CutShort(CaptureFileError):
+    """The bytes end inside what is being read: a truncated file, or only the head of one (see NeedMore)."""
+
+
 @dataclass
 class CapturedEvents:
     """A file's events, as columns (one entry per event, in the file's order)."""
@@ -64,15 +68,15 @@ class _Reader:
         self.pos = start
         self.end = len(data) if end is None else end
 
-    def fail(self, why: str) -> CaptureFileError:
-        return CaptureFileError(f"Capture file {self.where}: {why} (at byte {self.pos})")
+    def fail(self, why: str, kind: type[CaptureFileError] = CaptureFileError) -> CaptureFileError:
+        return kind(f"Capture file {self.where}: {why} (at byte {self.pos})")
 
     def long(self) -> int:
         shift = result = 0
         data, pos, end = self.data, self.pos, self.end
         while True:
             if pos >= end:
-                raise self.fail("cut short inside a number")
+                raise self.fail("cut short inside a number", _CutShort)
             b = data[pos]
             pos += 1
             result |= (b & 0x7F) << shift
@@ -86,7 +90,7 @@ class _Reader:
 
     def raw(self, n: int) -> bytes:
         if n < 0 or self.pos + n > self.end:
-            raise self.fail(f"cut short: {n} bytes wanted, {self.end - self.pos} left")
+            raise self.fail(f"cut short: {n} bytes wanted, {self.end - self.pos} left", _CutShort)
         out = bytes(self.data[self.pos : self.pos + n])
         self.pos += n
         return out
@@ -193,6 +197,51 @@ def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
             _records(_Reader(payload, f"{where} block {block}"), count, out, system_value, property_value)
         block += 1
     return out
+
+
+class NeedMore(Exception):
+    """The head of a file given to :func:`first_sequence` ends before the answer: read more of it."""
+
+
+def first_sequence(head: bytes | memoryview, where: str, whole: bool) -> int | None:
+    """The sequence number of a file's first event, from its first bytes (``whole``: they are the whole file);
+    None for a file of no events (zero-count blocks only). Raises :class:`NeedMore` when ``head`` ends too soon,
+    and :class:`CaptureFileError` for a file that is not Capture's. What the driver reads of each file to plan
+    ranges by sequence number without reading the file."""
+    if len(head) < 4 and not whole:
+        raise NeedMore
+    if bytes(head[:4]) != MAGIC:
+        raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
+    r = _Reader(head, where, start=4)
+    try:
+        metadata = r.map(lambda reader: reader.bytes_())
+        codec = metadata.get("avro.codec", b"null").decode()
+        if codec not in ("null", "deflate"):
+            raise CaptureFileError(f"Capture file {where}: codec {codec!r}; Capture writes null or deflate")
+        if "avro.schema" not in metadata:
+            raise CaptureFileError(f"Capture file {where}: no writer schema in its header")
+        _check_schema(metadata["avro.schema"].decode("utf-8", "replace"), where)
+        r.raw(16)
+        while True:
+            if r.pos >= r.end:
+                if whole:
+                    return None
+                raise NeedMore
+            count = r.long()
+            size = r.long()
+            if count == 0:
+                r.raw(size + 16)
+                continue
+            if count < 0:
+                raise r.fail(f"a block says it holds {count} events")
+            if codec == "null":
+                return _Reader(head, where, r.pos, min(r.end, r.pos + size)).long()
+            inflated = zlib.decompressobj(-15).decompress(bytes(head[r.pos : min(r.end, r.pos + size)]), 16)
+            return _Reader(inflated, where).long()
+    except _CutShort:
+        if whole:
+            raise
+        raise NeedMore from None
 
 
 def _records(r: _Reader, count: int, out: CapturedEvents, system_value: Any, property_value: Any) -> None:

@@ -1,0 +1,142 @@
+"""Issue 48: one read across Capture and the hub, in process (the readers' own planning and reading, no Spark):
+rows from files equal the live read's rows for the same events, the seam is exact, and the namespace sends
+nothing for what came from files; from a local folder and from a blob container in Azurite."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from eventhubs_emulator import Emulator
+
+from .test_capture_emulator import _send
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> Iterator[tuple[Emulator, str]]:
+    folder = str(tmp_path_factory.mktemp("capture"))
+    with Emulator({"warmup": 1}, capture={"destination": folder, "window_seconds": 3600}) as emu:
+        yield emu, folder
+
+
+_hubs = iter(range(1_000_000))
+
+
+def hub(emu: Emulator, partitions: int = 2) -> tuple[str, str]:
+    name = f"cap{next(_hubs)}"
+    emu.add_hub(name, partitions)
+    return name, emu.connection_string(name)
+
+
+def batch_read(options: dict[str, str]) -> list[dict[str, Any]]:
+    from eventhubs_spark.source import EventHubsBatchReader
+
+    reader = EventHubsBatchReader(options)
+    rows = [row for split in reader.partitions() for b in reader.read(split) for row in b.to_pylist()]
+    return sorted(rows, key=lambda r: (int(r["partition"]), r["sequenceNumber"]))
+
+
+def test_rows_from_capture_are_the_rows_the_live_read_gives(captured):
+    emu, folder = captured
+    name, conn = hub(emu)
+    events = [{"partition": "0", "body": b"\x00\xffbinary", "properties": {"s": "text", "n": 7, "f": 2.5,
+                                                                           "b": b"\x01\x02", "u": "caf\u00e9"}},
+              {"partition": "1", "body": "plain"},
+              {"key": "device-7", "body": "keyed"},
+              {"partition": "0", "body": "flag", "properties": {"ok": True}}]  # fmt: skip
+    _send(conn, events)
+    live = batch_read({"eventhubs.connectionString": conn})
+    emu.capture_flush()
+    for p in ("0", "1"):
+        emu.trim(name, p, emu.partition_properties(name, p)["last_enqueued_sequence_number"] + 1)  # all gone
+    options = {"eventhubs.connectionString": conn, "eventhubs.capture.location": folder,
+               "eventhubs.capture.namespace": "emulator", "eventhubs.startingPosition": '{"offset": "-1"}'}  # fmt: skip
+    sent = emu.events_sent(name)
+    from_files = batch_read(options)
+    assert emu.events_sent(name) == sent, "the namespace sent nothing for events read from files"
+    assert len(from_files) == len(live) == 4
+    for old, new in zip(live, from_files, strict=True):
+        flag = dict(old["properties"]).get("ok")
+        for column in ("body", "partition", "offset", "sequenceNumber", "enqueuedTime", "publisher", "partitionKey"):
+            assert new[column] == old[column], (column, old, new)
+        if flag is None:
+            assert new["properties"] == old["properties"]
+        else:  # Capture writes a boolean as .NET's text (README: what Capture keeps less of)
+            assert (flag, dict(new["properties"])["ok"]) == ("true", "True")
+        assert set(new["systemProperties"]) <= set(old["systemProperties"]), "Capture keeps fewer, never others"
+
+
+def test_a_read_starts_in_capture_and_goes_on_in_the_hub_each_event_once(captured):
+    emu, folder = captured
+    name, conn = hub(emu)
+    _send(conn, [{"partition": "0", "body": f"a{i}"} for i in range(20)])
+    emu.capture_flush()
+    _send(conn, [{"partition": "0", "body": f"b{i}"} for i in range(20)])
+    emu.capture_flush()
+    _send(conn, [{"partition": "0", "body": f"c{i}"} for i in range(20)])  # in the hub only (its window is open)
+    emu.trim(name, "0", 30)  # the hub now begins at 30: mid-file
+    options = {"eventhubs.connectionString": conn, "eventhubs.capture.location": f"file:{folder}",
+               "eventhubs.capture.namespace": "emulator"}  # fmt: skip
+    sent = emu.events_sent(name)
+    rows = batch_read({**options, "eventhubs.startingPosition": '{"offset": "-1"}'})
+    assert [r["sequenceNumber"] for r in rows] == list(range(60))
+    assert [r["body"] for r in rows] == [f"{k}{i}".encode() for k in "abc" for i in range(20)]
+    assert 30 <= emu.events_sent(name) - sent <= 30 + 300, "only [30, 60) came from the hub (with its prefetch)"
+    # starting positions that reach back past the hub's first event: a sequence number, an enqueued time
+    seqs = [r["sequenceNumber"] for r in batch_read({**options, "eventhubs.startingPosition": '{"seqNo": 12}'})]
+    assert seqs == list(range(12, 60))
+    when = rows[4]["enqueuedTime"].isoformat().replace("+00:00", "Z")
+    position = json.dumps({"enqueuedTime": when})
+    got = batch_read({**options, "eventhubs.startingPosition": position})
+    assert got[0]["enqueuedTime"] > rows[4]["enqueuedTime"] and got[-1]["sequenceNumber"] == 59
+    assert [r["sequenceNumber"] for r in got] == list(range(got[0]["sequenceNumber"], 60))
+    # an ending position inside Capture: a bounded read of history alone
+    bounded = batch_read({**options, "eventhubs.startingPosition": '{"seqNo": 3}',
+                          "eventhubs.endingPosition": '{"seqNo": 25}'})  # fmt: skip
+    assert [r["sequenceNumber"] for r in bounded] == list(range(3, 25))
+
+
+def test_without_capture_the_same_read_is_data_loss_and_with_it_a_gap_is(captured):
+    from eventhubs_spark.errors import DataLossError
+
+    emu, folder = captured
+    name, conn = hub(emu)
+    _send(conn, [{"partition": "0", "body": f"a{i}"} for i in range(5)])
+    emu.capture_pause(name)
+    _send(conn, [{"partition": "0", "body": f"lost{i}"} for i in range(3)])  # never captured
+    emu.capture_resume(name)
+    _send(conn, [{"partition": "0", "body": f"b{i}"} for i in range(5)])
+    emu.capture_flush()
+    emu.trim(name, "0", 10)
+    start = {"eventhubs.connectionString": conn, "eventhubs.startingPosition": '{"seqNo": 0}'}
+    with pytest.raises(DataLossError, match=r"\[0, 10\) are no longer in the hub"):
+        batch_read(start)
+    options = {**start, "eventhubs.capture.location": folder, "eventhubs.capture.namespace": "emulator",
+               "eventhubs.capture.lateFileWait": "0s"}  # fmt: skip
+    with pytest.raises(
+        DataLossError, match=r"partition 0: sequence numbers \[5, 8\) \(3 events\) are in no Capture.*a hole"
+    ):
+        batch_read(options)
+    rows = batch_read({**options, "failOnDataLoss": "false"})
+    assert [r["sequenceNumber"] for r in rows] == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]
+
+
+@pytest.mark.azurite
+def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite):
+    with Emulator({"blobcap": 2}, capture={"destination": "blob", "connection_string": azurite.connection_string,
+                                           "container": "capture-read", "window_seconds": 3600}) as emu:  # fmt: skip
+        conn = emu.connection_string("blobcap")
+        _send(conn, [{"partition": "1", "body": f"x{i}"} for i in range(15)])
+        emu.capture_flush()
+        _send(conn, [{"partition": "1", "body": f"y{i}"} for i in range(5)])
+        emu.trim("blobcap", "1", 15)  # the seam exactly where Capture ends
+        location = f"{azurite.account_url}/capture-read"
+        rows = batch_read({"eventhubs.connectionString": conn, "eventhubs.capture.location": location,
+                           "eventhubs.capture.connectionString": azurite.connection_string,
+                           "eventhubs.capture.namespace": "emulator",
+                           "eventhubs.startingPosition": '{"offset": "-1"}'})  # fmt: skip
+    assert [(r["partition"], r["sequenceNumber"]) for r in rows] == [("1", i) for i in range(20)]
+    assert [r["body"] for r in rows] == [f"x{i}".encode() for i in range(15)] + [f"y{i}".encode() for i in range(5)]

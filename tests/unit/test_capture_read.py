@@ -1,0 +1,197 @@
+"""Reading a partition's history from Capture files (issue 48): the driver's index (which files hold a range,
+where history begins, where an enqueued time falls), and the executor's read (each event once, in order, gaps
+called after waiting for a late file), over a local folder of files the emulator's writer made."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eventhubs_emulator import capture as writer
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.capture.files import NeedMore, first_sequence
+from eventhubs_spark.capture.index import CaptureIndex
+from eventhubs_spark.capture.reader import read_capture
+from eventhubs_spark.capture.store import CaptureRead, CaptureSource, LocalStore, account_url
+from eventhubs_spark.errors import DataLossError, OptionError
+from eventhubs_spark.options import read_options
+from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+
+from .test_capture_files import _Event, _file
+
+CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub"
+SETTINGS = parse_connection_string(CONN)
+T0 = dt.datetime(2026, 1, 2, 3, 0, 0, tzinfo=dt.timezone.utc)
+MS0 = int(T0.timestamp() * 1000)
+
+
+def twice(root: Path, name: str) -> str:
+    """The file ``name`` written again under the next second's name, as a retried write would."""
+    start = dt.datetime.strptime(name[-24:-5], "%Y/%m/%d/%H/%M/%S").replace(tzinfo=dt.timezone.utc)
+    again = name[:-24] + (start + dt.timedelta(seconds=1)).strftime("%Y/%m/%d/%H/%M/%S") + ".avro"
+    (root / again).parent.mkdir(parents=True, exist_ok=True)
+    (root / again).write_bytes((root / name).read_bytes())
+    return again
+
+
+def write(root: Path, partition: str, minute: int, seqs: list[int], second: int = 0, codec: str = "null") -> str:
+    """A Capture file of ``seqs`` (enqueued a second apart from the window's start) for the window at ``minute``."""
+    start = T0 + dt.timedelta(minutes=minute, seconds=second)
+    name = writer.file_name(writer.DEFAULT_NAME_FORMAT, "ns", "hub", partition, start)
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ms = int(start.timestamp() * 1000)
+    path.write_bytes(_file([_Event(s, ms + 1000 * i + 1, f"e{s}".encode(), key=f"k{s % 3}", props={"n": s})
+                            for i, s in enumerate(seqs)], codec))  # fmt: skip
+    return name
+
+
+class CountingStore(LocalStore):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.reads: list[tuple[str, int | None]] = []
+
+    def read(self, name: str, length: int | None = None) -> bytes:
+        self.reads.append((name, length))
+        return super().read(name, length)
+
+
+def source(root: Path, wait: float = 0.0) -> CaptureSource:
+    return CaptureSource(str(root), namespace="ns", hub="hub", late_file_wait=wait)
+
+
+def request(root: Path, files, start: int, end: int, fail: bool = True, wait: float = 0.0) -> RangeRequest:
+    return RangeRequest(SETTINGS, ReceiverConfig(), "0", start, end, fail,
+                        capture=CaptureRead(source(root, wait), tuple(files)))  # fmt: skip
+
+
+def seqs_of(batches) -> list[int]:
+    return [s for b in batches for s in b.column("sequenceNumber").to_pylist()]
+
+
+def test_a_files_first_sequence_number_comes_from_its_first_bytes():
+    for codec in ("null", "deflate"):
+        data = _file([_Event(s, MS0, b"x" * 80) for s in range(500, 530)], codec)
+        assert first_sequence(data, "f", whole=True) == 500
+        with pytest.raises(NeedMore):
+            first_sequence(data[:200], "f", whole=False)  # inside the header
+        assert first_sequence(data[:700], "f", whole=False) == 500  # header and the block's start are enough
+    assert first_sequence(_file([]), "empty", whole=True) is None  # zero-count blocks only
+
+
+def test_the_index_finds_the_files_of_a_range_with_few_reads(tmp_path):
+    names = [write(tmp_path, "0", m, list(range(10 * m, 10 * m + 10))) for m in range(40)]  # 400 events, 40 files
+    write(tmp_path, "1", 0, [0, 1])  # another partition's file is never read for partition 0
+    store = CountingStore(str(tmp_path))
+    index = CaptureIndex(source(tmp_path), SETTINGS, store=store)
+    assert index.covering("0", 123, 157) == ((names[12], 120), (names[13], 130), (names[14], 140), (names[15], 150))
+    probed = {n for n, _ in store.reads}
+    assert len(probed) <= 16, "a binary search and the files of the range, not every file"
+    assert all(length is not None for _, length in store.reads), "only the heads of files are read to plan"
+    assert index.covering("0", 0, 5) == ((names[0], 0),)
+    assert index.covering("0", 395, 500) == ((names[39], 390),)
+    assert index.earliest("0") == 0 and index.earliest("1") == 0 and index.earliest("2") is None
+
+
+def test_empty_files_duplicates_and_gaps_between_files_are_planned_over(tmp_path):
+    a = write(tmp_path, "0", 0, [5, 6, 7])
+    write(tmp_path, "0", 5, [])  # an empty window
+    b = write(tmp_path, "0", 10, [8, 9])
+    b2 = twice(tmp_path, b)
+    write(tmp_path, "0", 15, [])
+    c = write(tmp_path, "0", 20, [20, 21])  # 10..19 never captured
+    index = CaptureIndex(source(tmp_path), SETTINGS, store=LocalStore(str(tmp_path)))
+    assert index.earliest("0") == 5
+    assert index.covering("0", 6, 30) == ((a, 5), (b, 8), (b2, 8), (c, 20))
+    assert index.covering("0", 9, 21) == ((b2, 8), (c, 20))
+    assert index.covering("0", 0, 3) == ((a, 5),)  # before every file: the first, whose start shows the gap
+
+
+def test_an_enqueued_time_falls_in_the_last_file_named_at_or_before_it(tmp_path):
+    for m in range(5):
+        write(tmp_path, "0", m, list(range(10 * m, 10 * m + 10)))
+    index = CaptureIndex(source(tmp_path), SETTINGS, store=LocalStore(str(tmp_path)))
+    # minute 2's events are enqueued at 02:01, 03:01 ... (ms after each whole second): after 00:02:04.5 comes 25
+    after = int((T0 + dt.timedelta(minutes=2, seconds=4, milliseconds=500)).timestamp() * 1_000_000)
+    assert index.find_time("0", after) == 25
+    assert index.find_time("0", int((T0 + dt.timedelta(minutes=2, seconds=30)).timestamp() * 1_000_000)) == 30
+    assert index.find_time("0", int((T0 - dt.timedelta(days=1)).timestamp() * 1_000_000)) == 0
+    assert index.find_time("0", int((T0 + dt.timedelta(hours=1)).timestamp() * 1_000_000)) is None
+
+
+def test_a_range_reads_each_event_once_in_order_over_duplicates_and_overlaps(tmp_path):
+    a = write(tmp_path, "0", 0, [0, 1, 2, 3])
+    a2 = twice(tmp_path, a)
+    b = write(tmp_path, "0", 1, [2, 3, 4, 5, 6], codec="deflate")  # overlaps a
+    stats: dict = {}
+    got = list(read_capture(request(tmp_path, [(a, 0), (a2, 0), (b, 2)], 1, 6), stats))
+    assert seqs_of(got) == [1, 2, 3, 4, 5]
+    assert stats["via"] == "capture" and stats["read"] == 5 and stats["lost"] == 0
+    row = got[0].slice(0, 1).to_pylist()[0]
+    assert row["body"] == b"e1" and row["partition"] == "0" and row["offset"] == "100"
+    assert row["partitionKey"] == "k1" and row["properties"] == [("n", "1")] and row["systemProperties"] == []
+    assert row["enqueuedTime"] == dt.datetime.fromtimestamp((MS0 + 1001) / 1000, dt.timezone.utc)
+    assert row["publisher"] is None
+
+
+def test_a_gap_fails_naming_the_partition_the_range_and_the_files_around_it(tmp_path):
+    a = write(tmp_path, "0", 0, [0, 1, 2])
+    c = write(tmp_path, "0", 2, [6, 7])
+    with pytest.raises(DataLossError) as info:
+        seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8), {}))
+    text = str(info.value)
+    assert "partition 0: sequence numbers [3, 6) (3 events) are in no Capture file" in text
+    assert f"after {a}, before {c}" in text and "eventhubs.capture.lateFileWait" in text
+    assert "failOnDataLoss=false" in text and "TOPSECRET" not in text
+    with pytest.raises(DataLossError, match=r"\[3, 5\).*with no file after it"):
+        seqs_of(read_capture(request(tmp_path, [(a, 0)], 0, 5), {}))
+
+
+def test_with_failOnDataLoss_false_a_gap_is_logged_with_its_count_and_passed_over(tmp_path, caplog):
+    a = write(tmp_path, "0", 0, [0, 1, 2])
+    c = write(tmp_path, "0", 2, [6, 7])
+    stats: dict = {}
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
+        assert seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8, fail=False), stats)) == [0, 1, 2, 6, 7]
+    assert stats["lost"] == 3
+    assert any("3 events [3, 6) are in no Capture file" in r.getMessage() for r in caplog.records)
+
+
+def test_a_file_written_late_is_waited_for_and_read_in_its_place(tmp_path):
+    a = write(tmp_path, "0", 0, [0, 1, 2])
+    c = write(tmp_path, "0", 2, [6, 7])
+    threading.Timer(1.0, write, (tmp_path, "0", 1, [3, 4, 5])).start()  # the back-filled window
+    began = time.monotonic()
+    assert seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8, wait=10.0), {})) == list(range(8))
+    assert time.monotonic() - began < 8, "read as soon as the late file came"
+
+
+def test_capture_options_are_checked_with_examples():
+    base = {"eventhubs.connectionString": CONN}
+    options = read_options({**base, "eventhubs.capture.location": "abfss://cap@acct.dfs.core.windows.net/x"}, "stream")
+    assert options.capture is not None and options.capture.namespace == "ns" and options.capture.hub == "hub"
+    assert options.capture.late_file_wait == 60.0
+    with pytest.raises(OptionError, match=r"eventhubs.capture.location 's3://b/x': a local path.*abfss://"):
+        read_options({**base, "eventhubs.capture.location": "s3://b/x"}, "batch")
+    with pytest.raises(OptionError, match=r"eventhubs.capture.sasToken goes with eventhubs.capture.location"):
+        read_options({**base, "eventhubs.capture.sasToken": "sig=1"}, "batch")
+    with pytest.raises(OptionError, match=r"nameFormat.*no \{Second\}"):
+        read_options(
+            {
+                **base,
+                "eventhubs.capture.location": "/x",
+                "eventhubs.capture.nameFormat": writer.DEFAULT_NAME_FORMAT.replace("/{Second}", ""),
+            },
+            "batch",
+        )
+    with pytest.raises(OptionError, match="did you mean"):
+        read_options({**base, "eventhubs.capture.lateFileWiat": "1s"}, "batch")
+    assert account_url("abfss://cap@acct.dfs.core.windows.net/x") == "https://acct.blob.core.windows.net"
+    assert account_url("http://127.0.0.1:10000/devstoreaccount1/cap/x") == "http://127.0.0.1:10000/devstoreaccount1"
+    assert "TOPSECRET" not in repr(read_options({**base, "eventhubs.capture.location": "/x",
+                                                 "eventhubs.capture.sasToken": "TOPSECRET"}, "batch"))  # fmt: skip
