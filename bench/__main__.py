@@ -7,6 +7,7 @@ import sys
 
 from . import (
     avro,
+    capture,
     ceiling,
     cluster,
     emulator_sdk,
@@ -42,6 +43,7 @@ BENCHMARKS = {
     "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
     "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode
+    "capture": capture.run,  # issue 48: a partition's history from Capture files in Azurite, against the hub
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
     "pushback": pushback.run,  # issue 38, ten minutes: throttled, detached, black-holed; on its own
 }

@@ -24,6 +24,7 @@ BENCHES = {
     "read_profile": "CPU per event in the read loop, one process (bench `read_profile`)",
     "sink_vs_sdk": "Writing, against the SDK (bench `sink`)",
     "avro": "Avro with the Schema Registry, read and written (bench `avro`)",
+    "capture": "History from Capture files, against the hub (bench `capture`)",
     "cluster": "Partition homes on a cluster (bench `cluster`)",
     "cluster_kill": "Executors killed mid-stream (bench `cluster_kill`)",
     "receivers": "Receivers kept between micro-batches (bench `receivers`)",

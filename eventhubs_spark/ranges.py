@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import defaults
 from .auth.secret import Secret
 from .auth.settings import ConnectionSettings
-
-if TYPE_CHECKING:
-    from .capture.store import CaptureRead
 
 
 @dataclass(frozen=True)
@@ -107,7 +103,6 @@ class RangeRequest:
     ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
     bind: str = "0.0.0.0"  # eventhubs.executorBindAddress: the address it listens on
     range_id: int = 0  # the asker's name for this very request: every chunk of the answer carries it
-    capture: CaptureRead | None = None  # the range is read from these Capture files, not from the hub
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ class EventHubsPartition(InputPartition):
 
     requests: tuple[RangeRequest, ...]
     service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
+    capture: CaptureRead | None = None  # the one range is read from these Capture files, not from the hub
 
 
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
@@ -123,10 +124,11 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         started = time.monotonic()
         last = None
         try:
-            if request.capture is not None:
+            if split.capture is not None:
                 from .capture.reader import read_capture
 
-                reads = read_capture(request, stats)
+                reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
+                                     request.fail_on_data_loss, stats)  # fmt: skip
             else:
                 reads = runtime.current().read(request, split.service, stats)
             for last in reads:
@@ -369,9 +371,8 @@ class _Planner:
         for r in split_ranges([r for r in captured if r.size > 0], self.options.max_events_per_partition):
             files = self.capture.covering(r.partition, r.start, r.end)
             request = RangeRequest(self.settings, self.config, r.partition, r.start, r.end,
-                                   self.options.fail_on_data_loss, idle_timeout,
-                                   capture=CaptureRead(source, files))  # fmt: skip
-            out.append(EventHubsPartition((request,), False))
+                                   self.options.fail_on_data_loss, idle_timeout)  # fmt: skip
+            out.append(EventHubsPartition((request,), False, CaptureRead(source, files)))
         return out
 
     def input_partitions(
@@ -669,11 +670,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         query, where = driver.query, driver.address()
         ports, bind = options.executor_ports, options.executor_bind_address
 
-        def placed_request(r: RangeRequest) -> RangeRequest:
-            home = placed.get(r.partition) if r.capture is None else None  # files are read where the task runs
+        def placed_request(r: RangeRequest, files: bool) -> RangeRequest:
+            home = None if files else placed.get(r.partition)  # Capture files are read where the task runs
             return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
 
-        return [dataclasses.replace(split, requests=tuple(map(placed_request, split.requests))) for split in planned]
+        return [dataclasses.replace(split, requests=tuple(placed_request(r, split.capture is not None)
+                                                          for r in split.requests)) for split in planned]  # fmt: skip
 
     def _unheard(self, driver: QueryDriver) -> None:
         """Said once per query: batches ran, and not one of their tasks or services reached the driver's channel

@@ -163,8 +163,20 @@ def _check_schema(text: str, where: str) -> tuple[tuple[str, ...], tuple[str, ..
     return system, props
 
 
-def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
-    """Every event of one Capture file (``where`` names it in messages)."""
+@dataclass
+class Blocks:
+    """A file's blocks of events, inflated: each block's records as bytes, with its event count, and the value
+    branches of the file's two maps (its own writer schema's)."""
+
+    where: str
+    system_branches: tuple[str, ...]
+    property_branches: tuple[str, ...]
+    payloads: list[tuple[bytes | memoryview, int]]
+
+
+def blocks(data: bytes | memoryview, where: str) -> Blocks:
+    """The blocks of one Capture file (``where`` names it in messages), checked: header, writer schema, codec,
+    sync markers; blocks of zero events left out."""
     if bytes(data[:4]) != MAGIC:
         raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
     r = _Reader(data, where, start=4)
@@ -175,14 +187,17 @@ def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
     if "avro.schema" not in metadata:
         raise CaptureFileError(f"Capture file {where}: no writer schema in its header")
     system_branches, property_branches = _check_schema(metadata["avro.schema"].decode("utf-8", "replace"), where)
-    system_value, property_value = _union(system_branches), _union(property_branches)
     sync = r.raw(16)
-    out = CapturedEvents()
+    out = Blocks(where, system_branches, property_branches, [])
+    view = memoryview(data) if isinstance(data, bytes) else data
     block = 0
     while r.pos < r.end:
         count = r.long()
         size = r.long()
-        payload = r.raw(size)
+        if size < 0 or r.pos + size > r.end:
+            raise r.fail(f"cut short: block {block} of {size} bytes, {r.end - r.pos} left", _CutShort)
+        payload: bytes | memoryview = view[r.pos : r.pos + size]
+        r.pos += size
         if r.raw(16) != sync:
             r.pos -= 16
             raise r.fail(f"block {block}'s sync marker differs from the header's: the file is corrupt")
@@ -194,8 +209,19 @@ def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
                     payload = zlib.decompress(payload, -15)
                 except zlib.error as exc:
                     raise r.fail(f"block {block} does not inflate: {exc}") from None
-            _records(_Reader(payload, f"{where} block {block}"), count, out, system_value, property_value)
+            out.payloads.append((payload, count))
         block += 1
+    return out
+
+
+def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
+    """Every event of one Capture file (``where`` names it in messages), as Python values (the reference the
+    columnar decoder, :mod:`.columnar`, is held to)."""
+    found = blocks(data, where)
+    system_value, property_value = _union(found.system_branches), _union(found.property_branches)
+    out = CapturedEvents()
+    for block, (payload, count) in enumerate(found.payloads):
+        _records(_Reader(payload, f"{where} block {block}"), count, out, system_value, property_value)
     return out
 
 

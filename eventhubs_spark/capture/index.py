@@ -67,6 +67,7 @@ class CaptureIndex:
         self._store = store
         self._listed: dict[str, tuple[float, list[FileName]]] = {}
         self._first: dict[str, int | None] = {}
+        self._said_empty: set[str] = set()  # partitions whose empty listing was said (once each)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -86,6 +87,14 @@ class CaptureIndex:
         now = self.clock()
         if fresh or listed is None or now - listed[0] >= self.refresh_every:
             listed = self._listed[partition] = (now, partition_files(self.store, self.names, self.source, partition))
+            if not listed[1] and partition not in self._said_empty:
+                self._said_empty.add(partition)
+                prefix = self.names.prefix(self.source.namespace, self.source.hub,
+                                           partition if self.names.lists_by_partition else None)  # fmt: skip
+                _LOG.warning("eventhubs: hub %s partition %s: no Capture file under %s/%s named by %s; if Capture "
+                             "writes this hub, check eventhubs.capture.location, eventhubs.capture.namespace (the "
+                             "{Namespace} in the names, here %r) and eventhubs.capture.nameFormat", self.source.hub,
+                             partition, self.store.where, prefix, self.names.text, self.source.namespace)  # fmt: skip
         return listed[1]
 
     def firsts(self, names: list[str]) -> list[int | None]:

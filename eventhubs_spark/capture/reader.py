@@ -22,34 +22,30 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .. import segments
-from ..arrow import ARROW_SCHEMA
-from ..codec.columns import to_text
+from ..auth.settings import ConnectionSettings
 from ..errors import DataLossError
-from ..ranges import RangeRequest
-from .files import CapturedEvents, read_file
+from .columnar import decode
 from .index import file_first, partition_files
 from .names import NameFormat
 from .store import CaptureRead, CaptureStore, open_store
 
 _LOG = logging.getLogger("eventhubs_spark")
-_OWN_COLUMNS = frozenset({"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-opt-partition-key"})
-_MAP = ARROW_SCHEMA.field("properties").type
-_TIME = ARROW_SCHEMA.field("enqueuedTime").type
 
 
-def read_capture(request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-    """``[request.start, request.end)`` of the partition from the Capture files ``request.capture`` names."""
-    capture = request.capture
-    assert capture is not None
-    store = open_store(capture.source, request.settings)
+def read_capture(capture: CaptureRead, settings: ConnectionSettings, partition: str, start: int, end: int,
+                 fail_on_data_loss: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """``[start, end)`` of ``partition`` from the Capture files ``capture`` names (``settings``: the hub's, for
+    its name and the Entra identity a store may sign in with)."""
+    store = open_store(capture.source, settings)
     queue = list(capture.files)
     known = {name for name, _ in queue}
     last_of: dict[str, int] = {}  # files decoded: their last sequence number
     holes: dict[str, int] = {}  # files that stopped short of the range at a hole: the sequence number after it
-    nxt, end = request.start, request.end
+    nxt = start
     lost = read = 0
     last_file: str | None = None
     waited_since: float | None = None
@@ -60,9 +56,9 @@ def read_capture(request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.Re
                             reverse=True)  # fmt: skip
         moved = False
         for _first, name in candidates:
-            events = _decoded(store, name)
-            last_of[name] = events.sequence_numbers[-1] if len(events) else -1
-            batch, after, hole = _batch(events, request.partition, nxt, end)
+            seqs, decoded = _decoded(store, name, partition)
+            last_of[name] = int(seqs[-1]) if len(seqs) else -1
+            batch, after, hole = _batch(seqs, decoded, nxt, end)
             if hole is not None:
                 holes[name] = hole
             if batch is not None:
@@ -76,7 +72,7 @@ def read_capture(request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.Re
         # no file holds nxt: a gap up to the next event a file holds (or the range's end)
         later = sorted((f, n) for n, f in queue if f is not None and f > nxt)
         gap_end = min([end, *(f for f, _ in later[:1]), *(h for h in holes.values() if h > nxt)])
-        found = _late_files(store, capture, request.partition, known, gap_end)
+        found = _late_files(store, capture, partition, known, gap_end)
         if found:
             queue += found
             continue
@@ -93,15 +89,15 @@ def read_capture(request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.Re
             else ", with no file after it"
         )
         count = segments.count(nxt, gap_end)
-        if request.fail_on_data_loss:
+        if fail_on_data_loss:
             raise DataLossError(
-                f"hub {request.settings.hub!r} partition {request.partition}: sequence numbers [{nxt}, {gap_end}) "
+                f"hub {settings.hub!r} partition {partition}: sequence numbers [{nxt}, {gap_end}) "
                 f"({count} events) are in no Capture file under {capture.source.location} ({around}; waited "
                 f"{capture.source.late_file_wait:g} s for a file written late, eventhubs.capture.lateFileWait) and "
                 "no longer in the hub. Set failOnDataLoss=false to skip them and continue."
             )
         _LOG.warning("hub %s partition %s: %d events [%d, %d) are in no Capture file (%s) and no longer in the hub; "
-                     "continuing because failOnDataLoss=false", request.settings.hub, request.partition, count, nxt,
+                     "continuing because failOnDataLoss=false", settings.hub, partition, count, nxt,
                      gap_end, around)  # fmt: skip
         lost += count
         nxt = gap_end
@@ -109,28 +105,31 @@ def read_capture(request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.Re
     stats.update(read=read, lost=lost, files=len(last_of))
 
 
-_CACHE: OrderedDict[tuple[str, str], CapturedEvents] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str], tuple[np.ndarray, pa.RecordBatch]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 4
 _CACHE_MAX_BYTES = 64 << 20  # larger files are decoded for each task that reads them
 
 
-def _decoded(store: CaptureStore, name: str) -> CapturedEvents:
-    """A file's events: the process keeps the last few small files decoded, since a stream's next batches read on
-    in the same file."""
+def _decoded(store: CaptureStore, name: str, partition: str) -> tuple[np.ndarray, pa.RecordBatch]:
+    """A file's events as the source's record batch, in sequence order, with their sequence numbers: the process
+    keeps the last few small files decoded, since a stream's next batches read on in the same file."""
     key = (store.where, name)
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
     data = store.read(name)
-    events = read_file(data, f"{store.where}/{name}")
+    seqs, batch = decode(data, f"{store.where}/{name}", partition)
+    if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):  # not the service's order: made so, once each
+        seqs, first = np.unique(seqs, return_index=True)
+        batch = batch.take(pa.array(first))
     if len(data) <= _CACHE_MAX_BYTES:
         with _CACHE_LOCK:
-            _CACHE[key] = events
+            _CACHE[key] = (seqs, batch)
             while len(_CACHE) > _CACHE_FILES:
                 _CACHE.popitem(last=False)
-    return events
+    return seqs, batch
 
 
 def _late_files(store: CaptureStore, capture: CaptureRead, partition: str, known: set[str],
@@ -148,43 +147,19 @@ def _late_files(store: CaptureStore, capture: CaptureRead, partition: str, known
     return found
 
 
-def _batch(events: CapturedEvents, partition: str, start: int,
+def _batch(seqs: np.ndarray, batch: pa.RecordBatch, start: int,
            end: int) -> tuple[pa.RecordBatch | None, int, int | None]:  # fmt: skip
-    """The file's events in ``[start, end)`` that follow on from ``start`` without a hole, as a record batch; the
-    next sequence number to read after them; and, where the file stops at a hole before ``end``, the sequence
-    number after the hole."""
-    seqs = events.sequence_numbers
-    keep: list[int] = []
-    nxt = start
-    hole = None
-    for i, seq in enumerate(seqs):
-        if seq < nxt:
-            continue  # read already (a file written twice, or files that overlap)
-        if seq >= end:
-            break
-        if seq != nxt:
-            hole = seq
-            break
-        keep.append(i)
-        nxt += 1
-    if not keep:
-        return None, nxt, hole
-    props = [_texts(events.properties[i]) for i in keep]
-    system = [_texts({k: v for k, v in events.system_properties[i].items() if k not in _OWN_COLUMNS}) for i in keep]
-    keys = [events.system_properties[i].get("x-opt-partition-key") for i in keep]
-    columns = [
-        pa.array([events.bodies[i] or b"" for i in keep], pa.binary()),
-        pa.array([partition] * len(keep), pa.string()),
-        pa.array([events.offsets[i] for i in keep], pa.string()),
-        pa.array([seqs[i] for i in keep], pa.int64()),
-        pa.array([events.enqueued_ms[i] * 1000 for i in keep], pa.int64()).cast(_TIME),
-        pa.nulls(len(keep), pa.string()),
-        pa.array([None if k is None else str(k) for k in keys], pa.string()),
-        pa.array(props, _MAP),
-        pa.array(system, _MAP),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA), nxt, hole
-
-
-def _texts(values: dict[str, Any]) -> list[tuple[str, str | None]]:
-    return [(key, to_text(value)) for key, value in values.items()]
+    """The file's events in ``[start, end)`` that follow on from ``start`` without a hole (a slice of its batch);
+    the next sequence number to read after them; and, where the file stops at a hole before ``end``, the
+    sequence number after the hole."""
+    i = int(np.searchsorted(seqs, start))  # events below start were read already (a file twice, an overlap)
+    most = min(len(seqs) - i, end - start)
+    if most <= 0:
+        return None, start, None
+    run = seqs[i : i + most] == np.arange(start, start + most, dtype=np.int64)
+    take = most if bool(run.all()) else int(np.argmin(run))
+    after = i + take
+    hole = int(seqs[after]) if after < len(seqs) and take < most and seqs[after] < end else None
+    if take == 0:
+        return None, start, hole
+    return batch.slice(i, take), start + take, hole

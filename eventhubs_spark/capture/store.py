@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from ..auth.credentials import EntraSettings
 from ..auth.secret import Secret
 from ..auth.settings import ConnectionSettings
+from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location
 from ..errors import OptionError
 from .names import DEFAULT_FORMAT
 
@@ -119,8 +120,6 @@ def check_location(location: str, option: str = "eventhubs.capture.location") ->
     example."""
     if local_root(location) is not None:
         return location
-    from ..checkpoints.blob import blob_location
-
     try:
         blob_location(location)
     except ValueError:
@@ -163,10 +162,8 @@ def open_store(source: CaptureSource, settings: ConnectionSettings) -> CaptureSt
 def _blob_store(source: CaptureSource, settings: ConnectionSettings) -> BlobStore:
     from azure.storage.blob import ContainerClient
 
-    from ..checkpoints.blob import _CLIENT_DEFAULTS, blob_location
-
     container, path = blob_location(source.location)
-    kwargs = {**_CLIENT_DEFAULTS, **settings.network.http_kwargs()}
+    kwargs = {**STORAGE_CLIENT_DEFAULTS, **settings.network.http_kwargs()}
     if source.connection_string is not None:
         client = ContainerClient.from_connection_string(source.connection_string.reveal(), container, **kwargs)
     else:

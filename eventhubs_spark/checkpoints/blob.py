@@ -18,7 +18,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location
 from . import Checkpoint, CheckpointStore, Ownership, blob_prefix
+
+__all__ = ["BlobCheckpointStore", "BlobFolder", "blob_location", "describe_store_error"]
 
 _LOG = logging.getLogger(__name__)
 _WORKERS = 16
@@ -44,17 +47,7 @@ def _seconds(when: Any) -> float | None:
     return None
 
 
-# The storage SDK's default retries wait 15 s, 18 s and 24 s: a minute per call while the service is
-# down, and the connector calls the store while it plans a batch. Short retries keep the query going
-# (a failed mirror write is caught up at the next commit); an ownership cycle simply runs again.
-_CLIENT_DEFAULTS: dict[str, Any] = {
-    "retry_total": 2,
-    "initial_backoff": 1,
-    "increment_base": 2,
-    "random_jitter_range": 1,
-    "connection_timeout": 5,
-    "read_timeout": 20,
-}
+_CLIENT_DEFAULTS = STORAGE_CLIENT_DEFAULTS
 
 
 class BlobCheckpointStore(CheckpointStore):
@@ -183,29 +176,6 @@ class BlobCheckpointStore(CheckpointStore):
             return
         with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items))) as pool:
             list(pool.map(self.update_checkpoint, items))
-
-
-def blob_location(location: str) -> tuple[str, str]:
-    """The container and the path inside it of a location in Azure Storage: ``abfss://container@account.dfs.
-    core.windows.net/path``, ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.
-    core.windows.net/container/path``, or a path-style one (Azurite: ``http://127.0.0.1:10000/account/container/
-    path``). Anything else raises ValueError with an example."""
-    from urllib.parse import urlsplit
-
-    example = "abfss://checkpoints@ACCOUNT.dfs.core.windows.net/orders"
-    parts = urlsplit(location)
-    path = [p for p in parts.path.split("/") if p]
-    if parts.scheme in ("abfss", "abfs", "wasbs", "wasb") and parts.username and parts.hostname:
-        return parts.username, "/".join(path)
-    if parts.scheme in ("https", "http") and parts.hostname:
-        host = parts.hostname
-        path_style = host in ("localhost", "127.0.0.1", "::1") or host.replace(".", "").isdigit()
-        if path_style:
-            path = path[1:]  # the account comes first
-        if path:
-            return path[0], "/".join(path[1:])
-    raise ValueError(f"{location!r} is not a checkpoint location this command can read: a local path, file:, "
-                     f"dbfs:/, or one in Azure Storage, e.g. {example}")  # fmt: skip
 
 
 class BlobFolder:

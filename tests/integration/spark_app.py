@@ -53,6 +53,7 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
             .option("eventhubs.connectionString", connection)
             .option("eventhubs.startingPosition", '{"offset": "-1"}')
             .option("maxEventsPerTrigger", batch_size)
+            .options(**json.loads(os.environ.get("SPARK_APP_OPTIONS") or "{}"))  # a test's own (e.g. Capture's)
             .load()
             .selectExpr("cast(body as string) as body", "partition", "sequenceNumber")
             .writeStream.format("parquet")

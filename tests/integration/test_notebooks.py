@@ -22,7 +22,8 @@ def test_every_notebook_is_in_databricks_source_format_and_tested():
     assert len(names) >= 4
     tested = {"01_stream_json_to_table.py", "02_write_to_event_hubs.py", "03_backfill_between_times.py",
               "04_scale_out_with_ownership.py", "05_watch_lag.py",
-              "06_avro_schema_registry.py"}  # fmt: skip  # 06's test is in test_avro_spark.py (LocalEntra, registry)
+              "06_avro_schema_registry.py", "07_backfill_from_capture.py"}  # fmt: skip
+    # 06's test is in test_avro_spark.py (LocalEntra, registry)
     assert set(names) == tested, "a new notebook needs a test here"
     for name in names:
         assert cells(NOTEBOOKS / name), name
@@ -125,3 +126,33 @@ def test_watch_lag(spark, eventhub, tmp_path):
     }
     (figure,) = run.figures()
     assert len(figure.axes) == 2 and all(axis.lines for axis in figure.axes), "events and seconds behind are plotted"
+
+
+@pytest.mark.azurite
+def test_backfill_from_capture(spark, azurite, tmp_path):
+    """07: history in Capture files in a blob container, the rest in the hub; every event once, in a table."""
+    from eventhubs_emulator import Emulator
+
+    capture = {"destination": "blob", "connection_string": azurite.connection_string,
+               "container": "notebook-capture", "window_seconds": 3600}  # fmt: skip
+    with Emulator({"history": 2}, capture=capture) as emu:
+        conn = emu.connection_string("history")
+        for p in ("0", "1"):
+            send(conn, [f"old-{p}-{i}" for i in range(30)], partition_id=p)
+        emu.capture_flush()
+        for p in ("0", "1"):
+            send(conn, [f"new-{p}-{i}" for i in range(10)], partition_id=p)
+            emu.trim("history", p, 20)  # the hub begins mid-history: [0, 20) only in Capture
+        run = run_notebook(
+            NOTEBOOKS / "07_backfill_from_capture.py", spark,
+            secrets={("eventhubs", "connection-string"): conn,
+                     ("eventhubs", "capture-storage-connection-string"): azurite.connection_string},
+            widgets={"capture_location": f"{azurite.account_url}/notebook-capture", "capture_namespace": "emulator",
+                     "output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"),
+                     "available_now": "true"},
+        )  # fmt: skip
+    (table,) = run.tables()
+    assert sorted((r["partition"], r["first"], r["last"], r["events"]) for r in table) == [
+        ("0", 0, 39, 40),
+        ("1", 0, 39, 40),
+    ]

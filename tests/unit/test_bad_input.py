@@ -220,6 +220,7 @@ def test_sign_in_methods_are_implied_by_the_options_given():
         "connector.proxy.example.json",
         "connector.avro.example.json",
         "connector.databricks.example.json",
+        "connector.capture.example.json",
     ],
 )
 def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
@@ -243,6 +244,9 @@ def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
     assert options.settings.hub and options.consumer_group == "spark-orders"
     if "databricks" in name:
         assert options.settings.entra.method == "serviceCredential"
+    if "capture" in name:
+        assert options.capture is not None and options.capture.late_file_wait == 300.0
+        assert options.capture.namespace == "namespace" and options.capture.connection_string is not None
 
 
 def test_the_recommended_spark_settings_in_conf_are_the_ones_the_tests_and_demo_run_with():

@@ -20,7 +20,6 @@ from eventhubs_spark.capture.reader import read_capture
 from eventhubs_spark.capture.store import CaptureRead, CaptureSource, LocalStore, account_url
 from eventhubs_spark.errors import DataLossError, OptionError
 from eventhubs_spark.options import read_options
-from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
 
 from .test_capture_files import _Event, _file
 
@@ -65,9 +64,10 @@ def source(root: Path, wait: float = 0.0) -> CaptureSource:
     return CaptureSource(str(root), namespace="ns", hub="hub", late_file_wait=wait)
 
 
-def request(root: Path, files, start: int, end: int, fail: bool = True, wait: float = 0.0) -> RangeRequest:
-    return RangeRequest(SETTINGS, ReceiverConfig(), "0", start, end, fail,
-                        capture=CaptureRead(source(root, wait), tuple(files)))  # fmt: skip
+def read(root: Path, files, start: int, end: int, stats: dict | None = None, fail: bool = True, wait: float = 0.0):
+    """The batches of partition 0's ``[start, end)`` read from ``files`` (name, first sequence number)."""
+    return read_capture(CaptureRead(source(root, wait), tuple(files)), SETTINGS, "0", start, end, fail,
+                        {} if stats is None else stats)  # fmt: skip
 
 
 def seqs_of(batches) -> list[int]:
@@ -129,7 +129,7 @@ def test_a_range_reads_each_event_once_in_order_over_duplicates_and_overlaps(tmp
     a2 = twice(tmp_path, a)
     b = write(tmp_path, "0", 1, [2, 3, 4, 5, 6], codec="deflate")  # overlaps a
     stats: dict = {}
-    got = list(read_capture(request(tmp_path, [(a, 0), (a2, 0), (b, 2)], 1, 6), stats))
+    got = list(read(tmp_path, [(a, 0), (a2, 0), (b, 2)], 1, 6, stats))
     assert seqs_of(got) == [1, 2, 3, 4, 5]
     assert stats["via"] == "capture" and stats["read"] == 5 and stats["lost"] == 0
     row = got[0].slice(0, 1).to_pylist()[0]
@@ -143,13 +143,13 @@ def test_a_gap_fails_naming_the_partition_the_range_and_the_files_around_it(tmp_
     a = write(tmp_path, "0", 0, [0, 1, 2])
     c = write(tmp_path, "0", 2, [6, 7])
     with pytest.raises(DataLossError) as info:
-        seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8), {}))
+        seqs_of(read(tmp_path, [(a, 0), (c, 6)], 0, 8))
     text = str(info.value)
     assert "partition 0: sequence numbers [3, 6) (3 events) are in no Capture file" in text
     assert f"after {a}, before {c}" in text and "eventhubs.capture.lateFileWait" in text
     assert "failOnDataLoss=false" in text and "TOPSECRET" not in text
     with pytest.raises(DataLossError, match=r"\[3, 5\).*with no file after it"):
-        seqs_of(read_capture(request(tmp_path, [(a, 0)], 0, 5), {}))
+        seqs_of(read(tmp_path, [(a, 0)], 0, 5))
 
 
 def test_with_failOnDataLoss_false_a_gap_is_logged_with_its_count_and_passed_over(tmp_path, caplog):
@@ -157,7 +157,7 @@ def test_with_failOnDataLoss_false_a_gap_is_logged_with_its_count_and_passed_ove
     c = write(tmp_path, "0", 2, [6, 7])
     stats: dict = {}
     with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
-        assert seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8, fail=False), stats)) == [0, 1, 2, 6, 7]
+        assert seqs_of(read(tmp_path, [(a, 0), (c, 6)], 0, 8, stats, fail=False)) == [0, 1, 2, 6, 7]
     assert stats["lost"] == 3
     assert any("3 events [3, 6) are in no Capture file" in r.getMessage() for r in caplog.records)
 
@@ -167,7 +167,7 @@ def test_a_file_written_late_is_waited_for_and_read_in_its_place(tmp_path):
     c = write(tmp_path, "0", 2, [6, 7])
     threading.Timer(1.0, write, (tmp_path, "0", 1, [3, 4, 5])).start()  # the back-filled window
     began = time.monotonic()
-    assert seqs_of(read_capture(request(tmp_path, [(a, 0), (c, 6)], 0, 8, wait=10.0), {})) == list(range(8))
+    assert seqs_of(read(tmp_path, [(a, 0), (c, 6)], 0, 8, wait=10.0)) == list(range(8))
     assert time.monotonic() - began < 8, "read as soon as the late file came"
 
 
@@ -195,3 +195,77 @@ def test_capture_options_are_checked_with_examples():
     assert account_url("http://127.0.0.1:10000/devstoreaccount1/cap/x") == "http://127.0.0.1:10000/devstoreaccount1"
     assert "TOPSECRET" not in repr(read_options({**base, "eventhubs.capture.location": "/x",
                                                  "eventhubs.capture.sasToken": "TOPSECRET"}, "batch"))  # fmt: skip
+
+
+def _reference_rows(data: bytes) -> list[dict]:
+    """What read_file (a record at a time, into Python values) says each row is."""
+    from eventhubs_spark.capture.files import read_file
+    from eventhubs_spark.codec.columns import to_text
+
+    events = read_file(data, "f")
+    own = {"x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time", "x-opt-partition-key"}
+    return [{"body": events.bodies[i] or b"", "partition": "3", "offset": events.offsets[i],
+             "sequenceNumber": events.sequence_numbers[i],
+             "enqueuedTime": dt.datetime.fromtimestamp(events.enqueued_ms[i] / 1000, dt.timezone.utc),
+             "publisher": None, "partitionKey": events.system_properties[i].get("x-opt-partition-key"),
+             "properties": [(k, to_text(v)) for k, v in events.properties[i].items()],
+             "systemProperties": [(k, to_text(v)) for k, v in events.system_properties[i].items() if k not in own]}
+            for i in range(len(events))]  # fmt: skip
+
+
+def _rows(batch) -> list[dict]:
+    rows = batch.to_pylist()
+    for r in rows:
+        r["enqueuedTime"] = r["enqueuedTime"].astimezone(dt.timezone.utc)
+    return rows
+
+
+def test_the_columnar_decoder_gives_the_rows_the_reference_reader_gives():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from eventhubs_spark.capture.columnar import decode
+
+    props = st.dictionaries(st.text(min_size=1, max_size=6), st.one_of(
+        st.integers(-(2**40), 2**40), st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8),
+        st.booleans(), st.none()), max_size=3)  # fmt: skip
+    event = st.tuples(st.binary(max_size=300), st.one_of(st.none(), st.text(min_size=1, max_size=12)), props,
+                      st.integers(0, 5000))  # fmt: skip
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(event, min_size=1, max_size=60), st.integers(0, 2**40), st.sampled_from(["null", "deflate"]),
+           st.booleans(), st.booleans())  # fmt: skip
+    def check(events, first, codec, uniform, keyed):
+        ms = 1_764_000_000_000
+        made = []
+        for i, (body, key, properties, gap) in enumerate(events):
+            if uniform:  # the fast path's shapes: same-length offsets, no properties, a key on all or none
+                body, key, properties = body or b"x", f"device-{i % 11}" if keyed else None, {}
+            ms += gap
+            made.append(_Event(first + i, ms, body, key=key, props=properties))
+        records = [writer.event_record(e, str(10**12 + e.sequence_number) if uniform else str(e.offset))
+                   for e in made]  # fmt: skip
+        data = writer.container_file(records, codec)
+        seqs, batch = decode(data, "f", "3")
+        assert list(seqs) == [first + i for i in range(len(events))]
+        assert _rows(batch) == _reference_rows(data)
+
+    check()
+
+
+def test_the_columnar_decoder_reads_old_files_and_refuses_bad_ones():
+    from eventhubs_spark.capture.columnar import decode
+    from eventhubs_spark.capture.files import CaptureFileError
+
+    record = b"".join([writer._long(3), writer._string("300"), writer._string("10/16/2017 6:18:55 PM"),
+                       writer._long(0), writer._long(0), writer._long(1) + writer._bytes(b"old")])  # fmt: skip
+    data = writer.container_file([record, record.replace(b"\x06", b"\x08", 1)], "null")  # sequence numbers 3, 4
+    seqs, batch = decode(data, "f", "3")
+    assert list(seqs) == [3, 4] and _rows(batch) == _reference_rows(data)
+    assert _rows(batch)[0]["enqueuedTime"] == dt.datetime(2017, 10, 16, 18, 18, 55, tzinfo=dt.timezone.utc)
+    good = _file([_Event(1, MS0, b"x" * 50), _Event(2, MS0 + 1, b"y")])
+    with pytest.raises(CaptureFileError, match="cut short"):
+        decode(good[:-30], "f", "0")
+    long_body = writer.event_record(_Event(9, MS0, b"z" * 10), "9").replace(writer._long(10), writer._long(90), 1)
+    with pytest.raises(CaptureFileError, match="f block 0"):
+        decode(writer.container_file([long_body], "null"), "f", "0")
