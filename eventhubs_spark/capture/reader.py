@@ -20,6 +20,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,20 +44,35 @@ def read_capture(capture: CaptureRead, settings: ConnectionSettings, partition: 
     store = open_store(capture.source, settings)
     queue = list(capture.files)
     known = {name for name, _ in queue}
+    stats["via"] = "capture"
+    ahead = _ReadAhead(store)
+    try:
+        yield from _read(store, capture, ahead, settings.hub, partition, start, end, fail_on_data_loss, stats, queue,
+                         known)  # fmt: skip
+    finally:
+        ahead.close()
+
+
+def _read(store: CaptureStore, capture: CaptureRead, ahead: _ReadAhead, hub: str, partition: str, start: int,
+          end: int, fail_on_data_loss: bool, stats: dict[str, Any], queue: list[tuple[str, int | None]],
+          known: set[str]) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """read_capture's walk over the files, each event once, gaps waited on and called."""
     last_of: dict[str, int] = {}  # files decoded: their last sequence number
     holes: dict[str, int] = {}  # files that stopped short of the range at a hole: the sequence number after it
     nxt = start
     lost = read = 0
     last_file: str | None = None
     waited_since: float | None = None
-    stats["via"] = "capture"
     while nxt < end:
         # the files that may hold nxt, the one that begins nearest below it first
         candidates = sorted(((f, n) for n, f in queue if f is not None and f <= nxt and last_of.get(n, nxt) >= nxt),
                             reverse=True)  # fmt: skip
         moved = False
         for _first, name in candidates:
-            seqs, decoded = _decoded(store, name, partition)
+            # the next file in sequence order is fetched while this one is decoded
+            later_files = sorted((f, n) for n, f in queue if f is not None and f > nxt and n not in last_of)
+            ahead.fetch(later_files[0][1] if later_files else None)
+            seqs, decoded = _decoded(store, name, partition, ahead)
             last_of[name] = int(seqs[-1]) if len(seqs) else -1
             batch, after, hole = _batch(seqs, decoded, nxt, end)
             if hole is not None:
@@ -91,13 +107,13 @@ def read_capture(capture: CaptureRead, settings: ConnectionSettings, partition: 
         count = segments.count(nxt, gap_end)
         if fail_on_data_loss:
             raise DataLossError(
-                f"hub {settings.hub!r} partition {partition}: sequence numbers [{nxt}, {gap_end}) "
+                f"hub {hub!r} partition {partition}: sequence numbers [{nxt}, {gap_end}) "
                 f"({count} events) are in no Capture file under {capture.source.location} ({around}; waited "
                 f"{capture.source.late_file_wait:g} s for a file written late, eventhubs.capture.lateFileWait) and "
                 "no longer in the hub. Set failOnDataLoss=false to skip them and continue."
             )
         _LOG.warning("hub %s partition %s: %d events [%d, %d) are in no Capture file (%s) and no longer in the hub; "
-                     "continuing because failOnDataLoss=false", settings.hub, partition, count, nxt,
+                     "continuing because failOnDataLoss=false", hub, partition, count, nxt,
                      gap_end, around)  # fmt: skip
         lost += count
         nxt = gap_end
@@ -111,7 +127,39 @@ _CACHE_FILES = 4
 _CACHE_MAX_BYTES = 64 << 20  # larger files are decoded for each task that reads them
 
 
-def _decoded(store: CaptureStore, name: str, partition: str) -> tuple[np.ndarray, pa.RecordBatch]:
+class _ReadAhead:
+    """One file fetched on a thread of its own while the task decodes another (the download waits on the network
+    and storage, the decoding on the CPU): a range over several files reads them back to back."""
+
+    def __init__(self, store: CaptureStore) -> None:
+        self.store = store
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[str, Future[bytes]] | None = None
+
+    def fetch(self, name: str | None) -> None:
+        if name is None or (self._pending is not None and self._pending[0] == name):
+            return
+        with _CACHE_LOCK:
+            if (self.store.where, name) in _CACHE:
+                return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventhubs-capture-ahead")
+        self._pending = (name, self._pool.submit(self.store.read, name))
+
+    def take(self, name: str) -> bytes:
+        pending = self._pending
+        if pending is not None and pending[0] == name:
+            self._pending = None
+            return pending[1].result()
+        return self.store.read(name)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _decoded(store: CaptureStore, name: str, partition: str,
+             ahead: _ReadAhead | None = None) -> tuple[np.ndarray, pa.RecordBatch]:  # fmt: skip
     """A file's events as the source's record batch, in sequence order, with their sequence numbers: the process
     keeps the last few small files decoded, since a stream's next batches read on in the same file."""
     key = (store.where, name)
@@ -119,7 +167,7 @@ def _decoded(store: CaptureStore, name: str, partition: str) -> tuple[np.ndarray
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    data = store.read(name)
+    data = ahead.take(name) if ahead is not None else store.read(name)
     seqs, batch = decode(data, f"{store.where}/{name}", partition)
     if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):  # not the service's order: made so, once each
         seqs, first = np.unique(seqs, return_index=True)
