@@ -7,7 +7,8 @@ codec ``null`` or ``deflate``; one file per partition and window, the window clo
 whichever comes first; files named by ``archiveNameFormat`` from the window's start; an empty window gives a
 file with one block of zero events (unless ``skip_empty``). ``EnqueuedTimeUtc`` is a .NET culture string
 precise to the second (``12/9/2022 4:51:25 PM``); ``SystemProperties`` carries ``x-opt-enqueued-time`` in epoch
-milliseconds and ``x-opt-partition-key`` where the event had one.
+milliseconds, ``x-opt-partition-key`` where the event had one, and (inferred, see :data:`PROPERTY_NAMES`) the
+fields of the message's properties section it was sent with (``content-type``, ``message-id``, ...).
 
 Events are taken as they are appended (a hub's retention can remove them from the hub before their window is
 written, and Capture still has them), encoded and written by a thread of its own, to a local folder or a blob
@@ -70,6 +71,13 @@ WRITER_SCHEMA = (
 )
 DEFAULT_NAME_FORMAT = "{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}"
 TOKENS = ("Namespace", "EventHub", "PartitionId", "Year", "Month", "Day", "Hour", "Minute", "Second")
+# The AMQP properties section's fields, in their order, by the names the SDKs give them among an event's system
+# properties. Capture writes what the .NET EventData.SystemProperties holds (inferred: the real files seen held
+# only x-opt-enqueued-time and x-opt-partition-key, from events sent without these), so a content type, and with it
+# the Schema Registry's schema id, reaches the files.
+PROPERTY_NAMES = ("message-id", "user-id", "to", "subject", "reply-to", "correlation-id", "content-type",
+                  "content-encoding", "absolute-expiry-time", "creation-time", "group-id", "group-sequence",
+                  "reply-to-group-id")  # fmt: skip
 BLOCK_EVENTS = 1000  # events per Avro block (the service's own block size is not known; readers must not care)
 
 
@@ -187,8 +195,13 @@ def event_record(event: Event, wire_offset: str) -> bytes:
     """One stored event as a Capture record (binary Avro, the writer schema's field order)."""
     properties: dict[Any, Any] = {}
     body: bytes | None = None
+    sent_with: list[tuple[str, bytes]] = []  # the message's properties section, as EventData.SystemProperties has it
     for descriptor, start, _ in amqp.split_sections(event.body):
-        if descriptor == amqp.APPLICATION_PROPERTIES:
+        if descriptor == amqp.PROPERTIES:
+            fields = amqp.section_value(event.body, start) or []
+            sent_with = [(name, _system_value(value)) for name, value in zip(PROPERTY_NAMES, fields, strict=False)
+                         if value is not None]  # fmt: skip
+        elif descriptor == amqp.APPLICATION_PROPERTIES:
             properties = amqp.section_value(event.body, start) or {}
         elif descriptor == amqp.DATA:
             body = (body or b"") + bytes(amqp.section_value(event.body, start))
@@ -198,6 +211,7 @@ def event_record(event: Event, wire_offset: str) -> bytes:
     system: list[tuple[str, bytes]] = [("x-opt-enqueued-time", _system_value(event.enqueued_ms))]
     if event.partition_key is not None:
         system.append(("x-opt-partition-key", _system_value(event.partition_key)))
+    system += sent_with
     props = [(str(k), _property_value(v)) for k, v in properties.items()]
     return b"".join((
         _long(event.sequence_number), _string(wire_offset), _string(dotnet_time(event.enqueued_ms)), _map(system),

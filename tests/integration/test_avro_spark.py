@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ READER = {**ORDER_V2, "fields": [{"name": "id", "type": "long"}, {"name": "qty",
 
 
 class Setting:
+    capture_folder = ""  # where the emulator captures hub avro-cap
+
     def __init__(self, entra: LocalEntra, emulator: Emulator) -> None:
         self.entra, self.emulator = entra, emulator
 
@@ -86,11 +89,14 @@ def setting() -> Iterator[Setting]:
     before = os.environ.get("REQUESTS_CA_BUNDLE")
     os.environ["REQUESTS_CA_BUNDLE"] = entra.ca_file  # this process's official clients trust the registry
     hubs = {"avro-in": 2, "avro-out": 2, "avro-stream": 2, "avro-bad": 1, "avro-nb": 2}
-    hubs |= {"avro-rt-in": 1, "avro-rt-out": 1}
+    hubs |= {"avro-rt-in": 1, "avro-rt-out": 1, "avro-cap": 1}
+    capture = {"destination": tempfile.mkdtemp(prefix="avro-capture-"), "window_seconds": 3600, "hubs": ("avro-cap",)}
     emulator = Emulator(
         hubs, keys={KEY_NAME: KEY}, token_verifier=entra.verify, schema_registry_port=0,
         certificate=(entra.cert_file, entra.key_file), schema_groups={"shop": "Avro", "orders": "Avro", "gen": "Avro"},
+        capture=capture,
     ).start()  # fmt: skip
+    Setting.capture_folder = capture["destination"]
     try:
         yield Setting(entra, emulator)
     finally:
@@ -187,6 +193,26 @@ def test_a_stream_reads_what_the_official_encoders_write_and_they_read_what_the_
     streamed = receive(setting.emulator.connection_string("avro-stream"), len(values), starting_position="-1")
     assert sorted((reader.decode({"content": b"".join(e.body), "content_type": e.content_type}) for e in streamed),
                   key=lambda v: v["id"]) == values  # fmt: skip
+
+
+def test_avro_bodies_read_the_same_from_capture_and_from_the_hub(spark, setting):
+    """Issue 48: Capture keeps the content type (the schema id) among the system properties, so a read that reaches
+    back into Capture decodes its Avro bodies as the hub's."""
+    from azure.schemaregistry.encoder.avroencoder import AvroEncoder
+
+    encoder = AvroEncoder(client=setting.client(), group_name="shop", auto_register=True)
+    orders = [encoder.encode({"id": i, "item": f"item-{i}"}, schema=json.dumps(ORDER_V1)) for i in range(8)]
+    setting.send("avro-cap", "0", [(o["content"], o["content_type"]) for o in orders[:5]])
+    setting.emulator.capture_flush()
+    setting.send("avro-cap", "0", [(o["content"], o["content_type"]) for o in orders[5:]])
+    setting.emulator.trim("avro-cap", "0", 3)  # [0, 3) only in Capture, [3, 5) in both, [5, 8) in the hub only
+    options = setting.options("avro-cap", **{"eventhubs.avro.schema": json.dumps(READER),
+                                             "eventhubs.startingPosition": '{"offset": "-1"}',
+                                             "eventhubs.capture.location": setting.capture_folder,
+                                             "eventhubs.capture.namespace": "emulator"})  # fmt: skip
+    rows = sorted(spark.read.format("eventhubs").options(**options).load().select("sequenceNumber", "value").collect())
+    assert [(r.sequenceNumber, r.value.asDict()) for r in rows] == [
+        (i, {"id": i, "qty": 1, "item": f"item-{i}"}) for i in range(8)]  # fmt: skip
 
 
 def test_bad_records_fail_fast_by_name_or_land_in_the_corrupt_record_column(spark, setting):

@@ -39,6 +39,10 @@ def _send(conn: str, events: list[dict[str, Any]]) -> None:
             batch = producer.create_batch(partition_id=e.get("partition"), partition_key=e.get("key"))
             data = EventData(e["body"])
             data.properties = e.get("properties") or {}
+            if "content_type" in e:
+                data.content_type = e["content_type"]
+            if "message_id" in e:
+                data.message_id = e["message_id"]
             batch.add(data)
             producer.send_batch(batch)
 
