@@ -23,7 +23,7 @@ import sys
 import tempfile
 from typing import Any
 
-from .read import connector_drain, executor_python_cpu, fill, warm_up
+from .read import connector_drain, executor_python_cpu, fill, local_spark, warm_up
 from .results import record
 
 EVENTS = int(os.environ.get("EVENTHUBS_BENCH_CAPTURE_EVENTS", "1000000"))
@@ -92,19 +92,11 @@ def _timed(spark: Any, conn: str, tmp: str, name: str, **options: str) -> tuple[
 def run() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pyspark.sql import SparkSession
-
     from tests.conftest import Azurite
 
     azurite = Azurite()
     server = _Server(azurite.connection_string)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             warm_up(spark, server.conns["warmup"], tmp)

@@ -165,11 +165,24 @@ def warm_up(spark: Any, conn: str, tmp: str) -> None:
         connector_drain(spark, conn, WARMUP_EVENTS, os.path.join(tmp, f"warmup-{attempt}"))
 
 
+def local_spark() -> Any:
+    """The benches' ``local[2]`` session: no UI, no progress bars, errors only in the log."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run() -> None:
     import tempfile
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
     hubs = {f"p{p}s{s}": p for p, s, _ in CASES} | {"warmup": 4}
     # The SDK reads with its own consumer group: the connector's pooled owner-level receivers stay attached
@@ -178,13 +191,7 @@ def run() -> None:
     # modes on one group would displace each other at every alternation (the links left idle in the workers
     # by one mode, the service's by the other), and each run would pay the other's recovery.
     proc, conns = start_emulator(hubs, consumer_groups=("sdk", ALONE_GROUP))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -174,9 +174,9 @@ class Blocks:
     payloads: list[tuple[bytes | memoryview, int]]
 
 
-def blocks(data: bytes | memoryview, where: str) -> Blocks:
-    """The blocks of one Capture file (``where`` names it in messages), checked: header, writer schema, codec,
-    sync markers; blocks of zero events left out."""
+def _header(data: bytes | memoryview, where: str) -> tuple[_Reader, str, tuple[str, ...], tuple[str, ...], bytes]:
+    """A file's header, checked (magic, codec, Capture's writer schema): a reader at its first block, the codec,
+    the two maps' value branches, and the sync marker."""
     if bytes(data[:4]) != MAGIC:
         raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
     r = _Reader(data, where, start=4)
@@ -187,7 +187,13 @@ def blocks(data: bytes | memoryview, where: str) -> Blocks:
     if "avro.schema" not in metadata:
         raise CaptureFileError(f"Capture file {where}: no writer schema in its header")
     system_branches, property_branches = _check_schema(metadata["avro.schema"].decode("utf-8", "replace"), where)
-    sync = r.raw(16)
+    return r, codec, system_branches, property_branches, r.raw(16)
+
+
+def blocks(data: bytes | memoryview, where: str) -> Blocks:
+    """The blocks of one Capture file (``where`` names it in messages), checked: header, writer schema, codec,
+    sync markers; blocks of zero events left out."""
+    r, codec, system_branches, property_branches, sync = _header(data, where)
     out = Blocks(where, system_branches, property_branches, [])
     view = memoryview(data) if isinstance(data, bytes) else data
     block = 0
@@ -236,18 +242,8 @@ def first_sequence(head: bytes | memoryview, where: str, whole: bool) -> int | N
     ranges by sequence number without reading the file."""
     if len(head) < 4 and not whole:
         raise NeedMore
-    if bytes(head[:4]) != MAGIC:
-        raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
-    r = _Reader(head, where, start=4)
     try:
-        metadata = r.map(lambda reader: reader.bytes_())
-        codec = metadata.get("avro.codec", b"null").decode()
-        if codec not in ("null", "deflate"):
-            raise CaptureFileError(f"Capture file {where}: codec {codec!r}; Capture writes null or deflate")
-        if "avro.schema" not in metadata:
-            raise CaptureFileError(f"Capture file {where}: no writer schema in its header")
-        _check_schema(metadata["avro.schema"].decode("utf-8", "replace"), where)
-        r.raw(16)
+        r, codec, _, _, _ = _header(head, where)
         while True:
             if r.pos >= r.end:
                 if whole:
