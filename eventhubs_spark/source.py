@@ -71,6 +71,10 @@ BATCH_IDLE_TIMEOUT = 10.0
 MIN_STREAM_IDLE_TIMEOUT = 10.0
 MAX_STREAM_IDLE_TIMEOUT = 120.0
 
+# Events from Capture a task reads at least, in whole files: a partition's long history goes to many tasks at once
+# (each file is read by the one task whose range holds its first event), without a task for every small file.
+CAPTURE_TASK_EVENTS = 200_000
+
 LAG_FILE_EVERY = 60.0  # seconds: a quiet stream still writes its lag figures this often (the command shows their age)
 LAG_KEY = "@lag"  # where the progress's latestOffset carries the lag figures (Spark 4.2+)
 
@@ -362,13 +366,24 @@ class _Planner:
 
     def capture_partitions(self, captured: list[Range], idle_timeout: float = BATCH_IDLE_TIMEOUT,
                            ) -> list[EventHubsPartition]:  # fmt: skip
-        """A task per partition's range from Capture (split by eventhubs.maxEventsPerPartition), each given the
-        files that hold it."""
+        """Tasks for the ranges read from Capture: each partition's range cut where its files begin, into runs of
+        files of at least :data:`CAPTURE_TASK_EVENTS` events (a long history is read by many tasks at once, a file
+        by one), split further by eventhubs.maxEventsPerPartition; each task given the files that hold its range."""
         if self.capture is None:
             return []
         source = self.capture.source
+        pieces: list[Range] = []
+        for r in (r for r in captured if r.size > 0):
+            files = self.capture.covering(r.partition, r.start, r.end)
+            cuts = sorted({first for _, first in files if first is not None and r.start < first < r.end})
+            begin = r.start
+            for cut in cuts:
+                if cut - begin >= CAPTURE_TASK_EVENTS:
+                    pieces.append(Range(r.partition, begin, cut))
+                    begin = cut
+            pieces.append(Range(r.partition, begin, r.end))
         out = []
-        for r in split_ranges([r for r in captured if r.size > 0], self.options.max_events_per_partition):
+        for r in split_ranges(pieces, self.options.max_events_per_partition):
             files = self.capture.covering(r.partition, r.start, r.end)
             request = RangeRequest(self.settings, self.config, r.partition, r.start, r.end,
                                    self.options.fail_on_data_loss, idle_timeout)  # fmt: skip

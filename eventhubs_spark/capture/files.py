@@ -177,6 +177,9 @@ class Blocks:
 def _header(data: bytes | memoryview, where: str) -> tuple[_Reader, str, tuple[str, ...], tuple[str, ...], bytes]:
     """A file's header, checked (magic, codec, Capture's writer schema): a reader at its first block, the codec,
     the two maps' value branches, and the sync marker."""
+    if len(data) == 0:
+        raise CaptureFileError(f"Capture file {where} is empty (0 bytes): not a file Capture writes (a window "
+                               "without events gives a header and a block of no events); cut short?")  # fmt: skip
     if bytes(data[:4]) != MAGIC:
         raise CaptureFileError(f"Capture file {where}: not an Avro object container file (no 'Obj\\x01' header)")
     r = _Reader(data, where, start=4)

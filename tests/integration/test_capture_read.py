@@ -141,3 +141,23 @@ def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite)
                            "eventhubs.startingPosition": '{"offset": "-1"}'})  # fmt: skip
     assert [(r["partition"], r["sequenceNumber"]) for r in rows] == [("1", i) for i in range(20)]
     assert [r["body"] for r in rows] == [f"x{i}".encode() for i in range(15)] + [f"y{i}".encode() for i in range(5)]
+
+
+def test_a_long_history_is_read_by_a_task_per_run_of_files(captured, monkeypatch):
+    from eventhubs_spark import source
+    from eventhubs_spark.source import EventHubsBatchReader
+
+    emu, folder = captured
+    name, conn = hub(emu, 1)
+    for i in range(5):
+        _send(conn, [{"partition": "0", "body": f"f{i}-{j}"} for j in range(10)])
+        emu.capture_flush()
+    emu.trim(name, "0", 50)
+    monkeypatch.setattr(source, "CAPTURE_TASK_EVENTS", 20)
+    options = {"eventhubs.connectionString": conn, "eventhubs.capture.location": folder,
+               "eventhubs.capture.namespace": "emulator", "eventhubs.startingPosition": '{"seqNo": 5}'}  # fmt: skip
+    splits = EventHubsBatchReader(options).partitions()
+    got = [(r.start, r.end, len(s.capture.files)) for s in splits if s.capture is not None for r in s.requests]
+    assert got == [(5, 30, 3), (30, 50, 2)], got  # cut where files begin, each run of files >= 20 events
+    rows = batch_read(options)
+    assert [r["sequenceNumber"] for r in rows] == list(range(5, 50))

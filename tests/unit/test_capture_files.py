@@ -93,6 +93,8 @@ def test_an_empty_file_and_old_files_without_the_exact_time():
 
 def test_bad_files_each_get_their_own_message():
     good = _file([_Event(1, 1_764_000_000_000, b"x" * 50), _Event(2, 1_764_000_000_001, b"y")])
+    with pytest.raises(CaptureFileError, match=r"f\.avro is empty \(0 bytes\)"):
+        read_file(b"", "f.avro")
     with pytest.raises(CaptureFileError, match=r"f\.avro: not an Avro object container file"):
         read_file(b"PK\x03\x04", "f.avro")
     with pytest.raises(CaptureFileError, match=r"f\.avro: cut short"):
