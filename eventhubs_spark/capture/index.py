@@ -72,7 +72,8 @@ class CaptureIndex:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_store"] = None  # clients and sockets stay in the process that opened them
-        state["_listed"] = {}
+        state["_listed"] = {}  # a reader travels in every task: its caches (a hub's many files) stay on the driver
+        state["_first"] = {}
         return state
 
     @property
