@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -328,21 +329,30 @@ class _Planner:
         """Each position's sequence number: from the hub, and with Capture, from its files where the event named is
         older than the hub's first (earliest: Capture's first event; an enqueued time before the hub's first)."""
         out = resolve(self.settings, self.config, infos, positions, self.config.receiver_timeout)
-        if self.capture is None:
+        capture = self.capture
+        if capture is None:
             return out
+        wanted: dict[str, Position] = {}
         for pid, position in positions.items():
             info = infos[pid]
             begin = info.end if info.is_empty else info.beginning_sequence_number
             if out[pid] > begin or not isinstance(position, Earliest | EnqueuedTime):
                 continue  # the hub holds the event named, and one before it
             self._no_geo(pid, info)
-            if isinstance(position, Earliest):
-                found = self.capture.earliest(pid)
-            else:
+            wanted[pid] = position
+
+        def in_capture(pid: str) -> int | None:
+            position = wanted[pid]
+            if isinstance(position, EnqueuedTime):
                 after = position.value.astimezone(datetime.timezone.utc)
-                found = self.capture.find_time(pid, int(after.timestamp()) * 1_000_000 + after.microsecond)
-            if found is not None and found < out[pid]:
-                out[pid] = found
+                return capture.find_time(pid, int(after.timestamp()) * 1_000_000 + after.microsecond)
+            return capture.earliest(pid)
+
+        if wanted:  # every partition's files listed and read at once (each a few requests to the storage)
+            with ThreadPoolExecutor(max_workers=min(16, len(wanted))) as pool:
+                for pid, found in zip(wanted, pool.map(in_capture, wanted), strict=True):
+                    if found is not None and found < out[pid]:
+                        out[pid] = found
         return out
 
     def _no_geo(self, partition: str, info: PartitionInfo) -> None:
