@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import (
+    ab_read,
     avro,
     capture,
     ceiling,
@@ -30,6 +31,7 @@ BENCHMARKS = {
     "emulator_sdk": emulator_sdk.run,
     "read": read.run,
     "read_profile": read_profile.run,  # issue 16: where a read's microseconds go
+    "ab_read": ab_read.run,  # issue 50: a read-path change A/B'd against the code before it, alternating runs
     "sink": sink.run,
     "planning": planning.run,
     "latency": latency.run,

@@ -1,0 +1,113 @@
+"""An A/B of a read-path change: the connector as it is (B) against the same tree with some files as they were at an
+earlier commit (A), alternating runs on one emulator and one set of events, medians; so a gain is not an hour's
+noise (issue 50).
+
+``python -m bench ab_read`` compares ``codec/layout.py`` before issue 50's first change (commit 062aa17: a map every
+event shares made text per row) with today's; ``EVENTHUBS_AB_BEFORE`` and ``EVENTHUBS_AB_PATHS`` (comma-separated,
+relative to the repository) name another commit and other files. Each run is a Spark ``local[2]`` of its own (two
+warm-up reads of 200,000 events, then one read of every event of the hub: 4 partitions, 200 B), in a process whose
+``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .emulator_sdk import start_emulator
+from .read import fill
+from .results import record
+
+ROOT = Path(__file__).resolve().parents[1]
+BEFORE = os.environ.get("EVENTHUBS_AB_BEFORE", "062aa17")
+PATHS = [p for p in os.environ.get("EVENTHUBS_AB_PATHS", "eventhubs_spark/codec/layout.py").split(",") if p]
+EVENTS = int(os.environ.get("EVENTHUBS_AB_EVENTS", "1000000"))
+ROUNDS = int(os.environ.get("EVENTHUBS_AB_ROUNDS", "3"))
+
+
+def one(conn: str, warm: str, events: int) -> None:
+    """One run (in the variant's process): prints its figures as JSON."""
+    import eventhubs_spark
+
+    from .read import connector_drain, executor_python_cpu, local_spark
+
+    spark = local_spark()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(2):
+            connector_drain(spark, warm, 200_000, f"{tmp}/warm-{i}")
+        before = executor_python_cpu()
+        whole, batch = connector_drain(spark, conn, events, f"{tmp}/measured")
+        cpu = executor_python_cpu() - before
+    spark.stop()
+    print(json.dumps({"tree": str(Path(eventhubs_spark.__file__).resolve().parents[1]), "whole": whole,
+                      "batch": batch, "cpu_us": cpu / events * 1e6}))  # fmt: skip
+
+
+def _trees(where: Path) -> dict[str, Path]:
+    """A (HEAD with PATHS from BEFORE) and B (HEAD), as worktrees under ``where``."""
+    trees = {"A": where / "A", "B": where / "B"}
+    for tree in trees.values():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), "HEAD"], check=True,
+                       capture_output=True)  # fmt: skip
+    for path in PATHS:
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:{path}"], check=True, capture_output=True)
+        (trees["A"] / path).write_bytes(old.stdout)
+    return trees
+
+
+def run() -> None:
+    proc, conns = start_emulator({"ab": 4, "warm": 4})
+    where = Path(tempfile.mkdtemp(prefix="eventhubs-ab-"))
+    trees = _trees(where)
+    runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    try:
+        fill(conns["ab"], EVENTS, 200)
+        fill(conns["warm"], 200_000, 200)
+        for r in range(ROUNDS):
+            for variant in ("A", "B") if r % 2 == 0 else ("B", "A"):
+                tree = trees[variant]
+                env = {**os.environ, "PYTHONPATH": str(tree), "PYSPARK_PYTHON": sys.executable}
+                done = subprocess.run([sys.executable, "-m", "bench.ab_read", "one", conns["ab"], conns["warm"],
+                                       str(EVENTS)], cwd=tree, env=env, capture_output=True, text=True,
+                                      timeout=1800)  # fmt: skip
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                if not lines:
+                    raise RuntimeError(f"the {variant} run failed: {done.stderr[-3000:]}")
+                got = json.loads(lines[-1])
+                if Path(got["tree"]) != tree.resolve():
+                    raise RuntimeError(f"the {variant} run read with {got['tree']}, not {tree}")
+                runs[variant].append(got)
+                print(variant, got, flush=True)
+    finally:
+        proc.terminate()
+        for tree in trees.values():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+    def median(variant: str, key: str) -> float:
+        return statistics.median(x[key] for x in runs[variant])
+
+    rows = [{"code": f"A: {', '.join(PATHS)} as at {BEFORE}" if v == "A" else "B: as now", "events": EVENTS,
+             "whole query (s)": round(median(v, "whole"), 3), "in the batch (s)": round(median(v, "batch"), 3),
+             "executor Python CPU (µs/event)": round(median(v, "cpu_us"), 2),
+             "runs, whole (s)": ", ".join(f"{x['whole']:.2f}" for x in runs[v])} for v in ("A", "B")]  # fmt: skip
+    summary = {
+        "B / A, whole query (time)": round(median("B", "whole") / median("A", "whole"), 3),
+        "B / A, in the batch (time)": round(median("B", "batch") / median("A", "batch"), 3),
+        "B / A, executor Python CPU per event": round(median("B", "cpu_us") / median("A", "cpu_us"), 3),
+    }
+    notes = (f"{ROUNDS} rounds, A and B alternating (A first in even rounds), each run a Spark local[2] of its own: "
+             "two warm-up reads of 200,000 events, then one Trigger.AvailableNow read of every event into noop. One "
+             "emulator (its own process) and one set of events for all runs; medians.")  # fmt: skip
+    record("read_ab", summary, rows, notes)
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "one":
+        one(sys.argv[2], sys.argv[3], int(sys.argv[4]))
