@@ -211,7 +211,7 @@ def run() -> None:
                 packed_cpu: list[float] = []
                 for attempt in range(REPEATS):
                     sdk_runs.append(sdk_drain(conn, events))
-                    where = os.path.join(tmp, f"{partitions}-{size}-{attempt}")
+                    where = os.path.join(tmp, f"{partitions}-{size}-{events}-{attempt}")
                     cpu_before = executor_python_cpu()
                     spark_s, batch_s = connector_drain(spark, conn, events, where)
                     cpu_runs.append((executor_python_cpu() - cpu_before) / events * 1e6)
