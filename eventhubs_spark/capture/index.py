@@ -20,8 +20,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from ..auth.settings import ConnectionSettings
-from .files import NeedMore, first_sequence, read_file
+from .columnar import decode
+from .files import NeedMore, first_sequence
 from .names import FileName, NameFormat
 from .store import CaptureSource, CaptureStore, open_store
 
@@ -164,8 +168,8 @@ class CaptureIndex:
         when = dt.datetime.fromtimestamp(after_us // 1_000_000, dt.timezone.utc)
         i = max(0, bisect.bisect_right([f.start for f in files], when) - 1)
         for f in files[i:]:
-            events = read_file(self.store.read(f.name), f"{self.store.where}/{f.name}")
-            for seq, at in zip(events.sequence_numbers, events.enqueued_ms, strict=True):
-                if at * 1000 > after_us:
-                    return seq
+            seqs, batch = decode(self.store.read(f.name), f"{self.store.where}/{f.name}", partition)
+            later = np.flatnonzero(batch.column("enqueuedTime").cast(pa.int64()).to_numpy() > after_us)
+            if len(later):
+                return int(seqs[later[0]])
         return None
