@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import segments
+from .auth.storage import local_path
 from .partitions import PartitionInfo, by_number
 
 UTC = dt.timezone.utc
@@ -490,19 +491,3 @@ def _write_whole(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
-
-
-def local_path(location: str) -> str:
-    """A checkpoint location as a path this process can open: a local path or ``file:`` URI as it is, and
-    Databricks' ``dbfs:/x`` as its FUSE mount ``/dbfs/x``. Others (``abfss://``, ``s3://``) raise ValueError:
-    the stream runner has no Hadoop file system to write there."""
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    if location.startswith("file:"):
-        return location[len("file:") :]
-    if location.startswith("dbfs:/"):
-        return "/dbfs/" + location[len("dbfs:/") :].lstrip("/")
-    if "://" in location:
-        raise ValueError(f"{location!r} is not a local path: the lag files are written by the driver's Python "
-                         "process, which reaches local paths, file: URIs and dbfs:/ (through /dbfs) only")  # fmt: skip
-    return location

@@ -21,8 +21,8 @@ from . import defaults
 from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
 from .auth.secret import Secret
 from .auth.settings import ConnectionSettings, host_and_port
+from .auth.storage import local_path
 from .errors import OptionError
-from .lag import local_path
 from .positions import Earliest, Latest, Position, parse_position, parse_positions
 from .retry import RetryPolicy
 from .sign_in import resolve_sign_in
@@ -154,7 +154,7 @@ def _address(option: str, value: str) -> str:
 
 
 def _local_location(option: str, value: str) -> str:
-    """A checkpoint location the driver's Python process can write to (see :func:`lag.local_path`)."""
+    """A checkpoint location the driver's Python process can write to (see :func:`auth.storage.local_path`)."""
     text = _text(option, value).strip()
     try:
         local_path(text)

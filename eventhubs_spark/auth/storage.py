@@ -40,3 +40,20 @@ def blob_location(location: str) -> tuple[str, str]:
             return path[0], "/".join(path[1:])
     raise ValueError(f"{location!r} is not a checkpoint location this command can read: a local path, file:, "
                      f"dbfs:/, or one in Azure Storage, e.g. {example}")  # fmt: skip
+
+
+def local_path(location: str) -> str:
+    """A location as a path this process can open: a local path or ``file:`` URI as it is, and Databricks'
+    ``dbfs:/x`` as its FUSE mount ``/dbfs/x``. Others (``abfss://``, ``s3://``) raise ValueError: a Python process
+    has no Hadoop file system to reach them (the lag files' and Capture's, in Azure Storage, go through the blob
+    API instead)."""
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    if location.startswith("dbfs:/"):
+        return "/dbfs/" + location[len("dbfs:/") :].lstrip("/")
+    if "://" in location:
+        raise ValueError(f"{location!r} is not a local path: the driver's Python process reaches local paths, "
+                         "file: URIs and dbfs:/ (through /dbfs) only")  # fmt: skip
+    return location

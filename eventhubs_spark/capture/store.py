@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from ..auth.credentials import EntraSettings
 from ..auth.secret import Secret
 from ..auth.settings import ConnectionSettings
-from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location
+from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location, local_path
 from ..errors import OptionError
 from .names import DEFAULT_FORMAT
 
@@ -107,14 +107,12 @@ class BlobStore:
 
 
 def local_root(location: str) -> str | None:
-    """The folder a local location names (a path, or a ``file:`` URI); None for one in Azure Storage."""
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    if location.startswith("file:"):
-        return location[len("file:") :]
-    if "://" in location:
+    """The folder a local location names (a path, a ``file:`` URI, ``dbfs:/`` through its mount); None for one in
+    Azure Storage."""
+    try:
+        return local_path(location)
+    except ValueError:
         return None
-    return location
 
 
 def check_location(location: str, option: str = "eventhubs.capture.location") -> str:

@@ -191,6 +191,10 @@ def test_capture_options_are_checked_with_examples():
         )
     with pytest.raises(OptionError, match="did you mean"):
         read_options({**base, "eventhubs.capture.lateFileWiat": "1s"}, "batch")
+    from eventhubs_spark.capture.store import local_root
+
+    assert [local_root(x) for x in ("/c", "file:///c", "dbfs:/mnt/c", "abfss://cap@acct.dfs.core.windows.net/x")] == [
+        "/c", "/c", "/dbfs/mnt/c", None]  # fmt: skip
     assert account_url("abfss://cap@acct.dfs.core.windows.net/x") == "https://acct.blob.core.windows.net"
     assert account_url("http://127.0.0.1:10000/devstoreaccount1/cap/x") == "http://127.0.0.1:10000/devstoreaccount1"
     assert "TOPSECRET" not in repr(read_options({**base, "eventhubs.capture.location": "/x",
