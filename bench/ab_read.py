@@ -49,22 +49,27 @@ def one(conn: str, warm: str, events: int) -> None:
                       "batch": batch, "cpu_us": cpu / events * 1e6}))  # fmt: skip
 
 
-def _trees(where: Path) -> dict[str, Path]:
-    """A (HEAD with PATHS from BEFORE) and B (HEAD), as worktrees under ``where``."""
+def worktrees(where: Path, before: str = BEFORE, paths: list[str] = PATHS) -> dict[str, Path]:
+    """A (HEAD with ``paths`` as at ``before``) and B (HEAD), as worktrees under ``where`` (see remove_worktrees)."""
     trees = {"A": where / "A", "B": where / "B"}
     for tree in trees.values():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), "HEAD"], check=True,
                        capture_output=True)  # fmt: skip
-    for path in PATHS:
-        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:{path}"], check=True, capture_output=True)
+    for path in paths:
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{before}:{path}"], check=True, capture_output=True)
         (trees["A"] / path).write_bytes(old.stdout)
     return trees
+
+
+def remove_worktrees(trees: dict[str, Path]) -> None:
+    for tree in trees.values():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
 
 
 def run() -> None:
     proc, conns = start_emulator({"ab": 4, "warm": 4})
     where = Path(tempfile.mkdtemp(prefix="eventhubs-ab-"))
-    trees = _trees(where)
+    trees = worktrees(where)
     runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     try:
         fill(conns["ab"], EVENTS, 200)
@@ -86,8 +91,7 @@ def run() -> None:
                 print(variant, got, flush=True)
     finally:
         proc.terminate()
-        for tree in trees.values():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        remove_worktrees(trees)
 
     def median(variant: str, key: str) -> float:
         return statistics.median(x[key] for x in runs[variant])

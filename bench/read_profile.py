@@ -9,7 +9,10 @@ telemetry event has), the emulator in its own process:
    (``receive_batch``) reading the same events into ``EventData`` in the same run.
 2. **Its stages.** cProfile's cumulative times of the same loop (inflated by the profiler, so read as
    shares) split into socket reads, cutting frames, the SDK's part (link and session counters, flow,
-   its ``listen``), keeping each message, and decoding the chunks into record batches.
+   its ``listen``), keeping each message, and decoding the chunks into record batches. Parts 1 and 2 are
+   also measured for the read path's files as at an earlier commit (``EVENTHUBS_PROFILE_BEFORE``, its
+   files ``EVENTHUBS_PROFILE_PATHS``), in a worktree's process on the same emulator and events, so a
+   change to the read path shows stage by stage (issue 50).
 3. **The decoders, side by side.** The transfer payloads of that stream, captured once, decoded to
    the same record batches by each candidate: the SDK's own pure-Python decoder (what the connector
    used before), the connector's batch decoder and its message-by-message decoder, the SDK's optional
@@ -20,9 +23,15 @@ telemetry event has), the emulator in its own process:
 from __future__ import annotations
 
 import cProfile
+import json
+import os
 import pstats
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from .emulator_sdk import receive_sdk, start_emulator
@@ -297,50 +306,105 @@ def _decoders(payloads: list[bytes]) -> list[dict[str, Any]]:
     return rows
 
 
+# What "before" means for the stage table: the read path's files as at this commit (issue 50's second change: frames
+# found with numpy, chunks merged in the worker), measured in a worktree beside today's code, same emulator and events.
+BEFORE = os.environ.get("EVENTHUBS_PROFILE_BEFORE", "274b4c9")
+BEFORE_PATHS = [p for p in os.environ.get("EVENTHUBS_PROFILE_PATHS", ",".join([
+    "eventhubs_spark/amqp/tap.py", "eventhubs_spark/amqp/messages.py", "eventhubs_spark/codec/layout.py",
+    "eventhubs_spark/executor/client.py", "eventhubs_spark/executor/wire.py", "eventhubs_spark/sealed.py",
+])).split(",") if p]  # fmt: skip
+
+_STAGES = {
+    "socket": "socket reads (256 KiB at a time)",
+    "frames": "cutting frames (runs in one pass), counters, credit (tap)",
+    "decode": "reading the sequence numbers (a run's at once), keeping the messages in place (tap)",
+    "sdk": "SDK around it (listen, its frames, the reader thread's loop)",
+    "batches": "decoding a chunk column by column into a record batch (layout)",
+}
+
+
+def measure(conn: str) -> dict[str, Any]:
+    """The read loop's CPU per event (best of 3, no profiler) and its split by stage (cProfile's shares of it)."""
+    best = min((_cpu(_read_connector, conn) for _ in range(3)), key=lambda run: run[0] / run[2])
+    per_event = best[0] / best[2] * 1e6
+    stages = _profile(conn)
+    # The task's thread mostly waits for the reader thread; what it spends on its own is taking chunks
+    # and building record batches. The reader thread's time less its waiting in select is its CPU.
+    split = {
+        "socket": stages["socket"] - stages["wait"],
+        "frames": stages["frames"] - stages["socket"] - stages["decode"],
+        "decode": stages["decode"],
+        "sdk": stages["reader"] - stages["frames"],
+        "batches": stages["batches"],
+    }
+    split = {stage: max(seconds, 0.0) for stage, seconds in split.items()}
+    total = sum(split.values()) or 1.0
+    return {"per_event": per_event, "events": best[2], "events_per_s": best[2] / best[1],
+            "shares": {stage: seconds / total for stage, seconds in split.items()}}  # fmt: skip
+
+
+def _measure_before(conn: str) -> dict[str, Any] | None:
+    """:func:`measure` of the code before (BEFORE), in a worktree's process; None when that commit is not here."""
+    from .ab_read import remove_worktrees, worktrees
+
+    if subprocess.run(["git", "cat-file", "-e", BEFORE], capture_output=True).returncode:
+        return None
+    trees = worktrees(Path(tempfile.mkdtemp(prefix="eventhubs-profile-")), BEFORE, BEFORE_PATHS)
+    try:
+        env = {**os.environ, "PYTHONPATH": str(trees["A"])}
+        done = subprocess.run([sys.executable, "-m", "bench.read_profile", "one", conn], cwd=trees["A"], env=env,
+                              capture_output=True, text=True, timeout=1800)  # fmt: skip
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            raise RuntimeError(f"the run before failed: {done.stderr[-3000:]}")
+        return dict(json.loads(lines[-1]))
+    finally:
+        remove_worktrees(trees)
+
+
 def run() -> None:
     emulator, conns = start_emulator({"profile": 1}, consumer_groups=("$Default", "sdk"))
     conn = conns["profile"]
     try:
         _fill(conn)
-        runs = {"connector": [], "sdk": []}  # type: dict[str, list[tuple[float, float, int]]]
-        for _ in range(3):
-            runs["connector"].append(_cpu(_read_connector, conn))
-            runs["sdk"].append(_cpu(_read_sdk, conn))
-        stages = _profile(conn)
+        before = _measure_before(conn)
+        after = measure(conn)
+        sdk = min((_cpu(_read_sdk, conn) for _ in range(3)), key=lambda run: run[0] / run[2])
         payloads = _payloads(conn)
     finally:
         emulator.terminate()
-    connector = min(runs["connector"])
-    sdk = min(runs["sdk"])
-    per_event = connector[0] / connector[2] * 1e6
+    per_event = after["per_event"]
     sdk_per_event = sdk[0] / sdk[2] * 1e6
-    # The task's thread mostly waits for the reader thread; what it spends on its own is taking chunks
-    # and building record batches. The reader thread's time less its waiting in select is its CPU.
-    split = {
-        "socket reads (256 KiB at a time)": stages["socket"] - stages["wait"],
-        "cutting frames (runs in one pass), counters, credit (tap)": stages["frames"]
-        - stages["socket"]
-        - stages["decode"],
-        "reading the sequence numbers (a run's at once), keeping the messages in place (tap)": stages["decode"],
-        "SDK around it (listen, its frames, the reader thread's loop)": stages["reader"] - stages["frames"],
-        "decoding a chunk column by column into a record batch (layout)": stages["batches"],
-    }
-    split = {stage: max(seconds, 0.0) for stage, seconds in split.items()}
-    total = sum(split.values()) or 1.0
     column = "µs/event (of the unprofiled CPU)"
-    rows = [
-        {"stage": stage, "share": f"{seconds / total:.0%}", column: round(per_event * seconds / total, 2)}
-        for stage, seconds in split.items()
-    ]
+    rows = []
+    for stage, name in _STAGES.items():
+        row = {
+            "stage": name,
+            "share": f"{after['shares'][stage]:.0%}",
+            column: round(per_event * after["shares"][stage], 2),
+        }
+        if before is not None:
+            row["before: share"] = f"{before['shares'][stage]:.0%}"
+            row["before: µs/event"] = round(before["per_event"] * before["shares"][stage], 2)
+        rows.append(row)
+    whole: dict[str, Any] = {
+        "stage": "the read loop, whole (no profiler)",
+        "share": "100%",
+        column: round(per_event, 2),
+    }
+    if before is not None:
+        whole |= {"before: share": "100%", "before: µs/event": round(before["per_event"], 2)}
+    rows.append(whole)
     decoders = _decoders(payloads)
     record(
         "read_profile",
         {
-            "events": connector[2],
+            "events": after["events"],
             "event size (bytes)": len(BODY),
             "connector CPU per event, read loop incl. Arrow (µs)": round(per_event, 1),
+            f"the same, before (read path as at {BEFORE})": round(before["per_event"], 1) if before else "-",
             "plain SDK receive_batch CPU per event, same events (µs)": round(sdk_per_event, 1),
-            "connector events/s, one process": round(connector[2] / connector[1]),
+            "connector events/s, one process": round(after["events_per_s"]),
             "events decoded by the SDK's slow decoder (fallbacks), all runs": sum(_FALLBACKS),
             "issue 16 goal (µs/event)": "under 10",
             "goal met": per_event < 10,
@@ -361,7 +425,11 @@ def run() -> None:
             "not counted), in both threads of the read: the task's (taking chunks, decoding them into record "
             "batches) and the connection's reader thread (socket reads, cutting frames, keeping each message). "
             "cProfile inflates per-call costs (most in the reader thread, which makes several calls per event), "
-            "so they are applied as shares to the unprofiled CPU. "
+            "so they are applied as shares to the unprofiled CPU; the 'before' columns are the same measurement of the "
+            f"read path's files as at commit {BEFORE} ({', '.join(p.rsplit('/', 1)[-1] for p in BEFORE_PATHS)}), in a "
+            "worktree's process, on the same emulator and events just before. The profiler inflates code that makes "
+            "many calls per event (the frame loop before) more than code that makes few: compare the unprofiled "
+            "whole-loop rows first. "
             "The decoder rows decode the same captured transfer payloads to the same record batches.\n\n"
             "Why the connector's own decoders: they are the fastest here and pure Python (nothing to compile on a "
             "cluster, the same wheel everywhere Spark runs), and property tests hold both to the SDK's own "
@@ -376,3 +444,8 @@ def run() -> None:
             "compiler and headers on every node."
         ),
     )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "one":
+        print(json.dumps(measure(sys.argv[2])))

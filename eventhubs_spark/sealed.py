@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import select
 import socket
 import struct
 from collections.abc import Callable, Sequence
@@ -110,6 +111,11 @@ class SealedSocket:
 
     def settimeout(self, seconds: float | None) -> None:
         self.sock.settimeout(seconds)
+
+    def ready(self) -> bool:
+        """True when reading will not wait for the other side to send: bytes opened and not yet read, or the
+        next frame's first bytes on the socket."""
+        return bool(self._plain) or bool(select.select([self.sock], [], [], 0)[0])
 
     def close(self) -> None:
         self.sock.close()

@@ -13,9 +13,10 @@ most of the client's CPU. A :class:`FrameTap` takes the connection's reads over 
   time column by column (:mod:`.layout`). The session's and link's counters move as the SDK moves
   them, so flow control, credit and windows stay the SDK's;
 * the usual case, a run of one link's single-frame transfers sent settled back to back (a partition's
-  backlog), is taken in one pass (:meth:`FrameTap._run`): per frame only its size and a few byte runs
-  are compared, the sequence numbers are read together with numpy, the counters move once for the run,
-  and the messages stay where they arrived, as spans of the socket read
+  backlog), is taken in one pass (:meth:`FrameTap._run`): the frames are found with numpy (where a
+  transfer's first bytes are in the socket read, then the chain of frames from one to the next), so no
+  Python step is made per frame; the sequence numbers are read together with numpy, the counters move
+  once for the run, and the messages stay where they arrived, as spans of the socket read
   (:class:`~eventhubs_spark.amqp.messages.RawEvents`), until the task decodes them;
 * every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
   goes to the SDK as it would have, decoded by the SDK.
@@ -42,7 +43,7 @@ import numpy as np
 from .. import segments
 from ..errors import DecodeError
 from . import sdk
-from .messages import A_SEQUENCE_NUMBER, ANNOTATIONS_MAP8, RawEvents, Unsupported, sequence_number
+from .messages import A_SEQUENCE_NUMBER, ANNOTATIONS_MAP8, RawEvents, Unsupported, sequence_number, windows
 from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
 
 _LOG = logging.getLogger(__name__)
@@ -67,13 +68,12 @@ _SETTLED_TAIL = {11: b"\x41\x42" + _FIVE_NULLS, 6: b"\x41\x42"}
 MAX_EVENT_BYTES = 1 << 20  # the largest event Event Hubs takes (premium and dedicated tiers; 256 KB in basic)
 _RUN = 4096  # frames one run takes at most before the SDK gets control back
 _VECTOR_MIN = 16  # runs this long read their sequence numbers with numpy
-_ANN_AT = np.arange(4)
-_ANN_BYTES = np.frombuffer(_ANNOTATIONS8, np.uint8)
-_EPOCH_AT = 6 + np.arange(len(_EPOCH_FIRST))
-_EPOCH_BYTES = np.frombuffer(_EPOCH_FIRST, np.uint8)
-_SEQ_AT = 37 + np.arange(len(_SEQ_FIRST))
-_SEQ_BYTES = np.frombuffer(_SEQ_FIRST, np.uint8)
-_VALUE_AT = 61 + np.arange(8)
+# A run's frames are found with numpy (FrameTap._cut_vector) from this many bytes on; below, one by one.
+_VECTOR_BYTES = 16 * 1024
+# The service's form of a message's first 69 bytes (see _position), as numpy compares them.
+_ANNOTATIONS8_V = np.void(_ANNOTATIONS8)
+_EPOCH_FIRST_V = np.void(_EPOCH_FIRST)
+_SEQ_FIRST_V = np.void(_SEQ_FIRST)
 
 
 class LinkSink:
@@ -233,6 +233,7 @@ class FrameTap:
         # every answer is awaited by a step that comes after the read).
         self.timeout = 0.2
         self.transfers = 0  # transfer frames taken here, not left to the SDK
+        self._starts_of: tuple[bytes, bytes, np.ndarray] | None = None  # see _starts
         sdk.set_receive_frame(self.transport, self.receive_frame)
 
     # -- for the thread that drives the connection --
@@ -410,33 +411,18 @@ class FrameTap:
         window = sink.window()
         room = sdk.credit(link) - (window >> 1)
         most = min(room, _RUN) if room > 0 else _RUN
-        header = data[pos + 4 : pos + 8]  # data offset, frame type and channel
         key = data[body + 5 : key_end]  # the field count and the handle
-        tlen = len(tail)
-        starts: list[int] = []
-        ends: list[int] = []
-        startswith = data.startswith
-        p = pos
-        while end - p >= 8 and len(starts) < most:
-            size = _I(data, p)[0]
-            frame_end = p + size
-            if frame_end > end or not (
-                startswith(header, p + 4) and startswith(_TRANSFER_LIST8, p + 8) and startswith(key, p + 13)
-            ):
-                break
-            payload = p + 13 + data[p + 12]
-            if payload > frame_end or not startswith(tail, payload - tlen):
-                break
-            starts.append(payload)
-            ends.append(frame_end)
-            p = frame_end
-        n = len(starts)
+        if end - pos >= _VECTOR_BYTES:
+            at, to = self._cut_vector(data, pos, end, key, tail, most)
+        else:
+            at, to = _cut_loop(data, pos, end, key, tail, most)
+        n = len(at)
         if not n:
             return 0
+        p = int(to[-1])
         self._pos = p
         credit = sdk.count_transfers(session, link, n)
-        first, last = starts[0], ends[-1]
-        at, to = np.array(starts, np.int64), np.array(ends, np.int64)
+        first, last = int(at[0]), p
         if 2 * (last - first) < len(data):  # keep only the run's span, not the whole read, past this call
             data = data[first:last]
             at -= first
@@ -449,6 +435,45 @@ class FrameTap:
         if credit <= window >> 1 and sink.room_for_credit():
             sdk.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
         return n
+
+    def _cut_vector(
+        self, data: bytes, pos: int, end: int, key: bytes, tail: bytes, most: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`_cut_loop`'s run, found with numpy: no Python step per frame. Where a frame of the run can begin
+        is where its frame header and performative's first bytes are (:meth:`_starts`, once per socket read);
+        the run is the longest chain of them from ``pos``, each the previous one's end, in which every frame
+        passes :func:`_cut_loop`'s checks. The same bytes inside a message's body only break the chain: the run
+        ends there, and the next one starts where the true frame ends (past them)."""
+        starts = self._starts(data, data[pos + 4 : pos + 12])
+        first = int(np.searchsorted(starts, pos))
+        frames = starts[first : first + most]
+        if not len(frames) or frames[0] != pos:
+            return frames[:0], frames[:0]
+        buf = np.frombuffer(data, np.uint8)
+        size = len(buf)
+        frame_end = frames + windows(buf, 4)[frames].view(">u4").astype(np.int64)
+        payload = frames + 13 + buf[np.minimum(frames + 12, size - 1)]
+        tlen, klen = len(tail), len(key)
+        good = (frame_end <= end) & (payload <= frame_end) & (payload - tlen >= frames + 13 + klen)
+        good &= windows(buf, klen)[np.minimum(frames + 13, size - klen)] == np.void(key)
+        good &= windows(buf, tlen)[np.clip(payload - tlen, 0, size - tlen)] == np.void(tail)
+        good[1:] &= frame_end[:-1] == frames[1:]  # each frame begins where the one before it ends
+        n = len(good) if good.all() else int(np.argmin(good))
+        return payload[:n], frame_end[:n]
+
+    def _starts(self, data: bytes, prefix: bytes) -> np.ndarray:
+        """Every position ``p`` of ``data`` with ``prefix`` (a frame header's last four bytes and a transfer's
+        first four) at ``p + 4``, in order: found once per socket read (a run is often cut short by the credit,
+        and the next one reads the same buffer)."""
+        cached = self._starts_of
+        if cached is not None and cached[0] is data and cached[1] == prefix:
+            return cached[2]
+        buf = np.frombuffer(data, np.uint8)
+        found = np.flatnonzero(buf[10:] == 0x14)  # the transfer's code, at p + 10
+        found = found[found <= len(buf) - 12]
+        found = found[windows(buf, 8)[found + 4] == np.void(prefix)].astype(np.int64)
+        self._starts_of = (data, prefix, found)
+        return found
 
     def _route(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
         key = (channel << 32) | handle
@@ -580,6 +605,30 @@ class FrameTap:
         return (session, link, sink) if isinstance(sink, LinkSink) else None
 
 
+def _cut_loop(data: bytes, pos: int, end: int, key: bytes, tail: bytes, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """The run of frames from ``pos``, one Python step per frame (a short buffer, where numpy's fixed cost per call
+    is more): at most ``most`` frames, each whole before ``end``, of the header and transfer encoding of the frame
+    at ``pos``, with the same field count and handle (``key``) and the same settled, more and null fields at the end
+    of the performative (``tail``). The messages' starts and ends."""
+    header = data[pos + 4 : pos + 12]  # data offset, frame type, channel; the transfer's descriptor and list8
+    klen, tlen = len(key), len(tail)
+    starts: list[int] = []
+    ends: list[int] = []
+    startswith = data.startswith
+    p = pos
+    while end - p >= 8 and len(starts) < most:
+        frame_end = p + _I(data, p)[0]
+        if frame_end > end or not (startswith(header, p + 4) and startswith(key, p + 13)):
+            break
+        payload = p + 13 + data[p + 12]
+        if payload > frame_end or payload - tlen < p + 13 + klen or not startswith(tail, payload - tlen):
+            break
+        starts.append(payload)
+        ends.append(frame_end)
+        p = frame_end
+    return np.array(starts, np.int64), np.array(ends, np.int64)
+
+
 def _position(data: bytes, start: int, end: int) -> int:
     """One message's position, read inline where the service puts it (annotations first: the replication
     segment, then the sequence number), else by :func:`_one_sequence_number` (any other form)."""
@@ -597,15 +646,15 @@ def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
     """The positions of the messages ``data[starts[i]:ends[i]]``: read where the service puts them (see
     :func:`_position`), for a long run with numpy all at once as the layout decoder checks its messages; any
     message in another form one by one."""
-    if len(starts) < _VECTOR_MIN or len(data) <= _VALUE_AT[-1]:
+    if len(starts) < _VECTOR_MIN or len(data) < 69:
         return [_position(data, s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
     buf = np.frombuffer(data, np.uint8)
-    long = (ends - starts) > _VALUE_AT[-1]
+    long = (ends - starts) >= 69
     at = np.where(long, starts, 0)  # a message too short for the service's form is read one by one
-    usual = long & (buf[at[:, None] + _ANN_AT] == _ANN_BYTES).all(axis=1) & (buf[at + 5] > 3)
-    usual &= (buf[at[:, None] + _EPOCH_AT] == _EPOCH_BYTES).all(axis=1)
-    usual &= (buf[at[:, None] + _SEQ_AT] == _SEQ_BYTES).all(axis=1)
-    values = buf[at[:, None] + _VALUE_AT].copy().view(">i8").ravel().astype(np.int64)
+    usual = long & (windows(buf, 4)[at] == _ANNOTATIONS8_V) & (buf[at + 5] > 3)
+    usual &= windows(buf, len(_EPOCH_FIRST))[at + 6] == _EPOCH_FIRST_V
+    usual &= windows(buf, len(_SEQ_FIRST))[at + 37] == _SEQ_FIRST_V
+    values = windows(buf, 8)[at + 61].view(">i8").astype(np.int64)
     segment = buf[at + 36].view(np.int8).astype(np.int64)
     geo = usual & (segment >= 0)
     if geo.any():  # segments.pack, for the whole run

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..amqp.messages import RawEvents, Unsupported
+from ..amqp.messages import RawEvents, Unsupported, windows
 from ..arrow import ARROW_SCHEMA
 from .columns import Columns
 from .message import decode_message
@@ -268,13 +268,6 @@ def _after_map(buf: bytes, p: int) -> int:
     return p + 5 + _u32(buf, p + 1)
 
 
-def _windows(data: np.ndarray, width: int) -> np.ndarray:
-    """Every run of ``width`` bytes of ``data`` as one value (a view, nothing copied): indexing it with
-    positions gathers whole runs, and comparing with a constant of that width is one memcmp each."""
-    count = max(len(data) - width + 1, 0)
-    return np.ndarray(shape=(count,), dtype=np.dtype((np.void, width)), buffer=data, offset=0, strides=(1,))
-
-
 def _match(layout: Layout, data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """Which of the messages ``data[starts[i]:ends[i]]`` have ``layout`` (a boolean per message), and
     each slot's positions in them: a fixed value's first byte, a variable value's (start, end)."""
@@ -290,7 +283,7 @@ def _match(layout: Layout, data: np.ndarray, starts: np.ndarray, ends: np.ndarra
                 ok[:] = False
             else:
                 # positions past the data are clipped (their messages fail the end check anyway)
-                ok &= _windows(data, m)[np.minimum(pos, len(data) - m)] == np.void(const)
+                ok &= windows(data, m)[np.minimum(pos, len(data) - m)] == np.void(const)
             pos += m
         elif kind == _FIXED:
             slots[step[1]] = pos.copy()
@@ -317,12 +310,12 @@ def _prefix(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
         return np.zeros(len(pos), dtype=np.int64)
     if width == 1:
         return data[np.minimum(pos, len(data) - 1)].astype(np.int64)
-    return _windows(data, 4)[np.minimum(pos, len(data) - 4)].view(">u4").astype(np.int64)
+    return windows(data, 4)[np.minimum(pos, len(data) - 4)].view(">u4").astype(np.int64)
 
 
 def _ints(data: np.ndarray, pos: np.ndarray, width: int, signed: bool) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at ``pos``, as int64 (uint64 for unsigned 8-byte ones)."""
-    raw = _windows(data, width)[pos]
+    raw = windows(data, width)[pos]
     dtype = np.dtype(f">{'i' if signed else 'u'}{width}")
     return raw.view(dtype).astype(np.uint64 if width == 8 and not signed else np.int64)
 

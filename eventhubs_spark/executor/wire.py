@@ -14,6 +14,7 @@ The worker decodes the spans into the source's Arrow record batches (:mod:`event
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from typing import TypeAlias
@@ -83,6 +84,13 @@ def recv_exactly(sock: Conn, size: int) -> bytearray:
             raise ConnectionResetError("the receiver service closed the connection")
         got += n
     return buf
+
+
+def ready(sock: Conn) -> bool:
+    """True when the next message has begun to arrive: reading it does not wait for the other side."""
+    if isinstance(sock, SealedSocket):
+        return sock.ready()
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 MAX_MESSAGE = 1 << 30  # bytes of one message of any kind: a length past it is not this protocol

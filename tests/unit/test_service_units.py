@@ -181,6 +181,49 @@ def test_when_the_service_dies_mid_range_the_task_reads_on_here_from_the_next_ev
     assert starts_again == [120], "read on in this worker from the first event not yet handed to Spark"
 
 
+def test_chunks_that_have_arrived_are_decoded_as_one_record_batch(running, monkeypatch):
+    """A worker that comes back to the socket finds several chunks there: it decodes them as one record batch (a
+    chunk's decoding has a fixed cost, and so has each batch Spark takes), never past MERGE_EVENTS."""
+    worker = running[2]
+    read_here, _ = scripted()
+    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(client, "MERGE_EVENTS", 25)
+    reader = worker.read(request(100, 160), True, {})
+    first = next(reader)  # the first chunk is decoded as soon as it is here (the others may follow it)
+    time.sleep(0.5)  # the rest of the range arrives meanwhile
+    batches = [first, *reader]
+    seqs = [s for b in batches for s in b.column("sequenceNumber").to_pylist()]
+    assert seqs == list(range(100, 160)), "each event once, in order"
+    assert max(b.num_rows for b in batches[1:]) == 30, "arrived chunks went together, up to the limit's chunk"
+    assert len(batches) < 6
+
+
+def test_a_service_lost_while_chunks_are_gathered_loses_none_of_them(running, monkeypatch):
+    """The connection breaks after a chunk was received and before it was handed to Spark (while the worker
+    gathered the next): the task reads on by itself from that chunk's first event, not from after it."""
+    _where, _svc, worker = running
+    read_here, _ = scripted()
+    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(client, "ready", lambda sock: True)
+    real_recv = client.recv
+    raws = []
+
+    def breaking(sock: object, *args: object) -> tuple[bytes, bytearray]:
+        kind, payload = real_recv(sock, *args)  # type: ignore[arg-type]
+        if kind == wire.RAW:
+            raws.append(kind)
+            if len(raws) == 2:
+                raise ConnectionResetError("the service went away")
+        return kind, payload
+
+    monkeypatch.setattr(client, "recv", breaking)
+    read_here_again, starts_again = scripted()
+    monkeypatch.setattr(runtime, "read_here", read_here_again)
+    got = [s for b in worker.read(request(100, 150), True, {}) for s in b.column("sequenceNumber").to_pylist()]
+    assert got == list(range(100, 150)), "nothing lost, nothing twice"
+    assert starts_again == [100], "read on from the first event not yet handed to Spark"
+
+
 def test_without_a_service_the_worker_reads_for_itself(monkeypatch):
     monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
     worker = Runtime(reap_every=0)

@@ -359,3 +359,54 @@ def test_long_runs_of_transfers_are_taken_whole_with_every_sequence_number_and_c
     tapped_frames = stream.count(b"\x00\x53\x14") - sdk_transfers
     assert session.next_incoming_id == tapped_frames and sink.received == tapped
     assert session.flows == tapped_frames // 7  # the window of 7 reopened as often as frame by frame
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["run", "run", "run", "other link", "unsettled", "fake inside", "two frames"]),
+            st.binary(max_size=400),
+        ),
+        min_size=1,
+        max_size=120,
+    ),
+    st.integers(1, 200),
+    st.integers(0, 300),
+)
+def test_frames_found_with_numpy_are_the_frames_found_one_by_one(
+    kinds: list[tuple[str, bytes]], most: int, cut: int
+) -> None:
+    """The run from a buffer's first frame, cut with numpy (a long buffer) and one frame at a time (a short one):
+    the same frames, whatever follows them. Bodies that carry a whole transfer frame's bytes (what the numpy
+    search looks for) may only end a run early (never empty); the next run, from where the true frame ends,
+    goes on past them."""
+    from eventhubs_spark.amqp.tap import _cut_loop
+
+    stream = b""
+    for i, (kind, body) in enumerate(kinds):
+        if kind == "fake inside":
+            body = body[:50] + transfer_frames(0, i, message(i, b"fake"), 10_000)[0] + body[50:]
+        handle = 1 if kind == "other link" else 0
+        frames = transfer_frames(handle, i, message(i, body), 40 if kind == "two frames" else 10_000,
+                                 settled=kind != "unsettled")  # fmt: skip
+        stream += b"".join(frames)
+    stream = stream[: max(len(stream) - cut, 13)]  # the socket read ends inside a frame
+    first = transfer_frames(0, 0, message(0, b""), 10_000)[0]
+    key, tail = first[13:15], first[13 + first[12] - 7 : 13 + first[12]]  # 11 fields, handle 0; settled, 5 nulls
+    tap = FrameTap.__new__(FrameTap)
+    tap._starts_of = None
+    fakes = any(kind == "fake inside" for kind, _ in kinds)
+    pos = 0
+    while pos < len(stream) - 16:
+        if stream[pos + 8 : pos + 12] != b"\x00\x53\x14\xc0" or stream[pos + 13 : pos + 15] != key:
+            pos += int.from_bytes(stream[pos : pos + 4], "big")  # not a run's first frame: the next
+            continue
+        one = _cut_loop(stream, pos, len(stream), key, tail, most)
+        vector = tap._cut_vector(stream, pos, len(stream), key, tail, most)
+        taken = len(vector[0])
+        assert (taken > 0) == (len(one[0]) > 0)
+        assert one[0][:taken].tolist() == vector[0].tolist() and one[1][:taken].tolist() == vector[1].tolist()
+        if not fakes:
+            assert taken == len(one[0])
+        pos = int(vector[1][-1]) if taken else pos + int.from_bytes(stream[pos : pos + 4], "big")
