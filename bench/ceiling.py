@@ -13,6 +13,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from typing import Any
 
 from .emulator_sdk import start_emulator
@@ -89,17 +90,30 @@ def _replay_source() -> Any:
 
 
 def _replay_in_batch(spark: Any, size: int, tmp: str, events: int = EVENTS) -> float:
+    return replay_drain(spark, size, tmp, events)[1]
+
+
+def replay_drain(spark: Any, size: int, tmp: str, events: int = EVENTS) -> tuple[float, float]:
+    """The ceiling source read as bench ``read`` reads the connector (its ``connector_drain``): seconds from ``start()``
+    to the query's end, and seconds in the batch. The session must have the source registered (:func:`register`)."""
+    started = time.perf_counter()
     query = (
         spark.readStream.format("bench_replay").option("size", str(size)).option("events", str(events)).load()
         .writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
     )  # fmt: skip
     query.awaitTermination()
+    elapsed = time.perf_counter() - started
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     read = sum(p["numInputRows"] for p in query.recentProgress)
     if read != events:
         raise RuntimeError(f"the replay source gave {read} of {events} rows")
-    return sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
+    return elapsed, sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
+
+
+def register(spark: Any) -> None:
+    """Make the ceiling source (``bench_replay``) known to ``spark``."""
+    spark.dataSource.register(_replay_source())
 
 
 def run() -> None:
@@ -112,7 +126,7 @@ def run() -> None:
         .config("spark.ui.showConsoleProgress", "false").getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(_replay_source())
+    register(spark)
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
