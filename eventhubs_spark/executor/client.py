@@ -167,8 +167,8 @@ def _range(
                 # The chunks already here are decoded as one: a chunk's decoding costs about half a millisecond
                 # whatever its size, and Spark pays per record batch too.
                 after, chunks = _chunk(payload, request, next_seq), [payload]
-                events = _events(payload)
-                while events < MERGE_EVENTS and after < request.end and ready(sock):
+                events, size = _events(payload), len(payload)
+                while events < MERGE_EVENTS and size < MERGE_BYTES and after < request.end and ready(sock):
                     kind, payload = recv(sock)
                     if kind == ALIVE:
                         continue
@@ -178,6 +178,7 @@ def _range(
                     after = _chunk(payload, request, after)
                     chunks.append(payload)
                     events += _events(payload)
+                    size += len(payload)
                 buffer, starts, ends = _spans(chunks)
                 batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
                 decoded_here += fallbacks
@@ -207,8 +208,10 @@ def _range(
         raise
 
 
-# Chunks already received are decoded together up to this many events (see _range).
+# Chunks already received are decoded together up to this many events or bytes (see _range): the bytes bound keeps
+# large events (up to 1 MB each) from piling up in a worker while the service keeps sending.
 MERGE_EVENTS = 4096
+MERGE_BYTES = 4 << 20
 
 
 def _chunk(payload: bytearray, request: RangeRequest, next_seq: int) -> int:

@@ -183,7 +183,7 @@ def test_when_the_service_dies_mid_range_the_task_reads_on_here_from_the_next_ev
 
 def test_chunks_that_have_arrived_are_decoded_as_one_record_batch(running, monkeypatch):
     """A worker that comes back to the socket finds several chunks there: it decodes them as one record batch (a
-    chunk's decoding has a fixed cost, and so has each batch Spark takes), never past MERGE_EVENTS."""
+    chunk's decoding has a fixed cost, and so has each batch Spark takes), never past MERGE_EVENTS or MERGE_BYTES."""
     worker = running[2]
     read_here, _ = scripted()
     monkeypatch.setattr(service, "read_here", read_here)
@@ -196,6 +196,12 @@ def test_chunks_that_have_arrived_are_decoded_as_one_record_batch(running, monke
     assert seqs == list(range(100, 160)), "each event once, in order"
     assert max(b.num_rows for b in batches[1:]) == 30, "arrived chunks went together, up to the limit's chunk"
     assert len(batches) < 6
+    monkeypatch.setattr(client, "MERGE_BYTES", 1)  # large events: no more than one chunk's bytes at a time
+    reader = worker.read(request(100, 160), True, {})
+    first = next(reader)
+    time.sleep(0.5)
+    batches = [first, *reader]
+    assert [b.num_rows for b in batches] == [10] * 6
 
 
 def test_a_service_lost_while_chunks_are_gathered_loses_none_of_them(running, monkeypatch):
