@@ -3,8 +3,10 @@ each field lies (and the few values a hop needs anyway), then each column made a
 
 A Capture record is ``SequenceNumber`` (long), ``Offset`` and ``EnqueuedTimeUtc`` (strings), two maps of unions
 and ``Body`` (null or bytes). Records differ in length, so finding where each begins is a walk through the file;
-the walk is kept to the varints and lengths it must read, and everything it passes over (bodies, offsets, text
-values) is cut out afterwards by position, a slice per value joined once, never a Python object per field. The
+in the usual block (records of one layout, no partition key) numpy finds them instead (:func:`_chain`), elsewhere
+the walk is kept to the varints and lengths it must read. Everything passed over (bodies, offsets, text values) is
+cut out afterwards by position, in C (:func:`~eventhubs_spark.codec.layout.spans`), never a Python object per
+field. The
 maps' values become the text the live read makes (:func:`~eventhubs_spark.codec.columns.to_text`); the enqueued
 time comes from ``x-opt-enqueued-time`` where the file has it, else from ``EnqueuedTimeUtc`` (to the second).
 
@@ -21,8 +23,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..amqp.messages import windows
 from ..arrow import ARROW_SCHEMA
 from ..codec.columns import to_text
+from ..codec.layout import spans
 from .files import CaptureFileError, blocks, dotnet_time_ms
 
 _MAP = ARROW_SCHEMA.field("properties").type
@@ -347,6 +351,11 @@ def _fast(buf: bytes, u8: np.ndarray, p: int, end: int, count: int, out: _Column
     key_at, key_len, body_at, body_len = array("q"), array("q"), array("q"), array("q")
     first_start = p
     bat, blen = body_at.append, body_len.append
+    found = None if keyed else _chain(u8, p, end, count, t)
+    if found is not None:
+        body_at.frombytes(found[0].tobytes())
+        body_len.frombytes(found[1].tobytes())
+        count, p = 0, end  # the walk below has nothing left to do
     try:
         for _ in range(count):
             q = p + head
@@ -418,6 +427,45 @@ def _fast(buf: bytes, u8: np.ndarray, p: int, end: int, count: int, out: _Column
     return True
 
 
+def _chain(u8: np.ndarray, p: int, end: int, count: int, t: _Template) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where each body of a block of records without a key lies (its start and length), found with numpy instead of
+    :func:`_fast`'s walk from record to record; None when this cannot say (the walk then reads the block).
+
+    Every record of the template has its longest run of fixed bytes (a system property's key, as a rule) at the same
+    place: the runs found in the block say where records may begin, and they are records if each ends (its body's
+    length read after the template's head) exactly where the next begins, the first at the block's start and the
+    last at its end. The same bytes inside a body break that chain: the walk reads such a block."""
+    a, n = 0, 0
+    run_start = prev = -2
+    for i in t.exact_head:  # the longest run of consecutive fixed positions
+        run_start = i if i != prev + 1 else run_start
+        prev = i
+        if i - run_start + 1 > n:
+            a, n = run_start, i - run_start + 1
+    if n < 4 or count < 2:
+        return None
+    head = len(t.head)
+    pattern = t.head[a : a + n]
+    region = u8[p + a : end]
+    hits = np.flatnonzero(region == pattern[0])
+    hits = hits[hits <= len(region) - n]
+    starts = hits[windows(u8, n)[p + a + hits] == np.void(pattern)].astype(np.int64) + p
+    if len(starts) < count or starts[0] != p:
+        return None
+    starts = starts[:count]
+    at = np.minimum(starts + head, len(u8) - 2)
+    b = u8[at].astype(np.int64)
+    c = u8[at + 1].astype(np.int64)
+    two = b >= 0x80
+    length = np.where(two, ((b & 0x7F) | (c << 7)) >> 1, b >> 1)
+    body = starts + head + 1 + two
+    ends = body + length
+    good = ((b & 1) == 0) & (~two | (c < 0x80)) & (starts + head < end)
+    if not (good.all() and (ends[:-1] == starts[1:]).all() and ends[-1] == end):
+        return None
+    return body, length
+
+
 def decode(data: bytes | memoryview, where: str, partition: str) -> tuple[np.ndarray, pa.RecordBatch]:
     """Every event of one Capture file as the source's record batch, and its sequence numbers (numpy)."""
     found = blocks(data, where)
@@ -446,6 +494,18 @@ def decode(data: bytes | memoryview, where: str, partition: str) -> tuple[np.nda
 def _strings(buf: bytes, at: array, length: array, kind: pa.DataType) -> pa.Array:
     """Values cut out of ``buf`` by position and length (a length of -1: an empty value), joined once."""
     lengths = np.frombuffer(length, dtype=np.int64)
+    if len(buf) < 2**31 and len(lengths):
+        start = np.frombuffer(at, dtype=np.int64).copy()
+        empty = lengths < 0
+        end = start + np.maximum(lengths, 0)
+        if empty.any():  # an empty value sits where the one before it ended (the spans must not go back)
+            reached = np.maximum.accumulate(np.where(empty, 0, end))
+            before = np.concatenate(([0], reached[:-1]))
+            start[empty] = end[empty] = before[empty]
+        if (start[1:] >= end[:-1]).all() and start[0] >= 0:  # in order, not overlapping: cut in C
+            column = spans(pa.py_buffer(buf), start, end)
+            # text as it is (the caller checks it is UTF-8, with its own message)
+            return column if kind == pa.binary() else pa.Array.from_buffers(kind, len(column), column.buffers())
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
     values = b"".join([buf[a : a + n] for a, n in zip(at, length, strict=True)])

@@ -17,7 +17,7 @@ again for every event (:mod:`.message`: 3-5 µs each); here the structure is wal
    sequential decoder parses it; one that does not is left for the next layout.
 3. The values become Arrow columns without a Python object per event: fixed-width integers read from
    a gathered byte matrix, variable parts (bodies, offsets, string values) cut from the batch's one
-   data buffer in C (:func:`_spans`). A batch of one layout (the usual case) takes its columns straight
+   data buffer in C (:func:`spans`). A batch of one layout (the usual case) takes its columns straight
    from the slots, and columns no message has (keys, publishers, system properties, often) cost
    nothing per batch: the fixed cost of a batch is what makes large chunks pay (about 0.3 ms).
 
@@ -40,7 +40,7 @@ from ..arrow import ARROW_SCHEMA
 from .columns import Columns
 from .message import decode_message
 
-__all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn"]
+__all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn", "spans"]
 
 # Below this many messages a batch is decoded message by message: the column-wise pass has a fixed
 # cost of some hundred microseconds (numpy and Arrow calls per layout step): measured even at about 64.
@@ -320,7 +320,7 @@ def _ints(data: np.ndarray, pos: np.ndarray, width: int, signed: bool) -> np.nda
     return raw.view(dtype).astype(np.uint64 if width == 8 and not signed else np.int64)
 
 
-def _spans(buffer: pa.Buffer, start: np.ndarray, end: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+def spans(buffer: pa.Buffer, start: np.ndarray, end: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     """A binary array of ``buffer[start[i]:end[i]]`` (increasing, not overlapping), copied in C: the spans
     and the gaps between them as one array over the buffer, of which every other value is taken (null
     where ``valid`` is False)."""
@@ -373,13 +373,13 @@ def _text_column(groups: list[_Group], name: str, data_end: np.ndarray, buffer: 
         return pa.nulls(len(data_end), pa.string())
     if len(texts) == 1 and len(texts[0][0].rows) == len(data_end):  # one layout, every row: its spans as they are
         g, value = texts[0]
-        return _as_text(_spans(buffer, *g.slots[value.slot]))
+        return _as_text(spans(buffer, *g.slots[value.slot]))
     start, end = data_end.copy(), data_end.copy()  # empty spans at each message's end keep the order
     valid = np.zeros(len(data_end), dtype=bool)
     for g, value in texts:
         start[g.rows], end[g.rows] = g.slots[value.slot]
         valid[g.rows] = True
-    return _as_text(_spans(buffer, start, end, None if valid.all() else valid))
+    return _as_text(spans(buffer, start, end, None if valid.all() else valid))
 
 
 _EMPTY_MAPS: list[pa.Array] = []
@@ -470,7 +470,7 @@ def _map_column(groups: list[_Group], name: str, n: int, data: np.ndarray, buffe
     if span_at:
         at = np.concatenate(span_at)
         order = np.argsort(at, kind="stable")  # entry order is byte order: the spans come out increasing
-        parts.append(_as_text(_spans(buffer, np.concatenate(span_start)[order], np.concatenate(span_end)[order])))
+        parts.append(_as_text(spans(buffer, np.concatenate(span_start)[order], np.concatenate(span_end)[order])))
         where.append(at[order])
     parts.extend(others)
     where.extend(other_at)
@@ -505,7 +505,7 @@ def _assemble(groups: list[_Group], starts: np.ndarray, ends: np.ndarray, data: 
     times = _times(millis, has_time)
     return pa.RecordBatch.from_arrays(
         [
-            _spans(buffer, body_start, body_end),
+            spans(buffer, body_start, body_end),
             pa.repeat(pa.scalar(partition, pa.string()), n),
             _text_column(groups, "offset", ends, buffer),
             pa.array(seq, pa.int64()),
@@ -526,7 +526,7 @@ def _assemble_one(g: _Group, ends: np.ndarray, data: np.ndarray, buffer: pa.Buff
         times = _times(_ints(data, slots[layout.time.slot], 8, True), None)
     else:
         times = pa.nulls(n, _MICROS)
-    body = _spans(buffer, *slots[layout.body]) if layout.body >= 0 else _spans(buffer, ends, ends)
+    body = spans(buffer, *slots[layout.body]) if layout.body >= 0 else spans(buffer, ends, ends)
     return pa.RecordBatch.from_arrays(
         [
             body,

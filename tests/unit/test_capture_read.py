@@ -238,13 +238,16 @@ def test_the_columnar_decoder_gives_the_rows_the_reference_reader_gives():
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(event, min_size=1, max_size=60), st.integers(0, 2**40), st.sampled_from(["null", "deflate"]),
-           st.booleans(), st.booleans())  # fmt: skip
-    def check(events, first, codec, uniform, keyed):
+           st.booleans(), st.booleans(), st.booleans())  # fmt: skip
+    def check(events, first, codec, uniform, keyed, fake):
         ms = 1_764_000_000_000
         made = []
         for i, (body, key, properties, gap) in enumerate(events):
             if uniform:  # the fast path's shapes: same-length offsets, no properties, a key on all or none
                 body, key, properties = body or b"x", f"device-{i % 11}" if keyed else None, {}
+                if fake and i % 3 == 1:  # a body that carries a whole record: the numpy search finds it too
+                    inner = writer.event_record(_Event(first + i, ms, b"inner"), str(10**12 + first + i))
+                    body = body[:7] + inner + body[7:]
             ms += gap
             made.append(_Event(first + i, ms, body, key=key, props=properties))
         records = [writer.event_record(e, str(10**12 + e.sequence_number) if uniform else str(e.offset))
@@ -255,6 +258,34 @@ def test_the_columnar_decoder_gives_the_rows_the_reference_reader_gives():
         assert _rows(batch) == _reference_rows(data)
 
     check()
+
+
+def test_records_without_a_key_are_found_with_numpy_and_read_as_the_reference_reads_them(monkeypatch):
+    """The usual block (same layout, no partition key) has its records found by numpy (columnar._chain), not by the
+    walk from record to record: the same rows; a body that carries a whole record sends its block to the walk."""
+    from eventhubs_spark.capture import columnar
+
+    found: list[bool] = []
+    chain = columnar._chain
+
+    def spy(*args):
+        got = chain(*args)
+        found.append(got is not None)
+        return got
+
+    monkeypatch.setattr(columnar, "_chain", spy)
+    made = [_Event(100 + i, MS0 + i, bytes([65 + i % 26]) * (20 + i * 37 % 300)) for i in range(500)]
+    data = writer.container_file([writer.event_record(e, str(10**12 + e.sequence_number)) for e in made], "null")
+    seqs, batch = columnar.decode(data, "f", "3")
+    assert list(seqs) == list(range(100, 600)) and _rows(batch) == _reference_rows(data)
+    assert found == [True]
+    inner = writer.event_record(_Event(7, MS0, b"inner"), str(10**12 + 7))
+    made[250] = _Event(350, MS0 + 250, b"ab" + inner + b"cd")
+    data = writer.container_file([writer.event_record(e, str(10**12 + e.sequence_number)) for e in made], "null")
+    found.clear()
+    seqs, batch = columnar.decode(data, "f", "3")
+    assert list(seqs) == list(range(100, 600)) and _rows(batch) == _reference_rows(data)
+    assert found == [False], "the block went to the walk"
 
 
 def test_the_columnar_decoder_reads_old_files_and_refuses_bad_ones():
