@@ -53,11 +53,12 @@ class Event:
     """One stored event: its position and the bytes to deliver (minus per-delivery annotations)."""
 
     __slots__ = (
-        "body",
+        "_body_at",
         "delivery",
         "delivery_entries",
         "enqueued_ms",
-        "header",
+        "header_len",
+        "message",
         "offset",
         "ordinal",
         "partition_key",
@@ -84,12 +85,24 @@ class Event:
         self.offset = offset
         self.enqueued_ms = enqueued_ms
         self.partition_key = partition_key
-        self.header = header
-        self.body = body  # message-annotations section onwards, annotations already stamped
         # The producer's delivery annotations, delivered as they came (raw map entries, and the section).
         self.delivery_entries = delivery_entries
         self.delivery = b"\x00\x53\x71" + amqp.map_from_raw(list(delivery_entries)) if delivery_entries else b""
-        self.size = len(header) + len(self.delivery) + len(body)
+        # The message as a receiver without runtime metrics gets it, kept whole (not as header and body) so a run of
+        # deliveries is encoded without joining each event's parts again (Connection.encode_run).
+        self.message = header + self.delivery + body
+        self.header_len = len(header)
+        self._body_at = len(header) + len(self.delivery)
+        self.size = len(self.message)
+
+    @property
+    def header(self) -> bytes:
+        return self.message[: self.header_len]
+
+    @property
+    def body(self) -> bytes:
+        """The message-annotations section onwards, annotations already stamped."""
+        return self.message[self._body_at :]
 
 
 @dataclass

@@ -46,8 +46,10 @@ if TYPE_CHECKING:  # the broker's types, by their shape (the broker imports this
         offset: int
         enqueued_ms: int
         partition_key: str | None
-        body: bytes
         size: int
+
+        @property
+        def body(self) -> bytes: ...
 
     class _Hub(Protocol):
         name: str

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("eventhubs_emulator")
 
 _I = struct.Struct(">I")
+# A single-frame pre-settled transfer's head: frame header (size; doff, type, channel), the link's fixed prefix
+# (descriptor, list header, handle), delivery-id, delivery-tag (binary, 4 bytes), message-format 0, settled,
+# more=false and five nulls.
+_RUN_HEAD = struct.Struct(">I4s12sI2sI8s")
+_RUN_TAIL = b"\x43\x41\x42\x40\x40\x40\x40\x40"
 _FRAME_HEADER = struct.Struct(">IBBH")
 RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 GEO_REPLICATION = "com.microsoft:georeplication"  # the SDKs ask for it; offered back on geo-replicated hubs
@@ -589,6 +594,37 @@ class Connection(asyncio.Protocol):
     def deliver(self, link: OutLink, payload: bytes) -> None:
         """Send one pre-settled message on ``link``, split over frames as the peer's frame size needs."""
         self.write(self.encode_delivery(link, payload))
+
+    def encode_run(self, link: OutLink, payloads: list[bytes]) -> bytes | None:
+        """A run of pre-settled deliveries on ``link``, each in one frame, as one write; None (nothing counted) when
+        one of them needs more than a frame: the caller sends them one by one (:meth:`encode_delivery`). The
+        caller also sees that the session's window and the link's credit take the whole run.
+
+        Why: encoding one delivery at a time cost the emulator about 2 µs of CPU per event, a core's worth at
+        500k events/s; benchmarks run it on the same two cores as the reader they measure. Here each frame's 38
+        bytes of head are one struct pack."""
+        if not link.prefix:
+            link.prefix = b"\x00\x53\x14\xc0\x19\x0b\x70" + _I.pack(link.handle) + b"\x70"
+        room = max(512, min(self.remote_max_frame, 4294967295) - _RUN_HEAD.size)
+        if not payloads or max(map(len, payloads)) > room:
+            return None
+        session = link.session
+        count = len(payloads)
+        first_id, first_tag = session.next_outgoing_id, link.next_tag
+        session.next_outgoing_id += count
+        session.remote_incoming_window -= count
+        link.next_tag = (first_tag + count) & 0xFFFFFFFF
+        link.credit -= count
+        link.delivery_count += count
+        pack, prefix, size = _RUN_HEAD.pack, link.prefix, _RUN_HEAD.size
+        doff_type_channel = b"\x02\x00" + session.channel.to_bytes(2, "big")
+        return b"".join(
+            [
+                pack(size + len(p), doff_type_channel, prefix, first_id + i, b"\xa0\x04",
+                     (first_tag + i) & 0xFFFFFFFF, _RUN_TAIL) + p
+                for i, p in enumerate(payloads)
+            ]
+        )  # fmt: skip
 
     def encode_delivery(self, link: OutLink, payload: bytes) -> bytes:
         session = link.session
