@@ -6,7 +6,10 @@ noise (issue 50).
 event shares made text per row) with today's; ``EVENTHUBS_AB_BEFORE`` and ``EVENTHUBS_AB_PATHS`` (comma-separated,
 relative to the repository) name another commit and other files. Each run is a Spark ``local[2]`` of its own (two
 warm-up reads of 200,000 events, then one read of every event of the hub: 4 partitions, 200 B), in a process whose
-``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services too.
+``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services too. When the files compared
+include the emulator's (``eventhubs_emulator/...``), each variant reads from its own tree's emulator, filled with the
+same events, and the result is recorded as ``read_ab_emulator``: the emulator shares the machine's two cores with
+the reader.
 """
 
 from __future__ import annotations
@@ -67,16 +70,23 @@ def remove_worktrees(trees: dict[str, Path]) -> None:
 
 
 def run() -> None:
-    proc, conns = start_emulator({"ab": 4, "warm": 4})
     where = Path(tempfile.mkdtemp(prefix="eventhubs-ab-"))
     trees = worktrees(where)
+    # A change to the emulator is compared with each variant's own emulator (same events, filled in each);
+    # otherwise one emulator, this tree's, serves both.
+    own = any(p.startswith("eventhubs_emulator/") for p in PATHS)
+    variants = ("A", "B") if own else ("A",)
+    emulators = {v: start_emulator({"ab": 4, "warm": 4}, tree=str(trees[v]) if own else None) for v in variants}
+    procs = [proc for proc, _ in emulators.values()]
     runs: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     try:
-        fill(conns["ab"], EVENTS, 200)
-        fill(conns["warm"], 200_000, 200)
+        for _, conns in emulators.values():
+            fill(conns["ab"], EVENTS, 200)
+            fill(conns["warm"], 200_000, 200)
         for r in range(ROUNDS):
             for variant in ("A", "B") if r % 2 == 0 else ("B", "A"):
                 tree = trees[variant]
+                conns = emulators[variant if own else "A"][1]
                 env = {**os.environ, "PYTHONPATH": str(tree), "PYSPARK_PYTHON": sys.executable}
                 done = subprocess.run([sys.executable, "-m", "bench.ab_read", "one", conns["ab"], conns["warm"],
                                        str(EVENTS)], cwd=tree, env=env, capture_output=True, text=True,
@@ -90,7 +100,8 @@ def run() -> None:
                 runs[variant].append(got)
                 print(variant, got, flush=True)
     finally:
-        proc.terminate()
+        for proc in procs:
+            proc.terminate()
         remove_worktrees(trees)
 
     def median(variant: str, key: str) -> float:
@@ -105,10 +116,12 @@ def run() -> None:
         "B / A, in the batch (time)": round(median("B", "batch") / median("A", "batch"), 3),
         "B / A, executor Python CPU per event": round(median("B", "cpu_us") / median("A", "cpu_us"), 3),
     }
+    served = ("each variant's own emulator (its own process, from its tree), both filled with the same events"
+              if own else "one emulator (its own process) and one set of events for all runs")  # fmt: skip
     notes = (f"{ROUNDS} rounds, A and B alternating (A first in even rounds), each run a Spark local[2] of its own: "
-             "two warm-up reads of 200,000 events, then one Trigger.AvailableNow read of every event into noop. One "
-             "emulator (its own process) and one set of events for all runs; medians.")  # fmt: skip
-    record("read_ab", summary, rows, notes)
+             f"two warm-up reads of 200,000 events, then one Trigger.AvailableNow read of every event into noop; "
+             f"{served}; medians.")  # fmt: skip
+    record("read_ab_emulator" if own else "read_ab", summary, rows, notes)
     print(json.dumps(summary, indent=2))
 
 

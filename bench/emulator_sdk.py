@@ -37,10 +37,11 @@ def _start_emulator() -> tuple[subprocess.Popen[str], str]:
 
 
 def start_emulator(
-    hubs: dict[str, int], consumer_groups: tuple[str, ...] = ()
+    hubs: dict[str, int], consumer_groups: tuple[str, ...] = (), tree: str | None = None
 ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """The emulator in its own process with these hubs (each with ``$Default`` and ``consumer_groups``);
-    returns it and each hub's connection string."""
+    returns it and each hub's connection string. ``tree``: a checkout whose emulator runs instead of this one's
+    (bench ab_read's variants)."""
     args = [sys.executable, "-m", "eventhubs_emulator", "--port", "0"]
     if consumer_groups:
         import json
@@ -56,7 +57,8 @@ def start_emulator(
     else:
         for name, partitions in hubs.items():
             args += ["--hub", f"{name}:{partitions}"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, cwd=tree, env=env)
     assert proc.stdout is not None
     proc.stdout.readline()
     conns = {}
