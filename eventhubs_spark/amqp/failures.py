@@ -12,10 +12,9 @@ chain decides, so an attempt that failed to connect and a later one refused at s
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
-
-from azure.core.exceptions import ClientAuthenticationError
 
 from ..auth.settings import ConnectionSettings
 from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError, retriable
@@ -104,7 +103,7 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
         if meaning == sdk.NOT_FOUND:
             return not_found(settings, str(seen))
         # azure-core's ClientAuthenticationError: azure-identity's refusal to issue a token (not an AMQP error)
-        if meaning == sdk.UNAUTHORIZED or isinstance(seen, ClientAuthenticationError):
+        if meaning == sdk.UNAUTHORIZED or _is_client_authentication_error(seen):
             return auth_error(settings, str(seen))
         if meaning is None and isinstance(seen, sdk.sign_in_wrappers()):
             # The SDK reports some failures to connect as failed sign-ins (a host name that does not resolve
@@ -117,6 +116,15 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
             )
             return wrapped or auth_error(settings, str(seen))
     return None
+
+
+def _is_client_authentication_error(exc: BaseException) -> bool:
+    """azure-core's ``ClientAuthenticationError``, looked up only where azure-core is loaded (it is wherever one
+    was raised): importing it here would cost every fresh Python worker a tenth of a second (azure-core pulls in
+    asyncio, email and http.client), and a service-mode task worker loads nothing else of the Azure SDK."""
+    module = sys.modules.get("azure.core.exceptions")
+    error = getattr(module, "ClientAuthenticationError", None)
+    return error is not None and isinstance(exc, error)
 
 
 def auth_error(settings: ConnectionSettings, cause: str) -> AuthenticationFailedError:

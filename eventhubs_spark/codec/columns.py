@@ -13,11 +13,13 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..amqp import sdk
 from ..arrow import ARROW_SCHEMA, COLUMN_ANNOTATIONS
 from ..errors import DecodeError
+from . import arrays
 
 
 def to_text(value: Any) -> str | None:
@@ -216,10 +218,10 @@ class Columns:
         n = len(self.seqs)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.bodies, pa.binary()),
-                pa.repeat(pa.scalar(partition, pa.string()), n),
+                arrays.binaries(self.bodies),
+                arrays.repeated_text(partition, n),
                 _texts(self.offsets, offset_text),
-                pa.array(self.seqs, pa.int64()),
+                arrays.ints(self.seqs),
                 _timestamps(self.times),
                 _texts(self.publishers, _optional_key),
                 _texts(self.keys, _optional_key),
@@ -240,12 +242,12 @@ def _texts(values: list[Any], one: Any) -> pa.Array:
     if all(v is None or type(v) is bytes or type(v) is str for v in values):
         try:
             if len(values) < _SMALL:  # a cast costs tens of microseconds however few the values
-                return pa.array([v.decode() if type(v) is bytes else v for v in values], pa.string())
-            # str values are text already; bytes are checked as UTF-8 by the cast
-            return pa.array(values, pa.binary()).cast(pa.string())
-        except (pa.ArrowInvalid, UnicodeDecodeError):
+                return arrays.texts([v.decode() if type(v) is bytes else v for v in values])
+            # str values are text already (encoded as UTF-8); bytes are checked as UTF-8 by the cast
+            return arrays.binaries([v.encode() if type(v) is str else v for v in values]).cast(pa.string())
+        except (pa.ArrowInvalid, UnicodeDecodeError, UnicodeEncodeError):
             pass
-    return pa.array([one(v) for v in values], pa.string())
+    return arrays.texts([one(v) for v in values])
 
 
 # Columns of fewer values than this are made in Python: Arrow's compute calls (casts) have a fixed cost of
@@ -255,13 +257,19 @@ _SMALL = 64
 
 def _timestamps(values: list[Any]) -> pa.Array:
     """Enqueued times: milliseconds since the epoch as microsecond timestamps."""
-    if len(values) < _SMALL:
-        return pa.array([None if v is None else int(v) * 1000 for v in values], pa.timestamp("us", tz="UTC"))
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
     try:
-        millis = pa.array(values, pa.int64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([None if v is None else int(v) * 1000 for v in values], pa.timestamp("us", tz="UTC"))
-    return millis.cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        millis = np.array([0 if v is None else v for v in values], dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):  # not milliseconds a long holds: Arrow says so, as before
+        return pa.array([None if v is None else int(v) * 1000 for v in values], _MICROS)
+    if len(millis) and np.abs(millis).max() <= _MILLIS_MAX:
+        return arrays.numbers(millis * 1000, _MICROS, valid)
+    # the cast raises Arrow's out-of-range error (as layout._times does)
+    return arrays.numbers(millis, pa.int64(), valid).cast(pa.timestamp("ms", tz="UTC")).cast(_MICROS)
+
+
+_MICROS = pa.timestamp("us", tz="UTC")
+_MILLIS_MAX = np.iinfo(np.int64).max // 1000  # beyond this, milliseconds do not fit as microseconds
 
 
 def _pairs(rows: list[list[tuple[Any, Any]] | None]) -> pa.Array:
@@ -285,7 +293,7 @@ def _pairs(rows: list[list[tuple[Any, Any]] | None]) -> pa.Array:
                     values.append(to_text(v))
             total += len(pairs)
         offsets.append(total)
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), _texts(keys, _key), _texts(values, to_text))
+    return pa.MapArray.from_arrays(arrays.ints(offsets, pa.int32()), _texts(keys, _key), _texts(values, to_text))
 
 
 def offset_text(value: Any) -> str | None:

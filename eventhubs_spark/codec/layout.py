@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from ..amqp.messages import RawEvents, Unsupported, windows
 from ..arrow import ARROW_SCHEMA
+from . import arrays
 from .columns import Columns
 from .message import decode_message
 
@@ -326,13 +327,13 @@ def spans(buffer: pa.Buffer, start: np.ndarray, end: np.ndarray, valid: np.ndarr
     where ``valid`` is False)."""
     n = len(start)
     if n == 0:
-        return pa.array([], pa.binary())
+        return arrays.empty(pa.binary())
     offsets = np.empty(2 * n, dtype=np.int32)
     offsets[0::2] = start
     offsets[1::2] = end
     both = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets), buffer])
     every_other = np.arange(0, 2 * n - 1, 2, dtype=np.int64)
-    return both.take(pa.array(every_other, mask=None if valid is None else ~valid))
+    return both.take(arrays.numbers(every_other, pa.int64(), valid))
 
 
 class _NotText(Exception):
@@ -359,10 +360,11 @@ class _Group:
 def _other_texts(value: _Value, data: np.ndarray, slots: list[Any], n: int) -> pa.Array:
     """A value that is not a span (an integer, a boolean, a constant) of ``n`` messages, as text."""
     if value.kind == "const":
-        return pa.nulls(n, pa.string()) if value.const is None else pa.array([value.const] * n, pa.string())
+        return pa.nulls(n, pa.string()) if value.const is None else arrays.repeated_text(value.const, n)
     if value.kind == "bool":
-        return pa.array(np.where(data[slots[value.slot]] == 1, "true", "false").tolist(), pa.string())
-    return pa.array(_ints(data, slots[value.slot], value.width, value.kind == "int")).cast(pa.string())
+        return arrays.texts(np.where(data[slots[value.slot]] == 1, "true", "false").tolist())
+    ints = _ints(data, slots[value.slot], value.width, value.kind == "int")
+    return arrays.numbers(ints, pa.from_numpy_dtype(ints.dtype)).cast(pa.string())
 
 
 def _text_column(groups: list[_Group], name: str, data_end: np.ndarray, buffer: pa.Buffer) -> pa.Array:
@@ -389,8 +391,8 @@ def _empty_maps(n: int) -> pa.Array:
     """``n`` empty maps: a slice of one array made once (and again, larger, when a batch outgrows it)."""
     if not _EMPTY_MAPS or len(_EMPTY_MAPS[0]) < n:
         size = max(n, 4096)
-        empty = pa.array([], pa.string())
-        _EMPTY_MAPS[:] = [pa.MapArray.from_arrays(pa.array(np.zeros(size + 1, np.int32)), empty, empty)]
+        empty = arrays.empty(pa.string())
+        _EMPTY_MAPS[:] = [pa.MapArray.from_arrays(arrays.ints(np.zeros(size + 1), pa.int32()), empty, empty)]
     return _EMPTY_MAPS[0].slice(0, n)
 
 
@@ -420,9 +422,9 @@ def _constant_maps(entries: tuple[tuple[str, str | None], ...], n: int) -> pa.Ar
     made = _CONSTANT_MAPS.get(entries)
     if made is None or len(made) < n:
         size, k = max(n, 4096), len(entries)
-        keys = pa.array([key for key, _ in entries] * size, pa.string())
-        values = pa.array([value for _, value in entries] * size, pa.string())
-        offsets = pa.array(np.arange(0, (size + 1) * k, k, dtype=np.int32))
+        keys = arrays.texts([key for key, _ in entries] * size)
+        values = arrays.texts([value for _, value in entries] * size)
+        offsets = arrays.ints(np.arange(0, (size + 1) * k, k), pa.int32())
         if len(_CONSTANT_MAPS) > 64:  # a handful of distinct entry sets in a process; never an unbounded cache
             _CONSTANT_MAPS.clear()
         made = _CONSTANT_MAPS[entries] = pa.MapArray.from_arrays(offsets, keys, values)
@@ -445,7 +447,8 @@ def _map_column(groups: list[_Group], name: str, n: int, data: np.ndarray, buffe
     np.cumsum(counts, out=offsets[1:])
     total = int(offsets[-1])
     if total == 0:
-        return pa.MapArray.from_arrays(pa.array(offsets), pa.array([], pa.string()), pa.array([], pa.string()))
+        empty = arrays.empty(pa.string())
+        return pa.MapArray.from_arrays(arrays.numbers(offsets, pa.int32()), empty, empty)
     codes = np.empty(total, dtype=np.int64)
     names: dict[str, int] = {}
     span_at: list[np.ndarray] = []
@@ -478,9 +481,9 @@ def _map_column(groups: list[_Group], name: str, n: int, data: np.ndarray, buffe
     if len(parts) > 1:
         source = np.empty(total, dtype=np.int64)
         source[np.concatenate(where)] = np.arange(total, dtype=np.int64)
-        values = values.take(pa.array(source))
-    keys = pa.array(list(names), pa.string()).take(pa.array(codes))
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+        values = values.take(arrays.numbers(source, pa.int64()))
+    keys = arrays.texts(list(names)).take(arrays.numbers(codes, pa.int64()))
+    return pa.MapArray.from_arrays(arrays.numbers(offsets, pa.int32()), keys, values)
 
 
 def _assemble(groups: list[_Group], starts: np.ndarray, ends: np.ndarray, data: np.ndarray, buffer: pa.Buffer,
@@ -506,9 +509,9 @@ def _assemble(groups: list[_Group], starts: np.ndarray, ends: np.ndarray, data: 
     return pa.RecordBatch.from_arrays(
         [
             spans(buffer, body_start, body_end),
-            pa.repeat(pa.scalar(partition, pa.string()), n),
+            arrays.repeated_text(partition, n),
             _text_column(groups, "offset", ends, buffer),
-            pa.array(seq, pa.int64()),
+            arrays.numbers(seq, pa.int64()),
             times,
             _text_column(groups, "publisher", ends, buffer),
             _text_column(groups, "key", ends, buffer),
@@ -530,9 +533,9 @@ def _assemble_one(g: _Group, ends: np.ndarray, data: np.ndarray, buffer: pa.Buff
     return pa.RecordBatch.from_arrays(
         [
             body,
-            pa.repeat(pa.scalar(partition, pa.string()), n),
+            arrays.repeated_text(partition, n),
             _text_column([g], "offset", ends, buffer),
-            pa.array(_ints(data, slots[layout.seq], 8, True), pa.int64()),
+            arrays.numbers(_ints(data, slots[layout.seq], 8, True), pa.int64()),
             times,
             _text_column([g], "publisher", ends, buffer),
             _text_column([g], "key", ends, buffer),
@@ -550,11 +553,10 @@ _MILLIS_MAX = np.iinfo(np.int64).max // 1000  # beyond this, milliseconds do not
 def _times(millis: np.ndarray, has_time: np.ndarray | None) -> pa.Array:
     """Enqueued times, milliseconds since the epoch, as microsecond timestamps (null where a message has none;
     ``has_time`` None: every message has one)."""
-    mask = None if has_time is None or has_time.all() else ~has_time
     if len(millis) and np.abs(millis).max() > _MILLIS_MAX:  # as arrow.Columns does: Arrow's cast raises the error
-        column = pa.array(millis, pa.int64(), mask=mask)
+        column = arrays.numbers(millis, pa.int64(), has_time)
         return column.cast(pa.timestamp("ms", tz="UTC")).cast(_MICROS)
-    return pa.array(millis * 1000, _MICROS, mask=mask)
+    return arrays.numbers(millis * 1000, _MICROS, has_time)
 
 
 def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
@@ -666,4 +668,4 @@ def _join(parts: list[tuple[np.ndarray, pa.RecordBatch]], n: int) -> pa.RecordBa
     order = np.concatenate([rows for rows, _ in parts])
     where = np.empty(n, dtype=np.int64)
     where[order] = np.arange(n, dtype=np.int64)
-    return table.take(pa.array(where)).combine_chunks().to_batches()[0]
+    return table.take(arrays.numbers(where, pa.int64())).combine_chunks().to_batches()[0]

@@ -483,3 +483,40 @@ def test_a_replication_segment_every_event_of_a_batch_shares_is_made_once_not_pe
     assert batch.to_pylist()[:50] == reference_rows(payloads[:50])
     changing = [*payloads[:10], _event(segment + 1, 10)]  # a promotion mid-batch: the general path, same rows
     assert decode_batch(pa.array(changing, pa.binary()), "3", min_rows=0)[0].to_pylist() == reference_rows(changing)
+
+
+_NO_PANDAS = """
+import sys
+import numpy as np
+from eventhubs_spark.codec.layout import decode_spans
+payloads = [bytes.fromhex(h) for h in sys.argv[1:]]
+buffer = b"".join(payloads)
+ends = np.cumsum([len(p) for p in payloads])
+starts = ends - [len(p) for p in payloads]
+many = decode_spans(buffer, starts, ends, "0")[0]  # column by column: two layouts, maps of both kinds
+few = decode_spans(buffer, starts[:2], ends[:2], "0", min_rows=3)[0]  # message by message
+assert many.num_rows == len(payloads) and few.num_rows == 2, (many.num_rows, few.num_rows)
+assert "pandas" not in sys.modules, "decoding imported pandas"
+print(many.column(7).to_pylist()[:2], few.column(8).to_pylist()[1])
+"""
+
+
+def test_decoding_never_imports_pandas_which_costs_each_fresh_python_worker_a_third_of_a_second() -> None:
+    """``pa.array()`` imports pandas on its first call in a process; Spark starts fresh Python workers whenever
+    its workers idled a minute, so the read path makes its arrays from buffers (``codec.arrays``)."""
+    import subprocess
+    import sys
+
+    plain = [_event(3, i) for i in range(40)]  # each with its replication segment in systemProperties
+    with_props = [
+        section(amqp.MESSAGE_ANNOTATIONS, {Symbol("x-opt-sequence-number"): 100 + i, Symbol("x-opt-offset"): str(i)})
+        + section(amqp.APPLICATION_PROPERTIES, {"n": i, "ok": True, "s": "v"})
+        + section(amqp.DATA, b"y" * 10)
+        for i in range(40)
+    ]
+    payloads = [p for pair in zip(with_props, plain, strict=True) for p in pair]
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_PANDAS, *(p.hex() for p in payloads)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "('n', '0')" in done.stdout and "x-opt-sequence-number-epoch" in done.stdout, done.stdout
