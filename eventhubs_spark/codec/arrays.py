@@ -14,6 +14,7 @@ have.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -37,17 +38,28 @@ def ints(values: Sequence[int] | np.ndarray, type_: pa.DataType = _INT64) -> pa.
 
 
 def texts(values: Sequence[str | None]) -> pa.Array:
-    """A string array of ``values`` (None: null)."""
+    """A string array of ``values`` (None: null), encoded as one string (an ASCII run's offsets are its lengths)."""
+    strings = cast("Sequence[str]", [v if v is not None else "" for v in values] if None in values else values)
     try:
-        encoded = [b"" if v is None else v.encode() for v in values]
-    except UnicodeEncodeError:  # a lone surrogate: Arrow says what is wrong with it
+        joined = "".join(strings)
+        data = joined.encode()
+    except (TypeError, UnicodeEncodeError):  # not text, or a lone surrogate: Arrow says what is wrong with it
         return pa.array(values, pa.string())
-    return _variable(encoded, values, pa.string())
+    if len(data) == len(joined):  # ASCII: a value's bytes are its characters
+        lengths = np.fromiter(map(len, strings), dtype=np.int64, count=len(strings))
+    else:
+        lengths = np.fromiter((len(s.encode()) for s in strings), dtype=np.int64, count=len(strings))
+    return _variable(data, lengths, values, pa.string())
 
 
 def binaries(values: Sequence[bytes | None]) -> pa.Array:
     """A binary array of ``values`` (None: null)."""
-    return _variable([b"" if v is None else v for v in values], values, pa.binary())
+    items = cast("Sequence[bytes]", [v if v is not None else b"" for v in values] if None in values else values)
+    try:
+        data = b"".join(items)
+    except TypeError:  # not bytes: Arrow says what is wrong with it
+        return pa.array(values, pa.binary())
+    return _variable(data, np.fromiter(map(len, items), dtype=np.int64, count=len(items)), values, pa.binary())
 
 
 def repeated_text(value: str, n: int) -> pa.Array:
@@ -60,18 +72,18 @@ def empty(type_: pa.DataType) -> pa.Array:
     return pa.nulls(0, type_)
 
 
-def _variable(data: list[bytes], values: Sequence[object], type_: pa.DataType) -> pa.Array:
-    n = len(data)
+def _variable(data: bytes, lengths: np.ndarray, values: Sequence[object], type_: pa.DataType) -> pa.Array:
+    """The string or binary array of ``values``, whose bytes one after the other are ``data``."""
+    n = len(lengths)
     offsets = np.zeros(n + 1, dtype=np.int64)
-    if n:
-        np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=n), out=offsets[1:])
+    np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > _OFFSET_MAX:
         return pa.array(values, type_)  # Arrow's own answer for an array this large
     valid = None
-    if any(v is None for v in values):
+    if None in values:
         valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
     return pa.Array.from_buffers(
-        type_, n, [_validity(valid), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))]
+        type_, n, [_validity(valid), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )
 
 

@@ -239,12 +239,14 @@ def _optional_key(value: Any) -> str | None:
 def _texts(values: list[Any], one: Any) -> pa.Array:
     """A string column from raw values: ``bytes`` checked as UTF-8 in one pass, the rest (and any
     bytes that are not UTF-8) through ``one``, the per-value rule."""
-    if all(v is None or type(v) is bytes or type(v) is str for v in values):
+    kinds = set(map(type, values))
+    if kinds <= _RAW_TEXT:
         try:
             if len(values) < _SMALL:  # a cast costs tens of microseconds however few the values
                 return arrays.texts([v.decode() if type(v) is bytes else v for v in values])
-            # str values are text already (encoded as UTF-8); bytes are checked as UTF-8 by the cast
-            return arrays.binaries([v.encode() if type(v) is str else v for v in values]).cast(pa.string())
+            if str in kinds:  # text already: encoded as UTF-8 (bytes are checked as UTF-8 by the cast)
+                values = [v.encode() if type(v) is str else v for v in values]
+            return arrays.binaries(values).cast(pa.string())
         except (pa.ArrowInvalid, UnicodeDecodeError, UnicodeEncodeError):
             pass
     return arrays.texts([one(v) for v in values])
@@ -253,6 +255,7 @@ def _texts(values: list[Any], one: Any) -> pa.Array:
 # Columns of fewer values than this are made in Python: Arrow's compute calls (casts) have a fixed cost of
 # their own that a small range (a quiet stream's task) would pay several times per batch.
 _SMALL = 64
+_RAW_TEXT = {bytes, str, type(None)}
 
 
 def _timestamps(values: list[Any]) -> pa.Array:

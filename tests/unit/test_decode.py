@@ -520,3 +520,15 @@ def test_decoding_never_imports_pandas_which_costs_each_fresh_python_worker_a_th
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "('n', '0')" in done.stdout and "x-opt-sequence-number-epoch" in done.stdout, done.stdout
+
+
+@settings(deadline=None)  # the first pa.array() call imports pandas
+@given(st.lists(st.none() | st.text()), st.lists(st.none() | st.binary()))
+def test_arrays_made_from_buffers_equal_what_pa_array_makes(texts: list[str | None], blobs: list[bytes | None]) -> None:
+    from eventhubs_spark.codec import arrays
+
+    assert arrays.texts(texts).equals(pa.array(texts, pa.string()))
+    assert arrays.binaries(blobs).equals(pa.array(blobs, pa.binary()))
+    ints = np.arange(len(texts), dtype=np.int64)
+    valid = np.array([t is not None for t in texts], dtype=bool)
+    assert arrays.numbers(ints, pa.int64(), valid).equals(pa.array(ints, pa.int64(), mask=~valid))
