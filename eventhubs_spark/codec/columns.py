@@ -264,15 +264,15 @@ def _timestamps(values: list[Any]) -> pa.Array:
     try:
         millis = np.array([0 if v is None else v for v in values], dtype=np.int64)
     except (OverflowError, TypeError, ValueError):  # not milliseconds a long holds: Arrow says so, as before
-        return pa.array([None if v is None else int(v) * 1000 for v in values], _MICROS)
-    if len(millis) and np.abs(millis).max() <= _MILLIS_MAX:
-        return arrays.numbers(millis * 1000, _MICROS, valid)
+        return pa.array([None if v is None else int(v) * 1000 for v in values], MICROS)
+    if len(millis) and np.abs(millis).max() <= MILLIS_MAX:
+        return arrays.numbers(millis * 1000, MICROS, valid)
     # the cast raises Arrow's out-of-range error (as layout._times does)
-    return arrays.numbers(millis, pa.int64(), valid).cast(pa.timestamp("ms", tz="UTC")).cast(_MICROS)
+    return arrays.numbers(millis, pa.int64(), valid).cast(pa.timestamp("ms", tz="UTC")).cast(MICROS)
 
 
-_MICROS = pa.timestamp("us", tz="UTC")
-_MILLIS_MAX = np.iinfo(np.int64).max // 1000  # beyond this, milliseconds do not fit as microseconds
+MICROS = pa.timestamp("us", tz="UTC")
+MILLIS_MAX = np.iinfo(np.int64).max // 1000  # beyond this, milliseconds do not fit as microseconds
 
 
 def _pairs(rows: list[list[tuple[Any, Any]] | None]) -> pa.Array:

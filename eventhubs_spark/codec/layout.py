@@ -38,7 +38,7 @@ import pyarrow as pa
 from ..amqp.messages import RawEvents, Unsupported, windows
 from ..arrow import ARROW_SCHEMA
 from . import arrays
-from .columns import Columns
+from .columns import MICROS, MILLIS_MAX, Columns
 from .message import decode_message
 
 __all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn", "spans"]
@@ -528,7 +528,7 @@ def _assemble_one(g: _Group, ends: np.ndarray, data: np.ndarray, buffer: pa.Buff
     if layout.time is not None and layout.time.kind == "int":
         times = _times(_ints(data, slots[layout.time.slot], 8, True), None)
     else:
-        times = pa.nulls(n, _MICROS)
+        times = pa.nulls(n, MICROS)
     body = spans(buffer, *slots[layout.body]) if layout.body >= 0 else spans(buffer, ends, ends)
     return pa.RecordBatch.from_arrays(
         [
@@ -546,17 +546,13 @@ def _assemble_one(g: _Group, ends: np.ndarray, data: np.ndarray, buffer: pa.Buff
     )
 
 
-_MICROS = pa.timestamp("us", tz="UTC")
-_MILLIS_MAX = np.iinfo(np.int64).max // 1000  # beyond this, milliseconds do not fit as microseconds
-
-
 def _times(millis: np.ndarray, has_time: np.ndarray | None) -> pa.Array:
     """Enqueued times, milliseconds since the epoch, as microsecond timestamps (null where a message has none;
     ``has_time`` None: every message has one)."""
-    if len(millis) and np.abs(millis).max() > _MILLIS_MAX:  # as arrow.Columns does: Arrow's cast raises the error
+    if len(millis) and np.abs(millis).max() > MILLIS_MAX:  # as arrow.Columns does: Arrow's cast raises the error
         column = arrays.numbers(millis, pa.int64(), has_time)
-        return column.cast(pa.timestamp("ms", tz="UTC")).cast(_MICROS)
-    return arrays.numbers(millis * 1000, _MICROS, has_time)
+        return column.cast(pa.timestamp("ms", tz="UTC")).cast(MICROS)
+    return arrays.numbers(millis * 1000, MICROS, has_time)
 
 
 def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
