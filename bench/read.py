@@ -227,10 +227,9 @@ def run() -> None:
                 packed_runs: list[float] = []
                 packed_cpu: list[float] = []
                 for attempt in range(REPEATS):
-                    # The SDK's drain comes after the connector's runs, not before: at a million events it takes
-                    # about a minute, and Spark ends Python workers idle for 60 s (a constant of its
-                    # PythonWorkerFactory), so a connector run right after it paid fresh workers' start-up (about
-                    # 2 s of CPU each) or not, by a second of the SDK's pace.
+                    # The previous round's SDK drain takes about a minute at a million events, as long as Spark lets
+                    # a Python worker idle (WORKER_IDLE_END): keep_warm, not the order of the runs, is what keeps
+                    # the measured run off fresh workers.
                     where = os.path.join(tmp, f"{partitions}-{size}-{events}-{attempt}")
                     keep_warm(spark, conns["warmup"], where + "-warm")
                     cpu_before = executor_python_cpu()
