@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..codec import arrays
 from . import types
 from .types import ARROW_PRIMITIVE as _ARROW
 from .types import PRIMITIVES as _PRIMITIVE
@@ -246,14 +247,14 @@ def _varint(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def _long(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> pa.Array:
-    return pa.array(_varint(data, pos, ends), pa.int64())
+    return arrays.numbers(_varint(data, pos, ends), pa.int64())
 
 
 def _int(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> pa.Array:
     values = _varint(data, pos, ends)
     if len(values) and (values.min() < -(2**31) or values.max() >= 2**31):
         raise Irregular("an int out of range")
-    return pa.array(values.astype(np.int32), pa.int32())
+    return arrays.numbers(values.astype(np.int32), pa.int32())
 
 
 def _sized(width: int, dtype: str, arrow: pa.DataType) -> Step:
@@ -264,7 +265,7 @@ def _sized(width: int, dtype: str, arrow: pa.DataType) -> Step:
         pos += width
         if (pos > ends).any():
             raise Irregular("a value past its body's end")
-        return pa.array(np.ascontiguousarray(raw).view(dtype).ravel(), arrow)
+        return arrays.numbers(np.ascontiguousarray(raw).view(dtype).ravel(), arrow)
 
     return step
 
@@ -274,7 +275,7 @@ def _boolean(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> pa.Array:
     pos += 1
     if (pos > ends).any() or (raw > 1).any():
         raise Irregular("a boolean that is not 0 or 1")
-    return pa.array(raw.astype(bool), pa.bool_())
+    return arrays.booleans(raw.astype(bool))
 
 
 def _null(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> pa.Array:
@@ -327,7 +328,7 @@ def _fixed(size: int) -> Step:
 
 
 def _enum(symbols: list[str], strict: set[int]) -> Step:
-    dictionary = pa.array(symbols, pa.string())
+    dictionary = arrays.texts(symbols)
 
     def step(data: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> pa.Array:
         index = _varint(data, pos, ends)
@@ -335,7 +336,7 @@ def _enum(symbols: list[str], strict: set[int]) -> Step:
             raise Irregular("an enum index out of range")
         if strict and np.isin(index, list(strict)).any():
             raise Irregular("an enum symbol the reader does not know")
-        return dictionary.take(pa.array(index.astype(np.int32)))
+        return dictionary.take(arrays.indices(index))
 
     return step
 
@@ -355,7 +356,7 @@ def _optional(null_index: int, inner: Step, arrow: pa.DataType) -> Step:
         values = inner(data, sub, ends[rows])
         pos[rows] = sub
         take = np.cumsum(present) - 1
-        return values.take(pa.array(take, mask=~present))
+        return values.take(arrays.indices(take, valid=present))
 
     return step
 

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from .. import defaults
 from ..arrow import ARROW_SCHEMA
+from ..codec import arrays
 from ..errors import EventHubsError
 from . import columnar, types
 from .registry import Registry, RegistryError, schema_id
@@ -45,6 +46,9 @@ _BODY = ARROW_SCHEMA.get_field_index("body")
 _PARTITION = ARROW_SCHEMA.get_field_index("partition")
 _SEQUENCE = ARROW_SCHEMA.get_field_index("sequenceNumber")
 _SYSTEM = ARROW_SCHEMA.get_field_index("systemProperties")
+# compute arguments made from arrays (pa.scalar, which pyarrow.compute calls on a Python value, imports pandas)
+_CONTENT_TYPE = arrays.text_scalar("content-type")
+_FALSE = arrays.booleans(np.zeros(1, dtype=bool))[0]
 
 
 class AvroDecodeError(EventHubsError):
@@ -91,9 +95,9 @@ class AvroReading:
         content = content_types(batch.column(_SYSTEM))
         encoded = content.dictionary_encode()
         kinds = encoded.dictionary.to_pylist()
-        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        indices = np.where(arrays.valid_values(encoded.indices), arrays.int_values(encoded.indices), -1)
         bodies = batch.column(_BODY)
-        nulls = content.is_null().to_numpy(zero_copy_only=False)
+        nulls = ~arrays.valid_values(content)
         for k, kind in enumerate(kinds):
             rows = np.flatnonzero(indices == k) if len(kinds) > 1 or nulls.any() else None
             sid = schema_id(kind)
@@ -107,7 +111,7 @@ class AvroReading:
             except _Unusable as exc:
                 self._bad(n, rows, str(exc), sid, errors)
                 continue
-            array, failed = decoder.decode(bodies if rows is None else bodies.take(pa.array(rows)))
+            array, failed = decoder.decode(bodies if rows is None else bodies.take(arrays.indices(rows)))
             pieces.append((rows, array))
             for i, why in failed.items():
                 errors[i if rows is None else int(rows[i])] = (why, sid)
@@ -126,11 +130,11 @@ class AvroReading:
             rest = np.flatnonzero(~covered)
             order = np.concatenate([*placed, rest]) if placed else rest
             combined = pa.concat_arrays([*(a for _, a in pieces), pa.nulls(len(rest), plain)])
-            array = combined.take(pa.array(np.argsort(order, kind="stable")))
-        arrays = [*batch.columns, convert(array, self.column)]
+            array = combined.take(arrays.indices(np.argsort(order, kind="stable")))
+        columns = [*batch.columns, convert(array, self.column)]
         if self.mode == PERMISSIVE:
-            arrays.append(_corrupt(bodies, errors, n))
-        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema([*batch.schema, *self.fields()]))
+            columns.append(_corrupt(bodies, errors, n))
+        return pa.RecordBatch.from_arrays(columns, schema=pa.schema([*batch.schema, *self.fields()]))
 
     @staticmethod
     def _bad(n: int, rows: np.ndarray | None, why: str, sid: str | None,
@@ -159,16 +163,16 @@ def content_types(system: pa.Array) -> pa.Array:
     entries = system.values
     keys, items = entries.field(0), entries.field(1)
     first, last = int(offsets[0]), int(offsets[-1])
-    hit = pc.equal(keys.slice(first, last - first), pa.scalar("content-type")).fill_null(False)
-    where = np.flatnonzero(hit.to_numpy(zero_copy_only=False)) + first
+    hit = pc.fill_null(pc.equal(keys.slice(first, last - first), _CONTENT_TYPE), _FALSE)
+    where = np.flatnonzero(arrays.bool_values(hit)) + first
     index = np.full(n, -1, dtype=np.int64)
     if len(where):
         rows = np.searchsorted(offsets, where, side="right") - 1
         rows, firsts = np.unique(rows, return_index=True)  # a key twice: the first one, as map_lookup
         index[rows] = where[firsts]
     if system.null_count:
-        index[system.is_null().to_numpy(zero_copy_only=False)] = -1
-    return items.take(pa.array(index, mask=index < 0))
+        index[~arrays.valid_values(system)] = -1
+    return items.take(arrays.indices(index, valid=index >= 0))
 
 
 def _corrupt(bodies: pa.Array, errors: dict[int, tuple[str, str | None]], n: int) -> pa.Array:
@@ -177,9 +181,9 @@ def _corrupt(bodies: pa.Array, errors: dict[int, tuple[str, str | None]], n: int
     rows = sorted(errors)
     mask = np.ones(n, dtype=bool)
     mask[rows] = False
-    body = pa.array([bodies[i].as_py() if i in errors else None for i in range(n)], type=pa.binary())
-    error = pa.array([_said(*errors[i]) if i in errors else None for i in range(n)], type=pa.string())
-    return pa.StructArray.from_arrays([body, error], fields=list(CORRUPT_TYPE), mask=pa.array(mask))
+    body = arrays.binaries([bodies[i].as_py() if i in errors else None for i in range(n)])
+    error = arrays.texts([_said(*errors[i]) if i in errors else None for i in range(n)])
+    return pa.StructArray.from_arrays([body, error], fields=list(CORRUPT_TYPE), mask=arrays.booleans(mask))
 
 
 def _said(why: str, sid: str | None) -> str:
@@ -367,13 +371,39 @@ def convert(array: pa.Array, column: types.Column) -> pa.Array:
     if how == "date":
         return array.cast(pa.date32())
     if how == "millis":
-        return pc.multiply_checked(array, pa.scalar(1000, pa.int64())).cast(column.arrow)
+        return pc.multiply_checked(array, arrays.int_scalar(1000)).cast(column.arrow)
     if how == "micros":
         return array.cast(column.arrow)
     if how.startswith("decimal:"):
-        scale = int(how.split(":", 1)[1])
-        return pa.array([_decimal(v, scale) for v in array.to_pylist()], type=column.arrow)
+        return _decimals(array, column.arrow)
     raise AssertionError(how)
+
+
+def _decimals(array: pa.Array, arrow: pa.DataType) -> pa.Array:
+    """Avro decimals (each a big-endian two's-complement unscaled integer, as many bytes as its writer chose) as
+    Arrow's decimal128 (16 bytes little-endian each), all at once: each value's bytes placed at the right of its
+    row of sign bytes, the rows reversed. Arrow's cast to the column's precision refuses a value that does not fit
+    it, as ``pa.array`` of ``Decimal`` objects did (which also imported pandas and made an object per value).
+    A value longer than 16 bytes (sign bytes to spare, or too large) goes row by row."""
+    n = len(array)
+    offsets = columnar.offsets(array).astype(np.int64)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    if n == 0 or lengths.max() > 16:
+        return _decimals_by_row(array, arrow)
+    data = np.frombuffer(array.buffers()[2], dtype=np.uint8) if lengths.any() else np.zeros(1, dtype=np.uint8)
+    out = np.zeros((n, 16), dtype=np.uint8)
+    out[(lengths > 0) & (data[np.minimum(starts, len(data) - 1)] >= 0x80)] = 0xFF  # negative: sign bytes of ones
+    rows = np.repeat(np.arange(n), lengths)
+    within = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    out[rows, 16 - lengths[rows] + within] = data[starts[rows] + within]
+    little = np.ascontiguousarray(out[:, ::-1])
+    valid = arrays.valid_values(array) if array.null_count else None
+    wide = pa.Array.from_buffers(pa.decimal128(38, arrow.scale), n, [arrays.validity(valid), pa.py_buffer(little)])
+    return wide.cast(arrow)
+
+
+def _decimals_by_row(array: pa.Array, arrow: pa.DataType) -> pa.Array:
+    return pa.array([_decimal(v, arrow.scale) for v in array.to_pylist()], type=arrow)
 
 
 def _decimal(raw: bytes | None, scale: int) -> Decimal | None:

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ..amqp.messages import windows
 from ..arrow import ARROW_SCHEMA
+from ..codec import arrays
 from ..codec.columns import to_text
 from ..codec.layout import spans
 from .files import CaptureFileError, blocks, dotnet_time_ms
@@ -535,8 +536,8 @@ def _offsets(buf: bytes, out: _Columns) -> pa.Array:
 
 def _map(rows: dict[int, list[tuple[str, Any]]], n: int) -> pa.Array:
     if not rows:
-        return pa.MapArray.from_arrays(np.zeros(n + 1, dtype=np.int32), pa.array([], pa.string()),
-                                       pa.array([], pa.string()))  # fmt: skip
+        empty = arrays.empty(pa.string())
+        return pa.MapArray.from_arrays(arrays.numbers(np.zeros(n + 1, dtype=np.int32), pa.int32()), empty, empty)
     counts = np.zeros(n, dtype=np.int32)
     keys: list[str] = []
     values: list[str | None] = []
@@ -548,7 +549,7 @@ def _map(rows: dict[int, list[tuple[str, Any]]], n: int) -> pa.Array:
             values.append(to_text(value))
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.MapArray.from_arrays(offsets, pa.array(keys, pa.string()), pa.array(values, pa.string()))
+    return pa.MapArray.from_arrays(arrays.numbers(offsets, pa.int32()), arrays.texts(keys), arrays.texts(values))
 
 
 def _batch(buf: bytes, out: _Columns, partition: str, where: str) -> pa.RecordBatch:
@@ -571,12 +572,12 @@ def _batch(buf: bytes, out: _Columns, partition: str, where: str) -> pa.RecordBa
         keys[row] = value if isinstance(value, str) else to_text(value)
     columns = [
         _strings(buf, out.body_at, out.body_len, pa.binary()),
-        pa.DictionaryArray.from_arrays(np.zeros(n, dtype=np.int32), pa.array([partition])).cast(pa.string()),
+        arrays.repeated_text(partition, n),
         _offsets(buf, out),
-        pa.array(np.frombuffer(out.seq, dtype=np.int64)),
-        pa.array(enqueued * 1000).cast(_TIME),
+        arrays.numbers(np.frombuffer(out.seq, dtype=np.int64), pa.int64()),
+        arrays.numbers(enqueued * 1000, _TIME),
         pa.nulls(n, pa.string()),
-        pa.array(keys, pa.string()),
+        arrays.texts(keys),
         _map(out.props, n),
         _map({row: [(k, v) for k, v in entries if k not in _OWN] for row, entries in out.system.items()}, n),
     ]

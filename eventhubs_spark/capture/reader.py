@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from .. import segments
 from ..auth.settings import ConnectionSettings
+from ..codec import arrays
 from ..errors import DataLossError
 from .columnar import decode
 from .index import file_first, partition_files
@@ -171,7 +172,7 @@ def _decoded(store: CaptureStore, name: str, partition: str,
     seqs, batch = decode(data, f"{store.where}/{name}", partition)
     if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):  # not the service's order: made so, once each
         seqs, first = np.unique(seqs, return_index=True)
-        batch = batch.take(pa.array(first))
+        batch = batch.take(arrays.indices(first))
     if len(data) <= _CACHE_MAX_BYTES:
         with _CACHE_LOCK:
             _CACHE[key] = (seqs, batch)

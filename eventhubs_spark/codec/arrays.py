@@ -25,12 +25,24 @@ _INT64 = pa.int64()
 
 
 def numbers(values: np.ndarray, type_: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
-    """A fixed-width array of ``type_`` over ``values`` (a numpy array of the same width: int64 for
-    ``int64`` and timestamps, int32 for ``int32``...), null where ``valid`` is False."""
+    """A fixed-width array of ``type_`` over ``values`` (a numpy array of the same width and kind: int64 for
+    ``int64`` and timestamps, int32 for ``int32``, float64 for ``float64``...), null where ``valid`` is False."""
     values = np.ascontiguousarray(values)
-    if values.ndim != 1 or values.dtype.itemsize * 8 != type_.bit_width or values.dtype.kind not in "iu":
+    kinds = "f" if pa.types.is_floating(type_) else "iu"
+    if values.ndim != 1 or values.dtype.itemsize * 8 != type_.bit_width or values.dtype.kind not in kinds:
         raise TypeError(f"{values.dtype} values for an array of {type_}")
-    return pa.Array.from_buffers(type_, len(values), [_validity(valid), pa.py_buffer(values)])
+    return pa.Array.from_buffers(type_, len(values), [validity(valid), pa.py_buffer(values)])
+
+
+def booleans(values: np.ndarray) -> pa.Array:
+    """A boolean array of ``values`` (a numpy bool array), packed to Arrow's one bit per value."""
+    values = np.asarray(values, dtype=bool)
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+
+
+def indices(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """Row numbers for ``take`` (int64; null where ``valid`` is False: ``take`` gives a null there)."""
+    return numbers(np.asarray(values, dtype=np.int64), _INT64, valid)
 
 
 def ints(values: Sequence[int] | np.ndarray, type_: pa.DataType = _INT64) -> pa.Array:
@@ -69,6 +81,16 @@ def binaries(values: Sequence[bytes | None]) -> pa.Array:
     return _variable(data, map(len, items), values, nulls, pa.binary())
 
 
+def text_scalar(value: str) -> pa.Scalar:
+    """``value`` as an Arrow scalar, for a compute function's argument (``pa.scalar`` would import pandas)."""
+    return texts([value])[0]
+
+
+def int_scalar(value: int) -> pa.Scalar:
+    """``value`` as an Arrow int64 scalar (see :func:`text_scalar`)."""
+    return ints([value])[0]
+
+
 def repeated_text(value: str, n: int) -> pa.Array:
     """``value`` ``n`` times (``pa.repeat`` of a scalar taken from an array: ``pa.scalar`` would import pandas)."""
     return pa.repeat(texts([value])[0], n)
@@ -90,10 +112,37 @@ def _variable(
     except OverflowError:
         return pa.array(values, type_)  # past 2 GiB in one array: Arrow's own answer
     valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values)) if nulls else None
-    return pa.Array.from_buffers(type_, len(values), [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.Array.from_buffers(type_, len(values), [validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _validity(valid: np.ndarray | None) -> pa.Buffer | None:
+def int_values(array: pa.Array) -> np.ndarray:
+    """An integer array's values as numpy, without a copy (a null's slot holds whatever is there): ``to_numpy``
+    imports pandas, even for a plain integer array."""
+    width = array.type.bit_width // 8
+    return np.frombuffer(array.buffers()[1], dtype=np.dtype(f"i{width}"))[array.offset : array.offset + len(array)]
+
+
+def valid_values(array: pa.Array) -> np.ndarray:
+    """Where ``array`` has a value (a numpy bool per element)."""
+    if not array.null_count:
+        return np.ones(len(array), dtype=bool)
+    buffer = array.buffers()[0]
+    if buffer is None:  # an array of the null type: no bitmap, every element null
+        return np.zeros(len(array), dtype=bool)
+    return _bits(buffer, array.offset, len(array))
+
+
+def bool_values(array: pa.Array) -> np.ndarray:
+    """A boolean array's values as numpy (a null: False)."""
+    values = _bits(array.buffers()[1], array.offset, len(array))
+    return values & valid_values(array) if array.null_count else values
+
+
+def _bits(buffer: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(buffer, dtype=np.uint8), bitorder="little")[offset : offset + n].astype(bool)
+
+
+def validity(valid: np.ndarray | None) -> pa.Buffer | None:
     """Arrow's validity bitmap of ``valid`` (None when every value is there)."""
     if valid is None or valid.all():
         return None

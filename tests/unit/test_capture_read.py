@@ -21,6 +21,7 @@ from eventhubs_spark.capture.store import CaptureRead, CaptureSource, LocalStore
 from eventhubs_spark.errors import DataLossError, OptionError
 from eventhubs_spark.options import read_options
 
+from ..fresh import without_pandas
 from .test_capture_files import _Event, _file
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub"
@@ -286,6 +287,37 @@ def test_records_without_a_key_are_found_with_numpy_and_read_as_the_reference_re
     seqs, batch = columnar.decode(data, "f", "3")
     assert list(seqs) == list(range(100, 600)) and _rows(batch) == _reference_rows(data)
     assert found == [False], "the block went to the walk"
+
+
+_FRESH = """
+import sys
+from eventhubs_spark.capture.columnar import decode
+decoded = []
+for path in sys.argv[1:]:
+    with open(path, "rb") as file:
+        decoded.append(decode(file.read(), path, "3"))
+"""
+_SHOW = """
+for seqs, batch in decoded:
+    print(seqs.tolist(), batch.to_pylist()[-1])
+"""
+
+
+def test_decoding_capture_files_never_imports_pandas_in_a_fresh_worker(tmp_path):
+    """A file read by numpy (no keys, no properties), one walked record by record (keys, properties of each
+    kind), and a 2017 file (times as text): Arrow arrays from buffers, no pandas import (0.3 s a fresh worker)."""
+    plain = [_Event(100 + i, MS0 + i, b"x" * (20 + i)) for i in range(300)]
+    mixed = [_Event(7, MS0, b"a", key="k", props={"s": "x", "n": 5, "f": 1.5, "b": b"\x01", "t": True}),
+             _Event(8, MS0 + 1, b"b")]  # fmt: skip
+    old = b"".join([writer._long(3), writer._string("300"), writer._string("10/16/2017 6:18:55 PM"),
+                    writer._long(0), writer._long(0), writer._long(1) + writer._bytes(b"old")])  # fmt: skip
+    files = {"plain": _file(plain), "mixed": _file(mixed, "deflate"), "old": writer.container_file([old], "null")}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    out = without_pandas(_FRESH, *(str(tmp_path / name) for name in files), show=_SHOW).splitlines()
+    assert out[0].startswith(str(list(range(100, 400)))) and "'body': b'" + "x" * 319 in out[0]
+    assert "[7, 8]" in out[1] and "'partitionKey': None" in out[1]
+    assert out[2].startswith("[3]") and "b'old'" in out[2]
 
 
 def test_the_columnar_decoder_reads_old_files_and_refuses_bad_ones():
