@@ -46,9 +46,8 @@ _BODY = ARROW_SCHEMA.get_field_index("body")
 _PARTITION = ARROW_SCHEMA.get_field_index("partition")
 _SEQUENCE = ARROW_SCHEMA.get_field_index("sequenceNumber")
 _SYSTEM = ARROW_SCHEMA.get_field_index("systemProperties")
-# compute arguments made from arrays (pa.scalar, which pyarrow.compute calls on a Python value, imports pandas)
+# a compute argument made from an array (pa.scalar, which pyarrow.compute calls on a Python value, imports pandas)
 _CONTENT_TYPE = arrays.text_scalar("content-type")
-_FALSE = arrays.booleans(np.zeros(1, dtype=bool))[0]
 
 
 class AvroDecodeError(EventHubsError):
@@ -163,8 +162,8 @@ def content_types(system: pa.Array) -> pa.Array:
     entries = system.values
     keys, items = entries.field(0), entries.field(1)
     first, last = int(offsets[0]), int(offsets[-1])
-    hit = pc.fill_null(pc.equal(keys.slice(first, last - first), _CONTENT_TYPE), _FALSE)
-    where = np.flatnonzero(arrays.bool_values(hit)) + first
+    hit = pc.equal(keys.slice(first, last - first), _CONTENT_TYPE)
+    where = np.flatnonzero(arrays.bool_values(hit)) + first  # a null (no key) reads as False
     index = np.full(n, -1, dtype=np.int64)
     if len(where):
         rows = np.searchsorted(offsets, where, side="right") - 1

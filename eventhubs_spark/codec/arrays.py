@@ -93,7 +93,7 @@ def int_scalar(value: int) -> pa.Scalar:
 
 def repeated_text(value: str, n: int) -> pa.Array:
     """``value`` ``n`` times (``pa.repeat`` of a scalar taken from an array: ``pa.scalar`` would import pandas)."""
-    return pa.repeat(texts([value])[0], n)
+    return pa.repeat(text_scalar(value), n)
 
 
 def empty(type_: pa.DataType) -> pa.Array:
