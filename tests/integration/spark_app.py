@@ -38,6 +38,7 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate()
         )
+        executors_up(spark, 3)
     elif mode == "connect":
         spark = SparkSession.builder.remote("local[2]").getOrCreate()
         import eventhubs_spark
@@ -97,6 +98,20 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         spark.stop()
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump(result, f)
+
+
+def executors_up(spark: object, count: int, timeout: float = 180.0) -> None:
+    """Wait until ``count`` executors have registered, as on a cluster that is up before its query starts. A
+    loaded machine can start one executor's JVM seconds after the others; the first batch's homes would then be
+    placed over the executors already there, and the late one's service would take its share a batch later,
+    throwing away that partition's read-ahead (what the product does when an executor joins a running query,
+    not what these tests check)."""
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    while status().size() < count + 1:  # the driver's block manager is listed too
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{status().size() - 1} of {count} executors registered in {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 def kill_an_executor(spark: object, out: str) -> None:
