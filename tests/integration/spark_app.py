@@ -19,8 +19,38 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 CLUSTER_MODES = ("local-cluster", "local-cluster-kill", "local-cluster-homes-cut")
+
+
+def connect_session() -> Any:
+    """A Spark Connect client on a ``local[2]`` server of this process's own, on a free port.
+
+    ``remote("local[2]")`` does the same but serves on Spark Connect's fixed port 15002 (its client
+    finds another only under ``SPARK_TESTING``, which changes the JVM's defaults), so two Sparks'
+    test runs side by side (``./dev test-compat all``) failed to bind. The server here is what
+    ``remote("local[...]")`` starts (a Spark with the Connect plugin); the client is the one a user
+    of a remote cluster holds, reaching it at ``sc://localhost:PORT``.
+    """
+    import socket
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with socket.socket() as probe:  # a free port: the server binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (
+        SparkSession.builder.master("local[2]")
+        .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+        .config("spark.connect.grpc.binding.port", str(port))
+        .config("spark.sql.artifact.isolation.enabled", "true")  # as remote("local[...]") sets them
+        .config("spark.sql.artifact.isolation.alwaysApplyClassloader", "true")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    return ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
 
 def main(mode: str, connection: str, out: str, batch_size: str) -> None:
@@ -40,7 +70,8 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         )
         executors_up(spark, 3)
     elif mode == "connect":
-        spark = SparkSession.builder.remote("local[2]").getOrCreate()
+        spark = connect_session()
+        assert spark.__module__ == "pyspark.sql.connect.session", spark  # the query goes through Connect
         import eventhubs_spark
 
         eventhubs_spark.register(spark)  # ships the class to the server, as on a remote cluster
