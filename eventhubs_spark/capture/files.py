@@ -14,6 +14,7 @@ has it, else from ``EnqueuedTimeUtc``, which is to the second (``12/9/2022 4:51:
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import struct
@@ -223,6 +224,74 @@ def blocks(data: bytes | memoryview, where: str) -> Blocks:
     return out
 
 
+@dataclass(frozen=True)
+class BlockMap:
+    """Where a file's blocks of events lie and the sequence number each begins with: what lets a task fetch and
+    decode only the blocks of its range. A stream's batches each read a slice of the same file (Capture writes
+    up to 500 MB a window), and decoding the whole file for each slice costs each batch the file's CPU, memory
+    and download."""
+
+    head: int  # the header's length (magic, metadata, sync marker): the first block starts here
+    offsets: tuple[int, ...]  # each block of events: where it starts (its count)...
+    ends: tuple[int, ...]  # ...where it ends (after its sync marker)...
+    firsts: tuple[int, ...]  # ...and its first event's sequence number
+
+    @property
+    def ordered(self) -> bool:
+        """The blocks begin in ascending order, as the service writes them (a file's sequence numbers are
+        contiguous and increasing): then a block holds the events below the next one's first."""
+        return all(a < b for a, b in zip(self.firsts, self.firsts[1:], strict=False))
+
+    def span(self, start: int, end: int) -> tuple[int, int] | None:
+        """The bytes ``[lo, hi)`` of the blocks that can hold sequence numbers in ``[start, end)`` (an ordered
+        file's: see :attr:`ordered`); None when none can."""
+        last = bisect.bisect_left(self.firsts, end)  # the blocks below it begin before end
+        first = max(0, bisect.bisect_right(self.firsts, start) - 1)  # the one start falls in
+        if last <= first:
+            return None
+        return self.offsets[first], self.ends[last - 1]
+
+
+def block_map(data: bytes | memoryview, where: str) -> BlockMap:
+    """The :class:`BlockMap` of a whole file, its sync markers checked; blocks of zero events left out. Inflates
+    only each block's first bytes."""
+    r, codec, _, _, sync = _header(data, where)
+    head = r.pos
+    offsets: list[int] = []
+    ends: list[int] = []
+    firsts: list[int] = []
+    view = memoryview(data) if isinstance(data, bytes) else data
+    while r.pos < r.end:
+        at = r.pos
+        count = r.long()
+        size = r.long()
+        if size < 0 or r.pos + size > r.end:
+            raise r.fail(f"cut short: block {len(offsets)} of {size} bytes, {r.end - r.pos} left", _CutShort)
+        payload = r.pos
+        r.pos += size
+        if r.raw(16) != sync:
+            r.pos -= 16
+            raise r.fail("a block's sync marker differs from the header's: the file is corrupt")
+        if count < 0:
+            raise r.fail(f"a block says it holds {count} events")
+        if count:
+            offsets.append(at)
+            ends.append(r.pos)
+            firsts.append(_block_first(view[payload : payload + size], codec, where))
+    return BlockMap(head, tuple(offsets), tuple(ends), tuple(firsts))
+
+
+def _block_first(payload: bytes | memoryview, codec: str, where: str) -> int:
+    """The first sequence number of a block of events (its bytes as written, or as many of its first ones as the
+    file has): the first record's first field. A deflated block is inflated only that far."""
+    if codec == "deflate":
+        try:
+            payload = zlib.decompressobj(-15).decompress(payload, 16)
+        except zlib.error as exc:
+            raise CaptureFileError(f"Capture file {where}: a block does not inflate: {exc}") from None
+    return _Reader(payload, where).long()
+
+
 def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
     """Every event of one Capture file (``where`` names it in messages), as Python values (the reference the
     columnar decoder, :mod:`.columnar`, is held to)."""
@@ -259,10 +328,7 @@ def first_sequence(head: bytes | memoryview, where: str, whole: bool) -> int | N
                 continue
             if count < 0:
                 raise r.fail(f"a block says it holds {count} events")
-            if codec == "null":
-                return _Reader(head, where, r.pos, min(r.end, r.pos + size)).long()
-            inflated = zlib.decompressobj(-15).decompress(bytes(head[r.pos : min(r.end, r.pos + size)]), 16)
-            return _Reader(inflated, where).long()
+            return _block_first(memoryview(head)[r.pos : min(r.end, r.pos + size)], codec, where)
     except _CutShort:
         if whole:
             raise

@@ -31,6 +31,7 @@ from ..auth.settings import ConnectionSettings
 from ..codec import arrays
 from ..errors import DataLossError
 from .columnar import decode
+from .files import BlockMap, CaptureFileError, block_map
 from .index import file_first, partition_files
 from .names import NameFormat
 from .store import CaptureRead, CaptureStore, open_store
@@ -73,7 +74,7 @@ def _read(store: CaptureStore, capture: CaptureRead, ahead: _ReadAhead, hub: str
             # the next file in sequence order is fetched while this one is decoded
             later_files = sorted((f, n) for n, f in queue if f is not None and f > nxt and n not in last_of)
             ahead.fetch(later_files[0][1] if later_files else None)
-            seqs, decoded = _decoded(store, name, partition, ahead)
+            seqs, decoded = _decoded(store, name, partition, nxt, end, ahead)
             last_of[name] = int(seqs[-1]) if len(seqs) else -1
             batch, after, hole = _batch(seqs, decoded, nxt, end)
             if hole is not None:
@@ -125,7 +126,11 @@ def _read(store: CaptureStore, capture: CaptureRead, ahead: _ReadAhead, hub: str
 _CACHE: OrderedDict[tuple[str, str], tuple[np.ndarray, pa.RecordBatch]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 4
-_CACHE_MAX_BYTES = 64 << 20  # larger files are decoded for each task that reads them
+_CACHE_MAX_BYTES = 64 << 20  # larger files: each task fetches and decodes only the blocks of its range (_MAPS)
+# Where the blocks of the large files read here lie (a few numbers per block): after a file's first read, a task
+# fetches its header and the blocks of its range alone
+_MAPS: OrderedDict[tuple[str, str], BlockMap] = OrderedDict()
+_MAPS_FILES = 256
 
 
 class _ReadAhead:
@@ -141,8 +146,8 @@ class _ReadAhead:
         if name is None or (self._pending is not None and self._pending[0] == name):
             return
         with _CACHE_LOCK:
-            if (self.store.where, name) in _CACHE:
-                return
+            if (self.store.where, name) in _CACHE or (self.store.where, name) in _MAPS:
+                return  # decoded already, or a large file read before: only its range's blocks will be fetched
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventhubs-capture-ahead")
         self._pending = (name, self._pool.submit(self.store.read, name))
@@ -159,17 +164,47 @@ class _ReadAhead:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _decoded(store: CaptureStore, name: str, partition: str,
+def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: int,
              ahead: _ReadAhead | None = None) -> tuple[np.ndarray, pa.RecordBatch]:  # fmt: skip
-    """A file's events as the source's record batch, in sequence order, with their sequence numbers: the process
-    keeps the last few small files decoded, since a stream's next batches read on in the same file."""
+    """A file's events that can fall in ``[start, end)`` as the source's record batch, in sequence order, with their
+    sequence numbers: a small file whole (the process keeps the last few decoded, since a stream's next batches
+    read on in the same file), a large one only the blocks of the range (its :class:`BlockMap` kept, so the
+    next task fetches only those)."""
     key = (store.where, name)
+    where = f"{store.where}/{name}"
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    data = ahead.take(name) if ahead is not None else store.read(name)
-    seqs, batch = decode(data, f"{store.where}/{name}", partition)
+        known = _MAPS.get(key)
+        if known is not None:
+            _MAPS.move_to_end(key)
+    if known is not None:
+        span = known.span(start, end)
+        part = store.read(name, known.head) + (store.read(name, span[1] - span[0], span[0]) if span else b"")
+        found = _partial(part, where, partition)
+        if found is not None:
+            return found
+        with _CACHE_LOCK:
+            _MAPS.pop(key, None)
+        data = store.read(name)
+    else:
+        data = ahead.take(name) if ahead is not None else store.read(name)
+    if len(data) > _CACHE_MAX_BYTES:
+        blocks = block_map(data, where)
+        if blocks.ordered:
+            with _CACHE_LOCK:
+                _MAPS[key] = blocks
+                while len(_MAPS) > _MAPS_FILES:
+                    _MAPS.popitem(last=False)
+            span = blocks.span(start, end)
+            part = data[: blocks.head] + (data[span[0] : span[1]] if span else b"")
+            found = _partial(part, where, partition)
+            if found is not None:
+                return found
+            with _CACHE_LOCK:
+                _MAPS.pop(key, None)
+    seqs, batch = decode(data, where, partition)
     if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):  # not the service's order: made so, once each
         seqs, first = np.unique(seqs, return_index=True)
         batch = batch.take(arrays.indices(first))
@@ -179,6 +214,18 @@ def _decoded(store: CaptureStore, name: str, partition: str,
             while len(_CACHE) > _CACHE_FILES:
                 _CACHE.popitem(last=False)
     return seqs, batch
+
+
+def _partial(part: bytes, where: str, partition: str) -> tuple[np.ndarray, pa.RecordBatch] | None:
+    """A file's header and the blocks its map chose, decoded; None when the file is to be decoded whole instead:
+    their events are not in ascending order (as the service writes them; the other blocks could then hold events
+    of the range too), or they do not decode (the file is not the one its map was made from, or a block is
+    corrupt: decoded whole, the error names its block and byte in the file)."""
+    try:
+        seqs, batch = decode(part, where, partition)
+    except CaptureFileError:
+        return None
+    return (seqs, batch) if len(seqs) < 2 or bool(np.all(seqs[1:] > seqs[:-1])) else None
 
 
 def _late_files(store: CaptureStore, capture: CaptureRead, partition: str, known: set[str],

@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 
 from eventhubs_emulator import Emulator
+from eventhubs_emulator import capture as writer
+from eventhubs_spark.capture import reader as capture_reader
+from eventhubs_spark.capture.store import BlobStore
 
 from .test_capture_emulator import _send
 
@@ -126,7 +129,18 @@ def test_without_capture_the_same_read_is_data_loss_and_with_it_a_gap_is(capture
 
 
 @pytest.mark.azurite
-def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite):
+def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite, monkeypatch):
+    # the file counts as large (its blocks of 4 events fetched a range at a time, once its block map is known)
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 4)
+    monkeypatch.setattr(capture_reader, "_CACHE_MAX_BYTES", 100)
+    ranges: list[tuple[int, int | None]] = []
+    real_read = BlobStore.read
+
+    def read(self, name, length=None, offset=0):
+        ranges.append((offset, length))
+        return real_read(self, name, length, offset)
+
+    monkeypatch.setattr(BlobStore, "read", read)
     with Emulator({"blobcap": 2}, capture={"destination": "blob", "connection_string": azurite.connection_string,
                                            "container": "capture-read", "window_seconds": 3600}) as emu:  # fmt: skip
         conn = emu.connection_string("blobcap")
@@ -135,12 +149,21 @@ def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite)
         _send(conn, [{"partition": "1", "body": f"y{i}"} for i in range(5)])
         emu.trim("blobcap", "1", 15)  # the seam exactly where Capture ends
         location = f"{azurite.account_url}/capture-read"
-        rows = batch_read({"eventhubs.connectionString": conn, "eventhubs.capture.location": location,
-                           "eventhubs.capture.connectionString": azurite.connection_string,
-                           "eventhubs.capture.namespace": "emulator",
-                           "eventhubs.startingPosition": '{"offset": "-1"}'})  # fmt: skip
+        options = {
+            "eventhubs.connectionString": conn,
+            "eventhubs.capture.location": location,
+            "eventhubs.capture.connectionString": azurite.connection_string,
+            "eventhubs.capture.namespace": "emulator",
+            "eventhubs.startingPosition": '{"offset": "-1"}',
+        }
+        rows = batch_read(options)
+        assert any(where.startswith(location) for where, _ in capture_reader._MAPS), "read whole, its blocks mapped"
+        ranges.clear()
+        again = batch_read({**options, "eventhubs.startingPositions": '{"1": {"seqNo": 6}}'})  # by ranges of blocks
+        assert any(offset > 0 and length for offset, length in ranges) and (0, None) not in ranges, ranges
     assert [(r["partition"], r["sequenceNumber"]) for r in rows] == [("1", i) for i in range(20)]
     assert [r["body"] for r in rows] == [f"x{i}".encode() for i in range(15)] + [f"y{i}".encode() for i in range(5)]
+    assert [r for r in again if r["partition"] == "1"] == [r for r in rows if r["sequenceNumber"] >= 6]
 
 
 def test_a_long_history_is_read_by_a_task_per_run_of_files(captured, monkeypatch):

@@ -8,8 +8,10 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from eventhubs_emulator import capture as writer
@@ -55,10 +57,12 @@ class CountingStore(LocalStore):
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.reads: list[tuple[str, int | None]] = []
+        self.ranges: list[tuple[str, int, int | None]] = []
 
-    def read(self, name: str, length: int | None = None) -> bytes:
+    def read(self, name: str, length: int | None = None, offset: int = 0) -> bytes:
         self.reads.append((name, length))
-        return super().read(name, length)
+        self.ranges.append((name, offset, length))
+        return super().read(name, length, offset)
 
 
 def source(root: Path, wait: float = 0.0) -> CaptureSource:
@@ -170,6 +174,65 @@ def test_a_file_written_late_is_waited_for_and_read_in_its_place(tmp_path):
     began = time.monotonic()
     assert seqs_of(read(tmp_path, [(a, 0), (c, 6)], 0, 8, wait=10.0)) == list(range(8))
     assert time.monotonic() - began < 8, "read as soon as the late file came"
+
+
+def test_a_large_files_slices_each_fetch_and_decode_only_their_blocks_with_the_rows_of_a_whole_read(
+    tmp_path, monkeypatch
+):
+    """A stream's batches read a large file a slice at a time (Capture writes up to 500 MB a window): the first
+    task reads it whole and keeps where its blocks lie; every later one fetches the header and its range's
+    blocks alone, and each decodes only those blocks. The rows are those of a whole-file read."""
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 50)
+    for codec in ("null", "deflate"):
+        _slices_of_a_large_file(tmp_path / codec, codec)
+
+
+def _slices_of_a_large_file(root: Path, codec: str) -> None:
+    from eventhubs_spark.capture import reader as capture_reader
+
+    name = write(root, "0", 0, list(range(1000, 3000)), codec=codec)  # 40 blocks of 50 events
+    size = (root / name).stat().st_size
+    whole = pa.Table.from_batches(read(root, [(name, 1000)], 1000, 3000)).to_pylist()  # a small file: whole
+    store = CountingStore(str(root))
+    decoded: list[int] = []
+
+    def counting(data, where, partition, real_decode=capture_reader.decode):
+        seqs, batch = real_decode(data, where, partition)
+        decoded.append(len(seqs))
+        return seqs, batch
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(capture_reader, "_CACHE_MAX_BYTES", 1000)  # from here on, every file is large
+        patch.setattr(capture_reader, "_CACHE", OrderedDict())  # (the small file's decoding is kept there)
+        patch.setattr(capture_reader, "_MAPS", OrderedDict())
+        patch.setattr(capture_reader, "open_store", lambda *_: store)
+        patch.setattr(capture_reader, "decode", counting)
+        rows = []
+        for lo in range(1000, 3000, 130):  # a stream's batches: 130 events each, over at most 4 blocks
+            rows += pa.Table.from_batches(read(root, [(name, 1000)], lo, min(lo + 130, 3000))).to_pylist()
+    assert rows == whole
+    assert [length for _, _, length in store.ranges].count(None) == 1, "read whole once, by the first task"
+    later = [length for _, _, length in store.ranges[1:]]
+    assert all(length is not None and length < size / 8 for length in later), "the header, or 4 blocks of 40"
+    assert max(decoded) <= 200, f"each task decoded at most the 4 blocks of its range: {decoded}"
+
+
+def test_a_large_file_out_of_order_or_written_again_is_still_read_exactly(tmp_path, monkeypatch):
+    """What the block map cannot vouch for is read whole: blocks that do not begin in ascending order, and a file
+    that is no longer the one its map was made from."""
+    from eventhubs_spark.capture import reader as capture_reader
+
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 50)
+    monkeypatch.setattr(capture_reader, "_CACHE_MAX_BYTES", 1000)
+    monkeypatch.setattr(capture_reader, "_MAPS", OrderedDict())
+    shuffled = write(tmp_path, "0", 0, list(range(1500, 2000)) + list(range(1000, 1500)))
+    assert seqs_of(read(tmp_path, [(shuffled, 1000)], 1200, 1700)) == list(range(1200, 1700))
+    assert (str(tmp_path), shuffled) not in capture_reader._MAPS
+    name = write(tmp_path, "0", 1, list(range(3000, 3500)))
+    assert seqs_of(read(tmp_path, [(name, 3000)], 3000, 3100)) == list(range(3000, 3100))
+    assert (str(tmp_path), name) in capture_reader._MAPS
+    write(tmp_path, "0", 1, list(range(3000, 3500)), codec="deflate")  # the same name, other bytes
+    assert seqs_of(read(tmp_path, [(name, 3000)], 3300, 3400)) == list(range(3300, 3400))
 
 
 def test_capture_options_are_checked_with_examples():
