@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from ..codec import arrays
 from ..errors import SinkError
 from .registry import Registry
 from .types import SchemaError, avro_of_spark, full_name, parse
@@ -119,12 +122,19 @@ def python_values(array: Any, column: str = "value") -> list[Any]:
         values = python_values(array.values.slice(first, last - first), column)
         rows = [values[a:b] for a, b in spans]
         return _nulls(array, rows)
+    if pa.types.is_timestamp(kind) and kind.unit != "ns":
+        return _timestamps(array)
     return array.to_pylist()
+
+
+# Nothing here asks Arrow for numpy or datetimes itself: ``to_numpy`` and a timestamp array's ``to_pylist`` import
+# pandas, 0.3-0.6 s of CPU in each fresh Python worker (see codec.arrays), which Spark starts at a query's start and
+# after a minute idle.
 
 
 def _spans(array: Any) -> tuple[int, int, Any]:
     """A list or map array's first and last child index, and each row's (start, end) from the first."""
-    offsets = array.offsets.to_numpy(zero_copy_only=False)
+    offsets = arrays.int_values(array.offsets)
     first, last = int(offsets[0]), int(offsets[-1])
     return first, last, zip((offsets[:-1] - first).tolist(), (offsets[1:] - first).tolist(), strict=True)
 
@@ -132,9 +142,27 @@ def _spans(array: Any) -> tuple[int, int, Any]:
 def _nulls(array: Any, rows: list[Any]) -> list[Any]:
     """``rows`` with None where ``array`` is null."""
     if array.null_count:
-        for i in array.is_null().to_numpy(zero_copy_only=False).nonzero()[0].tolist():
+        for i in np.flatnonzero(~arrays.valid_values(array)).tolist():
             rows[i] = None
     return rows
+
+
+_EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
+_MICROS_PER = {"s": 1_000_000, "ms": 1000, "us": 1}
+
+
+def _timestamps(array: Any) -> list[Any]:
+    """A timestamp array's values as datetimes: aware (in UTC) where the type has a zone, naive where not, the same
+    instants and wall clocks ``to_pylist`` gives, which is all Avro's timestamp types keep."""
+    per = _MICROS_PER[array.type.unit]
+    base = _EPOCH_UTC if array.type.tz else _EPOCH_NAIVE
+    values = arrays.int_values(array).tolist()
+    delta = datetime.timedelta
+    if not array.null_count:
+        return [base + delta(microseconds=v * per) for v in values]
+    valid = arrays.valid_values(array).tolist()  # a null's slot holds whatever is there: not read
+    return [base + delta(microseconds=v * per) if ok else None for v, ok in zip(values, valid, strict=True)]
 
 
 def _preparer(data_type: Any) -> Callable[[Any], Any] | None:

@@ -431,6 +431,62 @@ def test_whatever_the_reader_reads_the_sink_writes_back_byte_for_byte(registered
     assert writing.encode(rows) == bodies
 
 
+_FRESH_SINK = """
+import sys
+import pyarrow as pa
+from eventhubs_spark.avro.encode import AvroWriting
+schema, spark_type, path = sys.argv[1:]
+with pa.ipc.open_file(path) as file:
+    value = file.get_batch(0).column(0)
+bodies = AvroWriting(schema, "s", spark_type).encode_arrow(value)
+"""
+
+
+def test_the_avro_sink_never_imports_pandas_in_a_fresh_worker(tmp_path):
+    """The sink's Avro column from Arrow (Spark 4.1+, every batch sink) with maps, arrays, timestamps of both
+    kinds, nested records and nulls: a fresh Python worker pays no pandas import (0.3-0.6 s), and the bodies are
+    the official encoder's."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    schema = {"type": "record", "name": "S", "fields": [
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "local", "type": ["null", {"type": "long", "logicalType": "local-timestamp-micros"}]},
+        {"name": "counts", "type": {"type": "map", "values": "long"}},
+        {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}},
+        {"name": "inner", "type": ["null", {"type": "record", "name": "I", "fields": [
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}}]}]},
+    ]}  # fmt: skip
+    column = types.column(schema)
+    utc = datetime.timezone.utc
+    values = [
+        {"at": datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=utc), "local": datetime.datetime(1969, 12, 31, 23),
+         "counts": {"a": 1}, "tags": ["x", None], "inner": {"day": datetime.date(2026, 11, 27)}},
+        {"at": datetime.datetime(1960, 1, 1, tzinfo=utc), "local": None, "counts": {}, "tags": [], "inner": None},
+    ]  # fmt: skip
+    array = pa.array([{**v, "counts": list(v["counts"].items())} for v in values], column.arrow)
+    with pa.ipc.new_file(tmp_path / "value.arrow", pa.schema([("value", array.type)])) as file:
+        file.write_batch(pa.record_batch([array], names=["value"]))
+    spark_type = from_arrow_type(column.arrow, prefer_timestamp_ntz=True).json()
+    show = "print(json.dumps([b.hex() for b in bodies]))"
+    out = without_pandas(_FRESH_SINK, json.dumps(schema), spark_type, str(tmp_path / "value.arrow"),
+                         show="import json\n" + show)  # fmt: skip
+    assert json.loads(out) == [body(schema, v).hex() for v in values]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["s", "ms", "us"]), st.sampled_from([None, "UTC", "America/New_York", "+05:30"]),
+       st.lists(st.none() | st.integers(-62_135_596_800 * 10**6 + 86_400 * 10**6, 253_402_300_799 * 10**6)),
+       st.integers(0, 3))  # fmt: skip
+def test_timestamps_reach_the_avro_writer_as_the_instants_arrow_gives(unit, tz, micros, cut):
+    """Any instant of Spark's range (years 1 to 9999), in each unit, with and without a zone, nulls, a slice."""
+    from eventhubs_spark.avro.encode import python_values
+
+    per = {"s": 10**6, "ms": 1000, "us": 1}[unit]
+    values = [None if m is None else m // per for m in micros]
+    array = pa.array(values, pa.timestamp(unit, tz)).slice(min(cut, len(values)))
+    assert python_values(array) == array.to_pylist()
+
+
 def test_a_map_reaches_the_avro_writer_as_a_dict_on_every_path():
     """Issue 51: Arrow's to_pylist gives a map as (key, value) pairs, which fastavro's writer refused on every row."""
     from pyspark.sql.pandas.types import from_arrow_type
