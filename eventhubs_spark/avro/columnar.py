@@ -215,7 +215,7 @@ def _record(writer: Any, reader: Any, wnames: dict[str, Any], rnames: dict[str, 
                 arrow, default = defaults[field.name]
                 if isinstance(default, str) and arrow == pa.binary():
                     default = default.encode("latin-1")  # Avro writes a bytes default as a string of code points
-                children.append(pa.array([default] * n, arrow) if default is not None else pa.nulls(n, arrow))
+                children.append(arrays.from_values([default] * n, arrow) if default is not None else pa.nulls(n, arrow))
         return pa.StructArray.from_arrays(children, fields=list(rtype))
 
     return step

@@ -227,7 +227,7 @@ class Decoder:
             except columnar.Irregular:
                 pass  # some body is not regular: the exact path below finds which
         values, failed = self.values(bodies)
-        return pa.array(values, type=self._plain), failed
+        return arrays.from_values(values, self._plain), failed  # (pa.array would import pandas: codec.arrays)
 
     def values(self, bodies: pa.Array) -> tuple[list[Any], dict[int, str]]:
         """Each body's value through fastavro (None where it failed), and why each failed body did, by index.

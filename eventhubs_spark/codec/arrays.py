@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +79,66 @@ def binaries(values: Sequence[bytes | None]) -> pa.Array:
     except TypeError:  # not bytes: Arrow says what is wrong with it
         return pa.array(values, pa.binary())
     return _variable(data, map(len, items), values, nulls, pa.binary())
+
+
+def from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """``pa.array(values, type_)`` for Python values of the types Avro's values take (null, booleans, integers,
+    floats, text, bytes, and structs of dicts, lists and maps of dicts of those, nested), from buffers. Values
+    these cannot take as they are (a value of another kind, a number that does not fit) go to ``pa.array``,
+    which converts or raises as it would have."""
+    try:
+        return _from_values(values, type_)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return pa.array(values, type_)
+
+
+def _from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    nulls = not valid.all()
+    if pa.types.is_null(type_):
+        return pa.nulls(n)
+    if pa.types.is_string(type_) or pa.types.is_binary(type_):
+        if not all(type(v) is (str if pa.types.is_string(type_) else bytes) for v in values if v is not None):
+            raise TypeError("not all text" if pa.types.is_string(type_) else "not all bytes")
+        return texts(values) if pa.types.is_string(type_) else binaries(values)
+    if pa.types.is_boolean(type_):
+        if not all(type(v) is bool for v in values if v is not None):
+            raise TypeError("not all booleans")
+        bits = np.fromiter((v is True for v in values), dtype=bool, count=n)
+        return pa.Array.from_buffers(type_, n, [validity(valid), pa.py_buffer(np.packbits(bits, bitorder="little"))])
+    if pa.types.is_integer(type_) or pa.types.is_floating(type_):
+        number = float if pa.types.is_floating(type_) else int
+        if not all(type(v) is number or (number is float and type(v) is int) for v in values if v is not None):
+            raise TypeError("not all numbers of the type")
+        kind = "f" if number is float else "i" if pa.types.is_signed_integer(type_) else "u"
+        filled = [0 if v is None else v for v in values] if nulls else values
+        return numbers(np.array(filled, dtype=np.dtype(f"{kind}{type_.bit_width // 8}")), type_, valid)
+    if pa.types.is_struct(type_):
+        if not all(type(v) is dict for v in values if v is not None):
+            raise TypeError("not all dicts")
+        fields = [type_.field(i) for i in range(type_.num_fields)]
+        children = [_from_values([None if v is None else v.get(f.name) for v in values], f.type) for f in fields]
+        return pa.Array.from_buffers(type_, n, [validity(valid)], children=children)
+    if pa.types.is_map(type_):
+        if not all(type(v) is dict for v in values if v is not None):
+            raise TypeError("not all dicts")
+        keys = _from_values([k for v in values if v for k in v], type_.key_type)
+        items = _from_values([x for v in values if v for x in v.values()], type_.item_type)
+        entries = pa.Array.from_buffers(pa.struct([type_.key_field, type_.item_field]), len(keys), [None],
+                                        children=[keys, items])  # fmt: skip
+        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values)], children=[entries])
+    if pa.types.is_list(type_):
+        if not all(type(v) is list for v in values if v is not None):
+            raise TypeError("not all lists")
+        child = _from_values([x for v in values if v for x in v], type_.value_type)
+        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values)], children=[child])
+    raise TypeError(f"no own conversion for {type_}")
+
+
+def _offsets(values: Sequence[Any]) -> pa.Buffer:
+    """A list or map array's offsets: each value's length summed (a null: no entries)."""
+    return pa.py_buffer(array.array("i", accumulate((len(v) if v is not None else 0 for v in values), initial=0)))
 
 
 def text_scalar(value: str) -> pa.Scalar:

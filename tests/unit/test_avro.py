@@ -290,7 +290,7 @@ def test_decoding_avro_bodies_never_imports_pandas_in_a_fresh_worker(tmp_path):
     """Every column kind the column-by-column decoder makes (numbers, booleans, floats, text, bytes, fixed, enums,
     nullable values, records, dates, timestamps, decimals), two writer schemas in one batch and a bad record's
     corrupt-record column, all from buffers: a fresh Python worker pays no pandas import (0.3 s). (Arrays and maps
-    go through fastavro, whose values become Arrow through ``pa.array``.)"""
+    go through fastavro: the next test.)"""
     flat = [f for f in READING["fields"] if f["name"] not in ("tags", "counters")]
     schema = {**READING, "fields": [*flat, {"name": "flag", "type": "boolean"},
               {"name": "ratio", "type": "float"}, {"name": "code", "type": {"type": "fixed", "name": "C", "size": 2}},
@@ -311,6 +311,37 @@ def test_decoding_avro_bodies_never_imports_pandas_in_a_fresh_worker(tmp_path):
     assert values[0]["price"] == "12.34" and values[0]["cost"] == "-3.1416" and values[0]["state"] == "FAULT"
     assert values[0]["flag"] is True and values[0]["ratio"] == 0.5 and values[0]["where"]["site"] == "north"
     assert corrupt[:7] == [None] * 7 and "text/plain" in corrupt[7]["error"]
+
+
+def test_arrays_maps_and_irregular_bodies_never_import_pandas_in_a_fresh_worker(tmp_path):
+    """What goes through fastavro (arrays and maps, and every shape once a body in the batch is irregular): its
+    values become Arrow from buffers too (``arrays.from_values``), so a fresh worker pays no pandas import."""
+    values = [{**VALUE, "id": i, "tags": ["a"] * i, "counters": {f"k{j}": j for j in range(i)}} for i in range(4)]
+    bodies = [body(READING, v) for v in values] + [body(READING, VALUE)[:-3]]  # the last one cut short
+    with pa.ipc.new_file(tmp_path / "batch.arrow", ARROW_SCHEMA) as file:
+        file.write_batch(batch(bodies, ["avro/binary+one"] * len(bodies)))
+    got, corrupt = json.loads(without_pandas(_FRESH, json.dumps(READING), json.dumps(READING),
+                                             str(tmp_path / "batch.arrow"), show=_SHOW))  # fmt: skip
+    assert [v["tags"] for v in got[:4]] == [["a"] * i for i in range(4)] and got[4] is None
+    assert [v["counters"] for v in got[:4]] == [[[f"k{j}", j] for j in range(i)] for i in range(4)]
+    assert corrupt[:4] == [None] * 4 and "(schema id one)" in corrupt[4]["error"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(schemas_and_values(), st.integers(0, 3))
+def test_fastavros_values_become_the_arrays_pa_array_makes(generated, nulls):
+    """``arrays.from_values`` against ``pa.array`` on every shape's plain values as fastavro gives them (records,
+    arrays, maps, nullable unions, nested), nulls among them."""
+    from eventhubs_spark.avro.decode import Decoder
+    from eventhubs_spark.codec import arrays
+
+    schema, values = generated
+    decoder = Decoder(json.dumps(schema), json.dumps(schema))
+    plain, _ = decoder.values(pa.array([body(schema, v) for v in values], pa.binary()))
+    plain = [None] * nulls + plain
+    got = arrays.from_values(plain, decoder._plain)
+    got.validate(full=True)
+    assert got.equals(pa.array(plain, decoder._plain))
 
 
 def test_decimals_are_read_all_at_once_as_row_by_row():
@@ -473,10 +504,13 @@ def test_the_avro_sink_never_imports_pandas_in_a_fresh_worker(tmp_path):
     assert json.loads(out) == [body(schema, v).hex() for v in values]
 
 
+_DAY_US = 86_400 * 10**6
+_SPARK_US = (-62_135_596_800 * 10**6 + _DAY_US, 253_402_300_799 * 10**6 - _DAY_US)  # years 1-9999, a day inside
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(["s", "ms", "us"]), st.sampled_from([None, "UTC", "America/New_York", "+05:30"]),
-       st.lists(st.none() | st.integers(-62_135_596_800 * 10**6 + 86_400 * 10**6, 253_402_300_799 * 10**6)),
-       st.integers(0, 3))  # fmt: skip
+       st.lists(st.none() | st.integers(*_SPARK_US)), st.integers(0, 3))  # fmt: skip
 def test_timestamps_reach_the_avro_writer_as_the_instants_arrow_gives(unit, tz, micros, cut):
     """Any instant of Spark's range (years 1 to 9999), in each unit, with and without a zone, nulls, a slice."""
     from eventhubs_spark.avro.encode import python_values
