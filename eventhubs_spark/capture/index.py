@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from ..auth.settings import ConnectionSettings
+from ..codec import arrays
 from .columnar import decode
 from .files import NeedMore, first_sequence
 from .names import FileName, NameFormat
@@ -169,7 +169,7 @@ class CaptureIndex:
         i = max(0, bisect.bisect_right([f.start for f in files], when) - 1)
         for f in files[i:]:
             seqs, batch = decode(self.store.read(f.name), f"{self.store.where}/{f.name}", partition)
-            later = np.flatnonzero(batch.column("enqueuedTime").cast(pa.int64()).to_numpy() > after_us)
+            later = np.flatnonzero(arrays.int_values(batch.column("enqueuedTime")) > after_us)  # (to_numpy: pandas)
             if len(later):
                 return int(seqs[later[0]])
         return None

@@ -366,6 +366,26 @@ for seqs, batch in decoded:
 """
 
 
+_FRESH_PLANNER = """
+import sys
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.capture.index import CaptureIndex
+from eventhubs_spark.capture.store import CaptureSource
+root, conn, after_us = sys.argv[1:]
+source = CaptureSource(root, namespace="ns", hub="hub")
+found = CaptureIndex(source, parse_connection_string(conn)).find_time("0", int(after_us))
+print(found)
+"""
+
+
+def test_planning_by_enqueued_time_never_imports_pandas_in_a_fresh_planner(tmp_path):
+    """A start at an enqueued time found in Capture, as the driver's fresh Python worker plans it: no pandas."""
+    for m in range(3):
+        write(tmp_path, "0", m, list(range(10 * m, 10 * m + 10)))
+    after = int((T0 + dt.timedelta(minutes=1, seconds=4, milliseconds=500)).timestamp() * 1_000_000)
+    assert without_pandas(_FRESH_PLANNER, str(tmp_path), CONN, str(after)).strip() == "15"
+
+
 def test_decoding_capture_files_never_imports_pandas_in_a_fresh_worker(tmp_path):
     """A file read by numpy (no keys, no properties), one walked record by record (keys, properties of each
     kind), and a 2017 file (times as text): Arrow arrays from buffers, no pandas import (0.3 s a fresh worker)."""
