@@ -9,6 +9,7 @@ from . import (
     ab_read,
     avro,
     capture,
+    capture_slices,
     ceiling,
     cluster,
     emulator_sdk,
@@ -46,6 +47,7 @@ BENCHMARKS = {
     "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode
     "capture": capture.run,  # issue 48: a partition's history from Capture files in Azurite, against the hub
+    "capture_slices": capture_slices.run,  # a rate-limited stream through one large Capture file, slice by slice
     "soak": soak.run,  # ten minutes: run it on its own (./dev bench soak)
     "pushback": pushback.run,  # issue 38, ten minutes: throttled, detached, black-holed; on its own
 }

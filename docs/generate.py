@@ -27,6 +27,7 @@ BENCHES = {
     "sink_vs_sdk": "Writing, against the SDK (bench `sink`)",
     "avro": "Avro with the Schema Registry, read and written (bench `avro`)",
     "capture": "History from Capture files, against the hub (bench `capture`)",
+    "capture_slices": "A rate-limited stream through one large Capture file (bench `capture_slices`)",
     "cluster": "Partition homes on a cluster (bench `cluster`)",
     "cluster_kill": "Executors killed mid-stream (bench `cluster_kill`)",
     "receivers": "Receivers kept between micro-batches (bench `receivers`)",
