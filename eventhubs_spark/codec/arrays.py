@@ -34,10 +34,12 @@ def numbers(values: np.ndarray, type_: pa.DataType, valid: np.ndarray | None = N
     return pa.Array.from_buffers(type_, len(values), [validity(valid), pa.py_buffer(values)])
 
 
-def booleans(values: np.ndarray) -> pa.Array:
-    """A boolean array of ``values`` (a numpy bool array), packed to Arrow's one bit per value."""
+def booleans(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A boolean array of ``values`` (a numpy bool array), packed to Arrow's one bit per value, null where ``valid``
+    is False."""
     values = np.asarray(values, dtype=bool)
-    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+    bits = pa.py_buffer(np.packbits(values, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(values), [validity(valid), bits])
 
 
 def indices(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -99,14 +101,14 @@ def _from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
     if pa.types.is_null(type_):
         return pa.nulls(n)
     if pa.types.is_string(type_) or pa.types.is_binary(type_):
-        if not all(type(v) is (str if pa.types.is_string(type_) else bytes) for v in values if v is not None):
-            raise TypeError("not all text" if pa.types.is_string(type_) else "not all bytes")
-        return texts(values) if pa.types.is_string(type_) else binaries(values)
+        text = pa.types.is_string(type_)
+        if not all(type(v) is (str if text else bytes) for v in values if v is not None):
+            raise TypeError("not all text" if text else "not all bytes")
+        return texts(values) if text else binaries(values)
     if pa.types.is_boolean(type_):
         if not all(type(v) is bool for v in values if v is not None):
             raise TypeError("not all booleans")
-        bits = np.fromiter((v is True for v in values), dtype=bool, count=n)
-        return pa.Array.from_buffers(type_, n, [validity(valid), pa.py_buffer(np.packbits(bits, bitorder="little"))])
+        return booleans(np.fromiter((v is True for v in values), dtype=bool, count=n), valid)
     if pa.types.is_integer(type_) or pa.types.is_floating(type_):
         number = float if pa.types.is_floating(type_) else int
         if not all(type(v) is number or (number is float and type(v) is int) for v in values if v is not None):
