@@ -16,6 +16,7 @@ import statistics
 import tempfile
 import time
 from typing import Any
+from unittest import mock
 
 from eventhubs_emulator import capture as writer
 from eventhubs_spark.auth.settings import parse_connection_string
@@ -69,11 +70,11 @@ def _write(root: str) -> str:
 
 def _slice_now(store: _Counting, name: str, lo: int) -> tuple[float, int, int]:
     """One task's slice as the reader reads it now: (CPU s, bytes fetched, rows)."""
-    settings = parse_connection_string(CONN)
     capture = CaptureRead(CaptureSource(store.root, namespace="ns", hub="hub"), ((name, 0),))
     fetched, cpu = store.fetched, time.process_time()
-    batches = list(capture_reader._read(store, capture, capture_reader._ReadAhead(store), settings.hub, "0", lo,
-                                        min(lo + SLICE, EVENTS), True, {}, list(capture.files), {name}))  # fmt: skip
+    with mock.patch.object(capture_reader, "open_store", lambda *_: store):  # the counting store, as the task's
+        batches = list(capture_reader.read_capture(capture, parse_connection_string(CONN), "0", lo,
+                                                   min(lo + SLICE, EVENTS), True, {}))  # fmt: skip
     return time.process_time() - cpu, store.fetched - fetched, sum(b.num_rows for b in batches)
 
 
