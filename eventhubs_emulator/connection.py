@@ -72,6 +72,8 @@ class InLink(Link):
         self.partial = bytearray()
         self.partial_size = 0
         self.partial_first: list[Any] | None = None
+        self.last_send: Any = None  # the server's StoredSend of the last message stored from this link
+        self.server_detached = False  # the server detached it (not the client letting go)
 
 
 class OutLink(Link):
@@ -172,9 +174,12 @@ class Connection(asyncio.Protocol):
         # The namespace as the client addressed it (the host in its OPEN, the port it reached), for the
         # service's error texts: "The messaging entity 'sb://<namespace>/<hub>' could not be found".
         self.namespace = server.host
+        self.number = 0  # set by the server when the connection is made, from 1
         # A black hole (Server.black_hole): nothing read is processed and nothing is written, the socket stays
         # open (no FIN); when it ends, what was held goes through in order, as a network that heals delivers it.
         self.holed = False
+        self.hole_heals = False  # the hole has an end (Server.black_hole with seconds)
+        self._lost_in_hole = False
         self._held_in = bytearray()
         self._held_out: list[bytes] = []
 
@@ -191,6 +196,15 @@ class Connection(asyncio.Protocol):
         return f"{host}:{self._local_port}" if self._local_port else host
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.holed and self.hole_heals:
+            # The peer closed while the network held its bytes: a network that heals delivers what it sent before
+            # it closed, then the close (a send it gave up on may be stored all the same). Nothing goes back.
+            self.transport = None
+            self._lost_in_hole = True
+            return
+        self._lost()
+
+    def _lost(self) -> None:
         self.closed = True
         self.server.disconnected(self)
         for session in list(self.sessions.values()):
@@ -327,6 +341,9 @@ class Connection(asyncio.Protocol):
         held_in, self._held_in = bytes(self._held_in), bytearray()
         if held_in and not self.closed:
             self.data_received(held_in)
+        if self._lost_in_hole:
+            self._lost()
+            return
         self.resume_writing()  # the consumers' pumps go on
 
     def write(self, data: bytes) -> None:
@@ -490,6 +507,8 @@ class Connection(asyncio.Protocol):
         if link.detached:
             return
         link.detached = True
+        if isinstance(link, InLink):
+            link.server_detached = True
         self.server.forget_link(link)
         error = amqp.encode_error(condition, description) if condition else None
         self.send(link.session.channel, amqp.DETACH, [UInt(link.handle), True, error])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
@@ -471,7 +472,9 @@ class Emulator:
 
     def black_hole(self, seconds: float | None = None) -> int:
         """Every open connection stops answering, without closing, for ``seconds`` (None: for good); new
-        connections are served. How many connections it holed."""
+        connections are served. How many connections it holed. When a hole heals, what the client sent into it
+        is read, even if the client closed the connection meanwhile (a send it gave up on is stored then, as
+        over a network that heals); a hole for good reads nothing more."""
         return self._call(lambda: self._server().black_hole(seconds))
 
     def set_throughput_units(
@@ -539,6 +542,19 @@ class Emulator:
             return len({id(r.session.conn) for r in links if not r.detached})
 
         return self._call(count)
+
+    def stored_sends(self, hub: str | None = None) -> list[dict[str, Any]]:
+        """The sends the emulator stored (the last 100,000), oldest first, of one hub or all: each with its
+        ``connection`` (numbered from 1 as clients connected), ``hub``, ``partition``, ``first`` sequence number,
+        ``count`` of events and ``client_let_go``: the client let go of that link with this as its last send (not
+        after a detach of the emulator's), so it may never have seen it accepted and sending it again is a repeat
+        that delivery at least once allows; any other repeat had no such reason."""
+
+        def sends() -> list[dict[str, Any]]:
+            return [dataclasses.asdict(s) for s in self._server().sends
+                    if hub is None or s.hub.lower() == hub.lower()]  # fmt: skip
+
+        return self._call(sends)
 
     def stats(self) -> dict[str, int]:
         return self._call(lambda: dict(self._server().stats, connections=len(self._server().connections)))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -36,6 +38,7 @@ SELECTOR = "apache.org:selector-filter:string"
 MAX_NON_EPOCH_RECEIVERS = 5
 _PUMP_BURST = 2000  # events per pump call before yielding to other connections
 _WRITE_HIGH_WATER = 4 * 1024 * 1024
+_SEND_LOG = 100_000  # stored sends remembered (Server.sends)
 
 
 def _hms(seconds: float) -> str:
@@ -94,6 +97,21 @@ def parse_selector(expr: str) -> tuple[str, bool, str]:
     raise LinkError("amqp:invalid-field", f"Invalid selector filter expression: {expr!r}")
 
 
+@dataclasses.dataclass(slots=True)
+class StoredSend:
+    """One message (or batch) the emulator stored: over which connection, where, which sequence numbers."""
+
+    connection: int  # the connection's number, from 1 in the order clients connected
+    hub: str
+    partition: str
+    first: int  # sequence number of its first event
+    count: int
+    # the client let go of its link (detached it, ended its session or closed or dropped its connection) with
+    # this as the link's last stored send, not after a detach of the server's: the client may never have seen
+    # it accepted (its send timed out), so a copy it sent again elsewhere is a repeat at least once allows
+    client_let_go: bool = False
+
+
 class Server:
     """Owns the broker, the listening socket and the cross-connection state (receivers, faults)."""
 
@@ -150,12 +168,18 @@ class Server:
             "forced_detaches": 0,
             "black_holes": 0,
         }
+        self._connection_numbers = 0
+        # Every send stored, newest last (bounded): tests tell a repeat the client made after a send it could not
+        # know the outcome of (its link let go right after) from one that had no reason (Emulator.stored_sends).
+        self.sends: collections.deque[StoredSend] = collections.deque(maxlen=_SEND_LOG)
 
     @property
     def max_message_size(self) -> int:
         return self.broker.max_message_size
 
     def connected(self, conn: Connection) -> None:
+        self._connection_numbers += 1
+        conn.number = self._connection_numbers
         self.connections.add(conn)
 
     def disconnected(self, conn: Connection) -> None:
@@ -324,6 +348,10 @@ class Server:
         partition = link.partition or link.hub.route(key)
         partition.append(messages, key)
         self.stats["events_in"] += len(messages)
+        stored = StoredSend(link.session.conn.number, link.hub.name, partition.id,
+                            partition.next_sequence_number - len(messages), len(messages))  # fmt: skip
+        self.sends.append(stored)
+        link.last_send = stored
 
     # -- consumers --
     def _hub(self, conn: Connection, name: str, address: str) -> Hub:
@@ -453,6 +481,8 @@ class Server:
         self.receivers[key] = current
 
     def forget_link(self, link: Link) -> None:
+        if isinstance(link, InLink) and link.last_send is not None and not link.server_detached:
+            link.last_send.client_let_go = True
         link.detached = True
         if isinstance(link, OutLink) and link.kind == "events" and link.partition is not None:
             key = link.key()
@@ -680,6 +710,7 @@ class Server:
             if conn.closed or conn.holed:
                 continue
             conn.holed = True
+            conn.hole_heals = seconds is not None
             n += 1
             if seconds is not None:
                 asyncio.get_running_loop().call_later(seconds, conn.end_hole)

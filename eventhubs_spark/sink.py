@@ -136,6 +136,8 @@ class SendReport(WriterCommitMessage):
     batches: int = 0
     throttled: int = 0  # sends the namespace refused as busy (com.microsoft:server-busy), each retried
     throttled_wait: float = 0.0  # seconds this task waited before those retries
+    # events sent again after a send of theirs went unanswered (timed out): the hub may hold them twice
+    resent: int = 0
 
 
 class EventSender:
@@ -245,8 +247,9 @@ class EventSender:
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
             results = list(pool.map(lambda item: self._send_all(*item), work.items()))
         # the report is updated here, on the task's thread, never from the sending threads
-        for (kind, value), (sent, sent_batches) in zip(work, results, strict=True):
+        for (kind, value), (sent, sent_batches, resent) in zip(work, results, strict=True):
             self.report.batches += sent_batches
+            self.report.resent += resent
             if kind == "partition":
                 self.report.by_partition[value] = self.report.by_partition.get(value, 0) + sent
             else:
@@ -281,31 +284,45 @@ class EventSender:
             f"size of {limit} bytes; split or compress the body. Nothing was dropped: the write fails instead."
         )
 
-    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> tuple[int, int]:
-        """Send one target's batches in order; returns (events, batches) sent."""
-        sent = 0
+    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> tuple[int, int, int]:
+        """Send one target's batches in order; returns the events and batches sent, and the events among them
+        sent again after an unanswered attempt."""
+        sent = resent = 0
         for batch, count in batches:
-            self._send_with_retry(batch, count, target)
+            if self._send_with_retry(batch, count, target):
+                resent += count
             sent += count
-        return sent, len(batches)
+        return sent, len(batches), resent
 
-    def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> None:
-        """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``."""
+    def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> bool:
+        """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``; whether it was sent
+        again after an attempt that went unanswered.
+
+        Why that is told: a send refused (busy, a detached link, a connection refused) was not stored, so
+        sending it again repeats nothing; a send that timed out may have been stored all the same (the answer
+        was late, or lost with its connection), and Event Hubs has no idempotent send this SDK offers, so the
+        next attempt may store it twice. That is the sink's "at least once", and the driver says when it
+        happened and for how many events (:meth:`_SinkBase._log_commit`)."""
 
         from azure.eventhub.exceptions import OperationTimeoutError  # here: importing the sink loads no SDK
 
+        unanswered = False
+
         def send(seconds: float) -> None:
+            nonlocal unanswered
             client = self._client
             try:
-                client.send_batch(batch, timeout=max(1.0, seconds))
+                sdk.send_once(client, batch, max(1.0, seconds))
             except Exception as exc:
                 if sdk.condition(exc) == sdk.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
+                    unanswered = True
                     self._replace_client(client)  # unanswered: the next attempt goes over a new connection
                 raise
 
         self._retrying(send, f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})")
+        return unanswered
 
     def _replace_client(self, failed: Any) -> None:
         """A send went unanswered (a black-holed connection looks alive until a call times out): drop the
@@ -413,6 +430,14 @@ class _SinkBase:
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
         messages = list(messages)
+        resent = sum(m.resent for m in messages if isinstance(m, SendReport))
+        if resent:
+            _LOG.warning(
+                "eventhubs sink hub=%s batch=%s: %d events were sent again after a send of theirs went unanswered "
+                "(for eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have "
+                "been stored all the same, so the hub may hold them twice (delivery is at least once)",
+                self.settings.hub, "-" if batch_id is None else batch_id, resent,
+            )  # fmt: skip
         throttled, waited = _throttling(messages)
         if throttled:
             _LOG.warning(

@@ -490,6 +490,26 @@ def add_encoded(batch: Any, message: bytes) -> bool:
     return True
 
 
+def send_once(client: Any, batch: Any, timeout: float) -> None:
+    """Send ``batch`` (made by ``client.create_batch``) over ``client``'s producer for its partition, once.
+
+    Why not ``send_batch``: after any failure it builds its producer again and sends the batch a second time,
+    silently (retry_total=0 does not stop it). When the failure was a send that timed out, the first copy may
+    have been stored all the same, so the hub would hold it twice and nobody would know; the sink retries
+    itself, counts the events it sends again after an unanswered attempt, and says so. Uses
+    ``_producers`` (a dict of partition id to producer, None until started), ``_start_producer`` and each
+    producer's ``closed``; as ``send_batch`` does, the batch carries its own partition id or key.
+    """
+    from azure.eventhub._constants import ALL_PARTITIONS
+
+    partition = batch._partition_id or ALL_PARTITIONS
+    producer = client._producers.get(partition)
+    if producer is None or producer.closed:
+        client._start_producer(partition, timeout)
+        producer = client._producers[partition]
+    producer.send(batch, partition_key=None, timeout=timeout)
+
+
 # -- management -------------------------------------------------------------------------------------------
 
 
@@ -557,8 +577,10 @@ MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
     "azure.eventhub._pyamqp._decode.decode_payload",
     "azure.eventhub._pyamqp._decode._DECODE_BY_CONSTRUCTOR",  # fill_decoder_gaps
     "azure.eventhub._pyamqp.error.AuthenticationException",  # sign_in_wrappers
+    "azure.eventhub._constants.ALL_PARTITIONS",  # send_once
 )
-BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes")  # EventDataBatch (add_encoded)
+BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes", "_partition_id")  # EventDataBatch
+PRODUCER_INTERNALS = ("_producers", "_start_producer")  # EventHubProducerClient (send_once)
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
     "_create_auth_async",
     "_amqp_transport.create_mgmt_client",
@@ -579,11 +601,12 @@ def sign_in_wrappers() -> tuple[type[BaseException], ...]:
 
 
 def missing_internals(
-    consumer: Any = None, client: Any = None, async_client: Any = None, batch: Any = None
+    consumer: Any = None, client: Any = None, async_client: Any = None, batch: Any = None, producer: Any = None
 ) -> list[str]:
     """The internals this module uses that ``consumer`` (opened by the engine), ``client`` (an
-    ``EventHubConsumerClient``) or ``async_client`` (an async ``EventHubProducerClient``) lack; empty
-    when the installed SDK has them all."""
+    ``EventHubConsumerClient``), ``async_client`` (an async ``EventHubProducerClient``), ``batch`` (an
+    ``EventDataBatch``) or ``producer`` (an ``EventHubProducerClient``) lack; empty when the installed SDK
+    has them all."""
     missing = []
     consumer_transport = getattr(getattr(getattr(consumer, "_handler", None), "_connection", None), "_transport", None)
     if websocket_of(consumer_transport) is not None:
@@ -601,6 +624,7 @@ def missing_internals(
         (client, CLIENT_INTERNALS),
         (async_client, ASYNC_CLIENT_INTERNALS),
         (batch, BATCH_INTERNALS),
+        (producer, PRODUCER_INTERNALS),
     ):
         if obj is not None:
             missing.extend(_missing(obj, paths))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from azure.eventhub import EventData
+
 from eventhubs_spark.amqp import sdk
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.executor.receiver import PartitionReceiver
@@ -31,6 +33,15 @@ def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
         assert sdk.missing_internals(consumer=link.consumer, client=client) == []
         producer = settings.async_producer()
         assert sdk.missing_internals(async_client=producer) == []
+        sync_producer = settings.producer(retry_total=0)
+        try:
+            batch = sync_producer.create_batch(partition_id="0")
+            assert sdk.missing_internals(producer=sync_producer, batch=batch) == []
+            batch.add(EventData("once"))
+            sdk.send_once(sync_producer, batch, 30.0)  # the sink's send, through those internals
+        finally:
+            sync_producer.close()
+        assert eventhub.emulator.partition_properties(eventhub.name, 0)["last_enqueued_sequence_number"] == 1
     finally:
         receiver.close()
 

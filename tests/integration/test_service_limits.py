@@ -217,13 +217,53 @@ def test_a_black_hole_that_heals_delivers_what_it_held():
         emulator.stop()
 
 
+def test_a_send_that_goes_unanswered_is_sent_again_and_the_possible_repeat_is_counted_and_said(caplog):
+    """A writer task's connection falls into a black hole that heals later: its send goes unanswered for
+    eventhubs.connectionIdleTimeout, so it is sent again over a new connection; when the hole heals the first
+    send is stored too (the client had closed, the network delivered it). The task counts the events sent again
+    and the driver's commit says the hub may hold them twice: at least once, told, never silent."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.sink import EventHubsBatchWriter
+
+    emulator = Emulator({"doubt": 1}).start()
+    try:
+        connection = emulator.connection_string("doubt")
+        options = {"eventhubs.connectionString": connection, "eventhubs.connectionIdleTimeout": "2s"}
+        writer = EventHubsBatchWriter(options, StructType([StructField("body", StringType())]))
+        assert writer.write(iter([pa.RecordBatch.from_pydict({"body": ["warm"]})])).resent == 0
+        assert emulator.black_hole(4.0) >= 1  # the pooled producer's connection
+        report = writer.write(iter([pa.RecordBatch.from_pydict({"body": [f"e{i}" for i in range(10)]})]))
+        assert report.by_partition == {"0": 10} and report.resent == 10, report
+        with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+            writer.commit([report])
+        said = [r.getMessage() for r in caplog.records if "sent again after a send of theirs" in r.getMessage()]
+        assert len(said) == 1 and "10 events" in said[0] and "at least once" in said[0], said
+
+        def twice() -> bool:
+            return emulator.partition_properties("doubt", 0)["last_enqueued_sequence_number"] + 1 == 21
+
+        from .sdk_helpers import wait_until
+
+        wait_until(twice, timeout=30, message="the held send stored when the hole heals")
+        bodies = [e.body_as_str() for e in receive(connection, 21, partition_id="0", starting_position="-1")]
+        assert bodies == ["warm"] + [f"e{i}" for i in range(10)] * 2
+        sends = emulator.stored_sends("doubt")
+        assert [(s["first"], s["count"]) for s in sends] == [(0, 1), (1, 10), (11, 10)]
+        assert sends[2]["client_let_go"] and not sends[1]["client_let_go"], "the held send: its client let it go"
+        assert sends[2]["connection"] != sends[1]["connection"]
+    finally:
+        emulator.stop()
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_hub_to_hub_stream_through_forced_detaches_and_a_black_hole_loses_and_repeats_nothing(spark, tmp_path):
     """A stream reads one hub and writes another while every link of events is detached every second, and
     once, mid-stream, every open connection (the receivers' and the sink's) falls into a black hole for good:
     each finds its connection dead by eventhubs.connectionIdleTimeout and opens another; every event reaches
-    the target hub once."""
+    the target hub, once unless a send of it went unanswered (at least once: the sink sends it again)."""
     import collections
 
     from .sdk_helpers import wait_until
@@ -266,18 +306,39 @@ def test_a_hub_to_hub_stream_through_forced_detaches_and_a_black_hole_loses_and_
         stats = emu.stats()
         assert stats["forced_detaches"] > 0 and stats["black_holes"] > 0, stats
 
-        def everything(hub: str, connection: str) -> collections.Counter[str]:
-            got = []
+        def everything(hub: str, connection: str) -> dict[str, list[tuple[str, int]]]:
+            """Each body in ``hub``: where its copies are (partition, sequence number)."""
+            got: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
             for p in range(2):
                 n = emu.partition_properties(hub, p)["last_enqueued_sequence_number"] + 1
-                got += [e.body_as_str() for e in receive(connection, n, starting_position="-1", partition_id=str(p))]
-            return collections.Counter(got)
+                for e in receive(connection, n, starting_position="-1", partition_id=str(p)):
+                    got[e.body_as_str()].append((str(p), e.sequence_number))
+            return got
 
-        # the source as stored: a send of the test's own that a detach interrupted after the service had stored it
-        # is in the source twice (the SDK saw it fail; the helper sent it again), and then rightly in the target twice
-        stored, counts = everything("source", source), everything("target", target)
-        assert sorted(stored) == sorted(expected), "the test's own events all in the source"
-        assert counts == stored, "every event of the source in the target exactly as often: nothing lost or repeated"
+        stored, copies = everything("source", source), everything("target", target)
+        assert sorted(stored) == sorted(expected) and all(len(v) == 1 for v in stored.values()), (
+            "the test's own events each once in the source"
+        )
+        lost = sorted(body for body in stored if body not in copies)
+        assert not lost and len(copies) == len(stored), f"every event of the source in the target: {len(lost)} lost"
+        # A repeat is allowed only where at least once allows it: the sink sent a batch again after a send of it
+        # went unanswered (timed out under the machine's load, and stored all the same), so the client let go of
+        # that copy's link right after it (Emulator.stored_sends). A detach or a black hole alone repeats nothing.
+        sends = sorted(emu.stored_sends("target"), key=lambda s: (s["partition"], s["first"]))
+
+        def let_go(partition: str, sequence: int) -> bool:
+            for s in sends:
+                if s["partition"] == partition and s["first"] <= sequence < s["first"] + s["count"]:
+                    return bool(s["client_let_go"])
+            raise AssertionError(f"no stored send holds partition {partition} sequence number {sequence}")
+
+        unexplained = {
+            body: where for body, where in copies.items()
+            if len(where) > 1 and sum(let_go(*copy) for copy in where) < len(where) - 1
+        }  # fmt: skip
+        assert not unexplained, f"events repeated with no unanswered send before: {sorted(unexplained.items())[:5]}"
+        repeated = sum(len(where) - 1 for where in copies.values())
+        print(f"repeats after unanswered sends: {repeated} events")  # at least once, told by the sink's driver log
 
 
 def _send_through_detaches(connection: str, bodies: list[str], partition: str) -> None:
