@@ -14,8 +14,11 @@ have.
 from __future__ import annotations
 
 import array
+import operator
+import sys
+import time
 from collections.abc import Iterable, Sequence
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
 from typing import Any, cast
 
 import numpy as np
@@ -66,7 +69,7 @@ def texts(values: Sequence[str | None]) -> pa.Array:
     if len(data) == len(joined):  # ASCII: a value's bytes are its characters
         lengths: Iterable[int] = map(len, strings)
     else:
-        lengths = (len(s.encode()) for s in strings)
+        lengths = map(len, map(str.encode, strings))
     return _variable(data, lengths, values, nulls, pa.string())
 
 
@@ -87,60 +90,93 @@ def from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
     """``pa.array(values, type_)`` for Python values of the types Avro's values take (null, booleans, integers,
     floats, text, bytes, and structs of dicts, lists and maps of dicts of those, nested), from buffers. Values
     these cannot take as they are (a value of another kind, a number that does not fit) go to ``pa.array``,
-    which converts or raises as it would have."""
-    try:
-        return _from_values(values, type_)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return pa.array(values, type_)
+    which converts or raises as it would have.
+
+    Why not always: this costs about twice ``pa.array``'s C++ conversion per value (1-2 µs more per record of
+    a few fields), so it pays only until it has cost what importing pandas costs once (0.3-0.6 s). It is
+    used while pandas is not loaded and until it has spent :data:`_OWN_BUDGET` seconds in this process; then
+    ``pa.array`` takes over (a worker that converts that much is a long-lived one that reads a lot)."""
+    global _own_spent
+    if _own_spent < _OWN_BUDGET and "pandas" not in sys.modules:
+        started = time.perf_counter()
+        try:
+            return _from_values(values, type_)
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            pass
+        finally:
+            _own_spent += time.perf_counter() - started
+    return pa.array(values, type_)
+
+
+# Seconds of from_values' own conversion a process spends before it lets pa.array import pandas: about the
+# import's cost, so a process never pays more than twice the cheaper of the two (as renting skis until their
+# price is spent, then buying).
+_OWN_BUDGET = 0.3
+_own_spent = 0.0
 
 
 def _from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    # Every pass over the values is a C loop (map, set, chain, list.count): a generator's Python frame per
+    # value made this four times slower than pa.array's C++ conversion.
     n = len(values)
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
-    nulls = not valid.all()
     if pa.types.is_null(type_):
         return pa.nulls(n)
-    if pa.types.is_string(type_) or pa.types.is_binary(type_):
-        text = pa.types.is_string(type_)
-        if not all(type(v) is (str if text else bytes) for v in values if v is not None):
-            raise TypeError("not all text" if text else "not all bytes")
-        return texts(values) if text else binaries(values)
+    if pa.types.is_string(type_):
+        return texts(values)  # anything but text there goes to pa.array
+    if pa.types.is_binary(type_):
+        return binaries(values)
+    nulls = None in values
+    valid = _valid(values) if nulls else None
+    kinds = set(map(type, values))
+    kinds.discard(_NONE)
     if pa.types.is_boolean(type_):
-        if not all(type(v) is bool for v in values if v is not None):
+        if not kinds <= {bool}:
             raise TypeError("not all booleans")
-        return booleans(np.fromiter((v is True for v in values), dtype=bool, count=n), valid)
+        return booleans(np.fromiter(map(operator.is_, values, repeat(True)), dtype=bool, count=n), valid)
     if pa.types.is_integer(type_) or pa.types.is_floating(type_):
-        number = float if pa.types.is_floating(type_) else int
-        if not all(type(v) is number or (number is float and type(v) is int) for v in values if v is not None):
+        floating = pa.types.is_floating(type_)
+        if not kinds <= ({float, int} if floating else {int}):
             raise TypeError("not all numbers of the type")
-        kind = "f" if number is float else "i" if pa.types.is_signed_integer(type_) else "u"
+        kind = "f" if floating else "i" if pa.types.is_signed_integer(type_) else "u"
         filled = [0 if v is None else v for v in values] if nulls else values
         return numbers(np.array(filled, dtype=np.dtype(f"{kind}{type_.bit_width // 8}")), type_, valid)
     if pa.types.is_struct(type_):
-        if not all(type(v) is dict for v in values if v is not None):
+        if not kinds <= {dict}:
             raise TypeError("not all dicts")
-        fields = [type_.field(i) for i in range(type_.num_fields)]
-        children = [_from_values([None if v is None else v.get(f.name) for v in values], f.type) for f in fields]
+        rows = [_EMPTY if v is None else v for v in values] if nulls else values
+        children = [_from_values(list(map(dict.get, rows, repeat(type_.field(i).name))), type_.field(i).type)
+                    for i in range(type_.num_fields)]  # fmt: skip
         return pa.Array.from_buffers(type_, n, [validity(valid)], children=children)
     if pa.types.is_map(type_):
-        if not all(type(v) is dict for v in values if v is not None):
+        if not kinds <= {dict}:
             raise TypeError("not all dicts")
-        keys = _from_values([k for v in values if v for k in v], type_.key_type)
-        items = _from_values([x for v in values if v for x in v.values()], type_.item_type)
+        present = list(filter(None, values)) if nulls else values
+        keys = _from_values(list(chain.from_iterable(present)), type_.key_type)
+        items = _from_values(list(chain.from_iterable(map(dict.values, present))), type_.item_type)
         entries = pa.Array.from_buffers(pa.struct([type_.key_field, type_.item_field]), len(keys), [None],
                                         children=[keys, items])  # fmt: skip
-        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values)], children=[entries])
+        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values, nulls)], children=[entries])
     if pa.types.is_list(type_):
-        if not all(type(v) is list for v in values if v is not None):
+        if not kinds <= {list}:
             raise TypeError("not all lists")
-        child = _from_values([x for v in values if v for x in v], type_.value_type)
-        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values)], children=[child])
+        child = _from_values(list(chain.from_iterable(filter(None, values) if nulls else values)), type_.value_type)
+        return pa.Array.from_buffers(type_, n, [validity(valid), _offsets(values, nulls)], children=[child])
     raise TypeError(f"no own conversion for {type_}")
 
 
-def _offsets(values: Sequence[Any]) -> pa.Buffer:
+_NONE = type(None)
+_EMPTY: dict[str, Any] = {}
+
+
+def _valid(values: Sequence[Any]) -> np.ndarray:
+    """Where ``values`` has a value (not None), as numpy bools."""
+    return np.fromiter(map(operator.is_not, values, repeat(None)), dtype=bool, count=len(values))
+
+
+def _offsets(values: Sequence[Any], nulls: bool = True) -> pa.Buffer:
     """A list or map array's offsets: each value's length summed (a null: no entries)."""
-    return pa.py_buffer(array.array("i", accumulate((len(v) if v is not None else 0 for v in values), initial=0)))
+    lengths = map(len, [() if v is None else v for v in values] if nulls else values)
+    return pa.py_buffer(array.array("i", accumulate(lengths, initial=0)))
 
 
 def text_scalar(value: str) -> pa.Scalar:
@@ -173,7 +209,7 @@ def _variable(
         offsets = array.array("i", accumulate(lengths, initial=0))
     except OverflowError:
         return pa.array(values, type_)  # past 2 GiB in one array: Arrow's own answer
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values)) if nulls else None
+    valid = _valid(values) if nulls else None
     return pa.Array.from_buffers(type_, len(values), [validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import sys
 from decimal import Decimal
+from types import ModuleType
 from typing import Any
 
 import fastavro
@@ -327,11 +329,33 @@ def test_arrays_maps_and_irregular_bodies_never_import_pandas_in_a_fresh_worker(
     assert corrupt[:4] == [None] * 4 and "(schema id one)" in corrupt[4]["error"]
 
 
+def test_from_values_converts_by_itself_until_it_has_cost_a_pandas_import_then_leaves_it_to_pa_array(monkeypatch):
+    """Its own conversion is slower per value than ``pa.array``'s, so it is used only while pandas is not loaded
+    and until its time in the process adds up to about what importing pandas costs."""
+    from eventhubs_spark.codec import arrays
+
+    own: list[int] = []
+    convert = arrays._from_values
+    monkeypatch.setattr(arrays, "_from_values", lambda values, type_: own.append(len(values)) or convert(values, type_))
+    values, type_ = [{"a": 1, "b": ["x"]}, None], pa.struct([("a", pa.int64()), ("b", pa.list_(pa.string()))])
+    expected = pa.array(values, type_)
+    monkeypatch.delitem(sys.modules, "pandas", raising=False)  # as in a fresh worker (restored after the test)
+    monkeypatch.setattr(arrays, "_own_spent", 0.0)
+    assert arrays.from_values(values, type_).equals(expected) and own[0] == 2, "its own (and its children's)"
+    assert 0 < arrays._own_spent < arrays._OWN_BUDGET, "its time counted"
+    calls = len(own)
+    monkeypatch.setattr(arrays, "_own_spent", arrays._OWN_BUDGET)
+    assert arrays.from_values(values, type_).equals(expected) and len(own) == calls, "budget spent: pa.array"
+    monkeypatch.setattr(arrays, "_own_spent", 0.0)
+    monkeypatch.setitem(sys.modules, "pandas", ModuleType("pandas"))
+    assert arrays.from_values(values, type_).equals(expected) and len(own) == calls, "pandas loaded: pa.array"
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(schemas_and_values(), st.integers(0, 3))
 def test_fastavros_values_become_the_arrays_pa_array_makes(generated, nulls):
-    """``arrays.from_values`` against ``pa.array`` on every shape's plain values as fastavro gives them (records,
-    arrays, maps, nullable unions, nested), nulls among them."""
+    """``arrays.from_values``' own conversion against ``pa.array`` on every shape's plain values as fastavro gives
+    them (records, arrays, maps, nullable unions, nested), nulls among them: it takes them all, as they are."""
     from eventhubs_spark.avro.decode import Decoder
     from eventhubs_spark.codec import arrays
 
@@ -339,7 +363,7 @@ def test_fastavros_values_become_the_arrays_pa_array_makes(generated, nulls):
     decoder = Decoder(json.dumps(schema), json.dumps(schema))
     plain, _ = decoder.values(pa.array([body(schema, v) for v in values], pa.binary()))
     plain = [None] * nulls + plain
-    got = arrays.from_values(plain, decoder._plain)
+    got = arrays._from_values(plain, decoder._plain)  # not from_values: once pandas is loaded that is pa.array
     got.validate(full=True)
     assert got.equals(pa.array(plain, decoder._plain))
 
