@@ -12,7 +12,7 @@
 dbutils.widgets.text("secret_scope", "eventhubs")
 dbutils.widgets.text("container", "orders-checkpoints")
 dbutils.widgets.text("output_path", "/tmp/eventhubs/scale_out")
-dbutils.widgets.text("run_seconds", "0")  # > 0: run that long, then stop (for a demonstration)
+dbutils.widgets.text("run_seconds", "0")  # > 0: run until split and read (at most that long), then stop
 
 scope = dbutils.widgets.get("secret_scope")
 connection_string = dbutils.secrets.get(scope, "connection-string")
@@ -46,17 +46,38 @@ def start_query(owner_id):
 
 
 # Two queries here for the demonstration; in production, one per cluster or job.
-queries = [start_query("orders-query-1"), start_query("orders-query-2")]
+owner_ids = ["orders-query-1", "orders-query-2"]
+queries = [start_query(owner_id) for owner_id in owner_ids]
 
 # COMMAND ----------
 
+import collections
 import time
 
 from eventhubs_spark.cli import checkpoints_report
 
-if run_seconds > 0:
-    time.sleep(run_seconds)
+
+def split_and_read(report):
+    """Each query owns its share (counts differ by at most one) and has checkpointed its partitions' last event.
+
+    The queries balance one partition per update interval, so how long that takes depends on when each
+    query's first batch ran: wait for it rather than for a fixed time."""
+    per_owner = collections.Counter(r["owner"] for r in report)
+    return (
+        set(per_owner) == set(owner_ids)
+        and max(per_owner.values()) - min(per_owner.values()) <= 1
+        and all(r["lag"] in ("", 0) for r in report)
+    )
+
+
+# Each query claims partitions (and creates the store's container) in its first batch.
+while any(q.isActive and q.lastProgress is None for q in queries):
+    time.sleep(1)
 owners = checkpoints_report(connection_string, store_connection_string, container, "$Default")
+deadline = time.monotonic() + run_seconds
+while run_seconds > 0 and not split_and_read(owners) and time.monotonic() < deadline:
+    time.sleep(1)
+    owners = checkpoints_report(connection_string, store_connection_string, container, "$Default")
 display(spark.createDataFrame([(r["partition"], r["owner"], str(r["checkpoint"]), str(r["lag"])) for r in owners],
                               "partition string, owner string, checkpoint string, lag string"))
 

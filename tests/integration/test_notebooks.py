@@ -96,7 +96,7 @@ def test_scale_out_with_ownership(spark, eventhub, azurite, tmp_path):
         NOTEBOOKS / "04_scale_out_with_ownership.py", spark,
         secrets={("eventhubs", "connection-string"): eventhub.connection_string,
                  ("eventhubs", "checkpoint-store-connection-string"): azurite.connection_string},
-        widgets={"container": "notebook-owners", "output_path": str(tmp_path / "out"), "run_seconds": "12"},
+        widgets={"container": "notebook-owners", "output_path": str(tmp_path / "out"), "run_seconds": "90"},
     )  # fmt: skip
     (owners,) = run.tables()
     counts = collections.Counter(r["owner"] for r in owners)
