@@ -397,21 +397,23 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
     return sender.report
 
 
-def _throttling(messages: Iterable[Any]) -> tuple[int, float]:
-    """Sends the namespace refused as busy over a write's tasks, and the seconds the tasks waited for them."""
-    reports = [m for m in messages if isinstance(m, SendReport)]
-    return sum(m.throttled for m in reports), sum(m.throttled_wait for m in reports)
-
-
-def _summarize(messages: Iterable[Any]) -> tuple[int, dict[str, int], int]:
-    by_partition: dict[str, int] = {}
-    by_key = 0
+def _merged(messages: Iterable[Any]) -> SendReport:
+    """A write's tasks' reports summed into one (other commit messages, e.g. None from a failed task, skipped)."""
+    total = SendReport()
     for m in messages:
         if isinstance(m, SendReport):
             for p, n in m.by_partition.items():
-                by_partition[p] = by_partition.get(p, 0) + n
-            by_key += m.by_key
-    return sum(by_partition.values()) + by_key, by_partition, by_key
+                total.by_partition[p] = total.by_partition.get(p, 0) + n
+            total.by_key += m.by_key
+            total.batches += m.batches
+            total.throttled += m.throttled
+            total.throttled_wait += m.throttled_wait
+            total.resent += m.resent
+    return total
+
+
+def _events(report: SendReport) -> int:
+    return sum(report.by_partition.values()) + report.by_key
 
 
 class _SinkBase:
@@ -429,28 +431,26 @@ class _SinkBase:
                 parsed.avro_record_namespace, value.name))  # fmt: skip
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
-        messages = list(messages)
-        resent = sum(m.resent for m in messages if isinstance(m, SendReport))
-        if resent:
+        report = _merged(messages)
+        batch = "-" if batch_id is None else batch_id
+        if report.resent:
             _LOG.warning(
                 "eventhubs sink hub=%s batch=%s: %d events were sent again after a send of theirs went unanswered "
                 "(for eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have "
                 "been stored all the same, so the hub may hold them twice (delivery is at least once)",
-                self.settings.hub, "-" if batch_id is None else batch_id, resent,
+                self.settings.hub, batch, report.resent,
             )  # fmt: skip
-        throttled, waited = _throttling(messages)
-        if throttled:
+        if report.throttled:
             _LOG.warning(
                 "eventhubs sink hub=%s batch=%s: the namespace is throttling (over its throughput units): it refused "
                 "%d sends as busy, and the tasks waited %.1f s in all before sending them again; every event was "
                 "sent once. More throughput units (or auto-inflate) would spare the wait; the waits follow "
-                "eventhubs.retry.*", self.settings.hub, "-" if batch_id is None else batch_id, throttled, waited,
+                "eventhubs.retry.*", self.settings.hub, batch, report.throttled, report.throttled_wait,
             )  # fmt: skip
-        total, by_partition, by_key = _summarize(messages)
-        detail = ", ".join(f"{p}:{n}" for p, n in sorted(by_partition.items(), key=lambda kv: int(kv[0])))
+        detail = ", ".join(f"{p}:{n}" for p, n in sorted(report.by_partition.items(), key=lambda kv: int(kv[0])))
         _LOG.info(
             "eventhubs sink hub=%s batch=%s sent %d events (per partition: %s; routed by partition key: %d)",
-            self.settings.hub, "-" if batch_id is None else batch_id, total, detail or "none", by_key,
+            self.settings.hub, batch, _events(report), detail or "none", report.by_key,
         )  # fmt: skip
 
 
@@ -464,9 +464,8 @@ class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
         self._log_commit(messages, None)
 
     def abort(self, messages: list[Any]) -> None:
-        total, _, _ = _summarize(messages)
         _LOG.warning("eventhubs sink hub=%s: write aborted after %d events were sent (at least once)",
-                     self.settings.hub, total)  # fmt: skip
+                     self.settings.hub, _events(_merged(messages)))  # fmt: skip
 
 
 class _StreamCommits(_SinkBase):
@@ -476,10 +475,9 @@ class _StreamCommits(_SinkBase):
         self._log_commit(messages, batchId)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        total, _, _ = _summarize(messages)
         _LOG.warning(
             "eventhubs sink hub=%s batch=%d aborted after %d events were sent; Spark re-runs it (at least once)",
-            self.settings.hub, batchId, total,
+            self.settings.hub, batchId, _events(_merged(messages)),
         )  # fmt: skip
 
 

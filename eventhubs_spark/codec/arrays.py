@@ -144,8 +144,8 @@ def _from_values(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
         if not kinds <= {dict}:
             raise TypeError("not all dicts")
         rows = [_EMPTY if v is None else v for v in values] if nulls else values
-        children = [_from_values(list(map(dict.get, rows, repeat(type_.field(i).name))), type_.field(i).type)
-                    for i in range(type_.num_fields)]  # fmt: skip
+        fields = [type_.field(i) for i in range(type_.num_fields)]
+        children = [_from_values(list(map(dict.get, rows, repeat(f.name))), f.type) for f in fields]
         return pa.Array.from_buffers(type_, n, [validity(valid)], children=children)
     if pa.types.is_map(type_):
         if not kinds <= {dict}:

@@ -570,6 +570,41 @@ def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     assert started == [True]
 
 
+def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warnings(caplog) -> None:
+    import logging
+    import types
+
+    from eventhubs_spark import sink
+
+    writer = sink.EventHubsStreamRowWriter.__new__(sink.EventHubsStreamRowWriter)
+    writer.settings = types.SimpleNamespace(hub="orders")  # type: ignore[assignment]
+    reports = [
+        sink.SendReport(by_partition={"0": 5, "10": 2}, by_key=1, batches=2, throttled=1, throttled_wait=0.5),
+        None,  # a task that sent nothing reports nothing
+        sink.SendReport(by_partition={"0": 3, "2": 4}, batches=1, throttled=2, throttled_wait=1.25, resent=3),
+    ]
+    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+        writer.commit(reports, 7)
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "sent again" in m] == [
+        "eventhubs sink hub=orders batch=7: 3 events were sent again after a send of theirs went unanswered (for "
+        "eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have been stored "
+        "all the same, so the hub may hold them twice (delivery is at least once)"
+    ]
+    (throttling,) = [m for m in said if "throttling" in m]
+    assert "refused 3 sends as busy, and the tasks waited 1.8 s in all" in throttling
+    assert (
+        "eventhubs sink hub=orders batch=7 sent 15 events (per partition: 0:8, 2:4, 10:2; routed by partition key: 1)"
+        in said
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+        writer.abort(reports, 8)
+    assert [r.getMessage() for r in caplog.records] == [
+        "eventhubs sink hub=orders batch=8 aborted after 15 events were sent; Spark re-runs it (at least once)"
+    ]
+
+
 def test_the_demo_leaves_out_only_sparks_closed_socket_tracebacks_and_only_once_it_stops() -> None:
     import threading
 
