@@ -387,6 +387,77 @@ def test_a_value_that_is_not_utf8_text_sends_the_batch_message_by_message_with_t
     assert dict(rows[60]["properties"]) == {"raw": "fffe"}
 
 
+def _has_layout(steps: list[tuple[Any, ...]], message: bytes) -> bool:
+    """The layout's definition, one message at a time in plain Python: every constant where the steps say,
+    every length prefix followed, every map's size as declared, and the message ends where the steps end."""
+    p, opened = 0, {}
+    for kind, *args in steps:
+        if kind == 0:  # constant bytes
+            if message[p : p + len(args[0])] != args[0]:
+                return False
+            p += len(args[0])
+        elif kind == 1:  # a fixed-width value
+            p += args[1]
+        elif kind == 4:  # where a map must end
+            begun, size = opened[args[0]]
+            if p - begun != size:
+                return False
+        else:  # a length prefix (2: and that many bytes; 3: a map's size)
+            width = args[1]
+            if p + width > len(message):
+                return False
+            length = int.from_bytes(message[p : p + width], "big")
+            p += width
+            if kind == 2:
+                p += length
+            else:
+                opened[args[0]] = (p, length)
+    return p == len(message)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_layout_takes_exactly_the_messages_that_have_it_whatever_their_neighbours_hold(seed: int) -> None:
+    """The layout's match compares every message's constant runs in one pass over the batch's buffer; damaged
+    messages (lengths that run past their end or into the next message, constants changed) must fail alone,
+    never take a neighbour with them nor pass, and spans out of order must be judged the same."""
+    import random
+
+    from eventhubs_spark.codec import layout
+
+    rng = random.Random(seed)
+    messages = []
+    for i in range(300):
+        annotations = {
+            Symbol("x-opt-sequence-number"): 10**6 + i,
+            Symbol("x-opt-offset"): str(i * 1000),
+            Symbol("x-opt-enqueued-time"): Timestamp(1_700_000_000_000 + i),
+        }
+        payload = section(amqp.MESSAGE_ANNOTATIONS, annotations)
+        if i % 3:
+            payload += section(amqp.APPLICATION_PROPERTIES, {"device": f"dev-{rng.randrange(50)}", "n": 10**6 + i})
+        message = bytearray(payload + section(amqp.DATA, bytes(rng.randrange(256) for _ in range(rng.randrange(40)))))
+        if i > 1 and rng.random() < 0.3:  # damaged anywhere: a constant, a length, a size, a value
+            for _ in range(rng.randrange(1, 3)):
+                message[rng.randrange(len(message))] = rng.randrange(256)
+        messages.append(bytes(message))
+    buffer, starts, ends = bytearray(), [], []
+    for m in messages:  # with bytes between them, as frames' headers are between a stream's messages
+        buffer += bytes(rng.randrange(256) for _ in range(rng.randrange(12)))
+        starts.append(len(buffer))
+        buffer += m
+        ends.append(len(buffer))
+    learnt = layout.learn(messages[1], 0, len(messages[1]))  # of the messages with properties
+    data = pa.py_buffer(bytes(buffer))
+    array = np.frombuffer(data, dtype=np.uint8)
+    wanted = [_has_layout(learnt.steps, m) for m in messages]
+    assert 100 < sum(wanted) < 200  # other layouts in the batch, and damaged messages among them
+    ok, _ = layout._match(learnt, array, data, np.array(starts), np.array(ends))
+    assert ok.tolist() == wanted
+    order = np.array(rng.sample(range(len(messages)), len(messages)))
+    ok, _ = layout._match(learnt, array, data, np.array(starts)[order], np.array(ends)[order])
+    assert ok.tolist() == [wanted[i] for i in order]
+
+
 def test_the_next_batch_of_a_stream_reuses_the_layout_learnt_last_and_learns_when_it_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
