@@ -348,9 +348,10 @@ def _constants(
     n, count = len(starts), len(runs)
     constants = tuple(step[1] for step in layout.steps if step[0] == _EXPECT)
     fits = np.ones(n, dtype=bool)
+    limit = np.minimum(ends, len(buffer))  # never an offset past the buffer, whatever the spans say
     cuts = np.empty((2 * count, n), dtype=np.int64)  # per run: where it begins, where it ends
     for k, (at, constant) in enumerate(zip(runs, constants, strict=True)):
-        fits &= at <= ends - len(constant)
+        fits &= at <= limit - len(constant)
         cuts[2 * k] = at
         np.add(at, len(constant), out=cuts[2 * k + 1])
     if not fits.all():

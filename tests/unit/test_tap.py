@@ -158,15 +158,16 @@ def test_a_low_credit_is_topped_up_while_the_sink_has_room_and_not_when_it_is_fu
     session = FakeSession({0: link})
     sink = LinkSink(credit=6, max_events=4)
     link.eventhubs_sink = sink  # type: ignore[attr-defined]
-    stream = b"".join(transfer_frames(0, i, message(i, b"x"), 1000)[0] for i in range(6))
+    frames = [transfer_frames(0, i, message(i, b"x"), 1000)[0] for i in range(6)]
     ours, theirs = socket.socketpair()
     try:
         ours.settimeout(0.05)
         tap = FrameTap(FakeConnection(ours, session))
         tap.timeout = 0.005
-        theirs.sendall(stream)
-        while tap.receive_frame() != (None, None):
-            pass
+        for arriving in (frames[:3], frames[3:]):  # two reads: the tap takes what a read holds, then tops up
+            theirs.sendall(b"".join(arriving))
+            while tap.receive_frame() != (None, None):
+                pass
     finally:
         ours.close()
         theirs.close()
