@@ -114,11 +114,15 @@ class CpuTimes(dict[int, float]):
         return sum(max(0.0, used - earlier.get(pid, 0.0)) for pid, used in self.items())
 
 
-def executor_python_cpu() -> CpuTimes:
+_KINDS = {"workers": (b"pyspark.daemon",), "service": (b"eventhubs_spark.executor.service",)}
+
+
+def executor_python_cpu(kind: str | None = None) -> CpuTimes:
     """CPU seconds used so far by each of the executor's Python processes: Spark's Python workers (and
-    their daemon) and the receiver service; a daemon's include its workers that have exited (Spark ends
-    idle ones): it reaped them, and the kernel added their CPU to its children's. Linux /proc; none
-    elsewhere. Subtract two of them for the CPU in between."""
+    their daemon) and the receiver service (``kind``: "workers" or "service" for one of them only); a daemon's
+    include its workers that have exited (Spark ends idle ones): it reaped them, and the kernel added their
+    CPU to its children's. Linux /proc; none elsewhere. Subtract two of them for the CPU in between."""
+    marks = _KINDS[kind] if kind is not None else _KINDS["workers"] + _KINDS["service"]
     times = CpuTimes()
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not pid.isdigit():
@@ -126,7 +130,7 @@ def executor_python_cpu() -> CpuTimes:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read()
-            if b"pyspark.daemon" not in cmd and b"eventhubs_spark.executor.service" not in cmd:
+            if not any(mark in cmd for mark in marks):
                 continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
