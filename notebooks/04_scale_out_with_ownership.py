@@ -70,14 +70,15 @@ def split_and_read(report):
     )
 
 
+deadline = time.monotonic() + run_seconds
 # Each query claims partitions (and creates the store's container) in its first batch.
 while any(q.isActive and q.lastProgress is None for q in queries):
     time.sleep(1)
-owners = checkpoints_report(connection_string, store_connection_string, container, "$Default")
-deadline = time.monotonic() + run_seconds
-while run_seconds > 0 and not split_and_read(owners) and time.monotonic() < deadline:
-    time.sleep(1)
+while True:
     owners = checkpoints_report(connection_string, store_connection_string, container, "$Default")
+    if run_seconds <= 0 or split_and_read(owners) or time.monotonic() >= deadline:
+        break
+    time.sleep(1)
 display(spark.createDataFrame([(r["partition"], r["owner"], str(r["checkpoint"]), str(r["lag"])) for r in owners],
                               "partition string, owner string, checkpoint string, lag string"))
 

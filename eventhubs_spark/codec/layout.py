@@ -284,7 +284,7 @@ def _match(
         kind = step[0]
         if kind == _EXPECT:
             runs.append(pos)
-            pos = pos + len(step[1])
+            pos = pos + len(step[1])  # a new array: the run keeps its positions while pos moves on in place
         elif kind == _FIXED:
             slots[step[1]] = pos.copy()
             pos += step[2]
