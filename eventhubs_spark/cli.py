@@ -161,6 +161,8 @@ def _demo_run(args: argparse.Namespace) -> int:
         )
         stop = threading.Event()
 
+        from .amqp import sdk
+
         def produce() -> None:
             with EventHubProducerClient.from_connection_string(conn) as producer:
                 n = 0
@@ -169,7 +171,7 @@ def _demo_run(args: argparse.Namespace) -> int:
                     for _ in range(min(max(1, args.rate // 10), args.events - n)):
                         batch.add(EventData(json.dumps({"id": n, "temperature": 20 + n % 7})))
                         n += 1
-                    producer.send_batch(batch)
+                    sdk.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
                     time.sleep(0.1)
 
         from .localspark import local_session
@@ -304,6 +306,10 @@ def _send(args: argparse.Namespace) -> int:
     from .executor import runtime
 
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
+    if not args.send_timeout > 0:
+        print(f"error: --send-timeout must be more than 0 seconds (e.g. --send-timeout 30), not {args.send_timeout:g}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         # One management call without the SDK's retries first: a wrong hub name or key is answered at
         # once, in one line, instead of after the producer's retries and a traceback.
@@ -318,27 +324,88 @@ def _send(args: argparse.Namespace) -> int:
         options["partition_id"] = args.partition
     if args.partition_key is not None:
         options["partition_key"] = args.partition_key
-    sent = 0
     started = time.monotonic()
-    with EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.hub) as producer:
-        batch = producer.create_batch(**options)
+    sender = _Sender(lambda: EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.hub,
+                                                                         retry_total=0), args.send_timeout)  # fmt: skip
+    try:
+        batch = sender.client.create_batch(**options)
         for body in bodies:
             event = EventData(body)
             try:
                 batch.add(event)
             except ValueError:
-                producer.send_batch(batch)
-                sent += len(batch)
-                _progress(sent, total, sys.stderr)
-                batch = producer.create_batch(**options)
+                sender.send(batch)
+                _progress(sender.sent, total, sys.stderr)
+                batch = sender.client.create_batch(**options)
                 batch.add(event)
         if len(batch):
-            producer.send_batch(batch)
-            sent += len(batch)
-    _progress(sent, total, sys.stderr)
+            sender.send(batch)
+    except _SendFailed as exc:
+        print(f"\nerror: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sender.close()
+    _progress(sender.sent, total, sys.stderr)
     elapsed = time.monotonic() - started
-    print(f"\nsent {sent} events in {elapsed:.1f} s", file=sys.stderr)
+    print(f"\nsent {sender.sent} events in {elapsed:.1f} s", file=sys.stderr)
+    if sender.resent:
+        print(f"warning: {sender.resent} of them were sent again after a send that went unanswered for "
+              f"{args.send_timeout:g} s, which may have been stored all the same: the hub may hold those twice",
+              file=sys.stderr)  # fmt: skip
     return 0
+
+
+class _SendFailed(Exception):
+    pass
+
+
+class _Sender:
+    """The ``send`` command's producer: each batch is sent with :func:`~.amqp.sdk.send_once` and retried here,
+    so a repeat is known and said. (``send_batch`` sends a batch a second time after any failure, silently; after
+    a send that timed out, the first copy may have been stored all the same.) A send that goes unanswered
+    moves to a new connection, as a black-holed one would answer nothing more."""
+
+    ATTEMPTS = 3
+
+    def __init__(self, new_client: Any, timeout: float) -> None:
+        self.new_client = new_client
+        self.timeout = timeout
+        self.client = new_client()
+        self.sent = 0  # events stored (acknowledged)
+        self.resent = 0  # of them, sent again after an unanswered send
+
+    def send(self, batch: Any) -> None:
+        from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
+
+        from .amqp import sdk
+
+        unanswered = False
+        for attempt in range(1, self.ATTEMPTS + 1):
+            try:
+                sdk.send_once(self.client, batch, self.timeout)
+                break
+            except (EventHubError, TimeoutError) as exc:
+                timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)
+                unanswered = unanswered or timed_out
+                if attempt == self.ATTEMPTS:
+                    first = self.sent + 1
+                    doubt = ("one of the sends went unanswered and may have been stored all the same" if unanswered
+                             else "none of them was stored")  # fmt: skip
+                    raise _SendFailed(f"events {first}-{first + len(batch) - 1} were not sent after {attempt} "
+                                      f"attempts ({doubt}): {exc}. The {self.sent} events before them were "
+                                      "sent.") from exc  # fmt: skip
+                if timed_out:  # a new connection: the old one may be a black hole
+                    self.close()
+                    self.client = self.new_client()
+                else:
+                    time.sleep(attempt)  # refused (busy, a detach): nothing stored; a moment, then again
+        self.sent += len(batch)
+        if unanswered:
+            self.resent += len(batch)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
 
 
 # -- checkpoints -------------------------------------------------------------------------------------
@@ -622,6 +689,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     send.add_argument("--file", help="a JSON-lines file (one event body per line; - for stdin)")
     send.add_argument("--count", type=int, default=1000, help="generated events (without --file)")
     send.add_argument("--size", type=int, default=100, help="approximate bytes per generated event")
+    send.add_argument(
+        "--send-timeout", type=float, default=60.0, metavar="SECONDS",
+        help="how long one send of a batch may go unanswered before it is sent again (default 60)",
+    )  # fmt: skip
     target = send.add_mutually_exclusive_group()
     target.add_argument("--partition", help="send every event to this partition id")
     target.add_argument("--partition-key", help="send every event with this partition key")

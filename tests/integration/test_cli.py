@@ -52,6 +52,43 @@ def test_send_to_a_namespace_connection_string_names_the_hub_with_its_own_flag(e
     assert sum(_ends(eventhub).values()) == 3
 
 
+def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch):
+    """The send command's batch goes into a black hole that heals later: after --send-timeout it is sent again
+    over a new connection, and the command says the hub may hold those events twice (when the hole heals, the
+    first copy is stored too). Never a repeat nobody is told of."""
+    from eventhubs_emulator import Emulator
+    from eventhubs_spark.amqp import sdk
+
+    from .sdk_helpers import wait_until
+
+    emulator = Emulator({"cli-doubt": 1}).start()
+    try:
+        connection = emulator.connection_string("cli-doubt")
+        real, holed = sdk.send_once, []
+
+        def first_into_a_hole(client, batch, timeout):
+            if not holed:  # the producer's connection is open (create_batch opened it): hole it for 4 s
+                holed.append(emulator.black_hole(4.0))
+            return real(client, batch, timeout)
+
+        monkeypatch.setattr(sdk, "send_once", first_into_a_hole)
+        assert main(["send", "--connection-string", connection, "--count", "10", "--send-timeout", "1.5"]) == 0
+        err = capsys.readouterr().err
+        assert holed[0] >= 1 and "sent 10 events" in err
+        assert "warning: 10 of them were sent again" in err and "may hold those twice" in err, err
+
+        def twice() -> bool:
+            return emulator.partition_properties("cli-doubt", 0)["last_enqueued_sequence_number"] + 1 == 20
+
+        wait_until(twice, timeout=30, message="the held send stored when the hole heals")
+        sends = emulator.stored_sends("cli-doubt")
+        assert [s["count"] for s in sends] == [10, 10] and sends[1]["client_let_go"], sends
+        assert main(["send", "--connection-string", connection, "--count", "1", "--send-timeout", "0"]) == 2
+        assert "--send-timeout must be more than 0 seconds (e.g. --send-timeout 30)" in capsys.readouterr().err
+    finally:
+        emulator.stop()
+
+
 def test_send_without_a_connection_string_says_how_to_give_one(monkeypatch):
     monkeypatch.delenv("EVENTHUBS_CONNECTION_STRING", raising=False)
     with pytest.raises(SystemExit, match="--connection-string or set EVENTHUBS_CONNECTION_STRING"):
