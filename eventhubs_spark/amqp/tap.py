@@ -645,10 +645,22 @@ def _position(data: bytes, start: int, end: int) -> int:
 
 
 def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
-    """The positions of the messages ``data[starts[i]:ends[i]]``: read where the service puts them (see
-    :func:`_position`), for a long run with numpy all at once as the layout decoder checks its messages; any
-    message in another form one by one."""
-    if len(starts) < _VECTOR_MIN or len(data) < 69:
+    """The positions of the messages ``data[starts[i]:ends[i]]``, a run of one link's deliveries in order.
+
+    A partition's positions only rise, so when the first and last of ``n`` messages are ``n - 1`` apart in one
+    replication segment, the messages between hold every position between, one each: the usual run (a backlog
+    read without gaps) is read at its two ends only. Otherwise (a gap, where events expired or were never
+    stored; a new segment) each is read where the service puts it (see :func:`_position`), for a long run with
+    numpy all at once as the layout decoder checks its messages; any message in another form one by one. The
+    task decodes every message's own position from its bytes again for its rows: these only place the range's
+    end and what is held back."""
+    n = len(starts)
+    if n >= 2:
+        first = _position(data, int(starts[0]), int(ends[0]))
+        last = _position(data, int(starts[-1]), int(ends[-1]))
+        if last - first == n - 1 and segments.segment_of(first) == segments.segment_of(last):
+            return list(range(first, last + 1))
+    if n < _VECTOR_MIN or len(data) < 69:
         return [_position(data, s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
     buf = np.frombuffer(data, np.uint8)
     long = (ends - starts) >= 69

@@ -12,6 +12,7 @@ import socket
 import threading
 from typing import Any
 
+import pytest
 from azure.eventhub._pyamqp._decode import decode_payload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -290,18 +291,21 @@ def test_the_bytes_of_transfers_left_to_the_sdk_are_kept_in_their_place() -> Non
 
 
 def short_message(seq: int) -> bytes:
-    """A message shorter than the usual form's sequence number position: the sequence number as a smalllong."""
+    """A message shorter than the usual form's sequence number position (its annotations hold nothing else)."""
     key = b"\xa3\x15x-opt-sequence-number"
-    entries = key + b"\x55" + bytes([seq % 128])
+    entries = key + b"\x81" + seq.to_bytes(8, "big")
     annotations = b"\x00\x53\x72\xc1" + bytes([len(entries) + 1, 2]) + entries
     return annotations + amqp.encode_section(amqp.DATA, b"")
 
 
-def test_long_runs_of_transfers_are_taken_whole_with_every_sequence_number_and_counter_right() -> None:
+@pytest.mark.parametrize("gaps", [False, True])
+def test_long_runs_of_transfers_are_taken_whole_with_every_sequence_number_and_counter_right(gaps: bool) -> None:
     """Thousands of settled single-frame transfers arrive back to back (a partition's backlog); the tap takes
     them as runs. Messages in other forms inside a run (annotations in another order, a message too short
     for the usual form) keep their sequence numbers; a transfer of another link, an unsettled one and a
-    message over two frames end a run and are handled one at a time; every counter moves as one by one."""
+    message over two frames end a run and are handled one at a time; every counter moves as one by one.
+    Sequence numbers rise as a partition's do: one by one (a run is read at its ends), or with gaps (every
+    message is read)."""
     link0, link1 = FakeLink(), FakeLink()
     session = FakeSession({0: link0, 1: link1})
     sink = LinkSink(credit=10**9)
@@ -315,16 +319,14 @@ def test_long_runs_of_transfers_are_taken_whole_with_every_sequence_number_and_c
             stream += transfer_frames(1, i, message(i, b"theirs"), 10_000)[0]
             sdk_transfers += 1
             continue
+        seq = i + i // 97 if gaps else tapped
         if i % 13 == 5:
-            payload = short_message(i)
-            seq = i % 128
+            payload = short_message(seq)
         elif i % 7 == 3:
-            annotations = {Symbol("x-opt-offset"): str(i * 10), Symbol("x-opt-sequence-number"): i}
+            annotations = {Symbol("x-opt-offset"): str(seq * 10), Symbol("x-opt-sequence-number"): seq}
             payload = amqp.encode_section(amqp.MESSAGE_ANNOTATIONS, annotations) + amqp.encode_section(amqp.DATA, b"r")
-            seq = i
         else:
-            payload = message(i, bytes([i % 256]) * (i % 50))
-            seq = i
+            payload = message(seq, bytes([i % 256]) * (i % 50))
         frames = transfer_frames(0, i, payload, 60 if i % 400 == 17 else 10_000)  # now and then over frames
         stream += b"".join(frames)
         expected.append(seq, payload)
