@@ -389,9 +389,9 @@ class _Sender:
                 unanswered = unanswered or timed_out
                 if attempt == self.ATTEMPTS:
                     first = self.sent + 1
-                    doubt = ("one of the sends went unanswered and may have been stored all the same" if unanswered
-                             else "none of them was stored")  # fmt: skip
-                    raise _SendFailed(f"events {first}-{first + len(batch) - 1} were not sent after {attempt} "
+                    doubt = ("an attempt went unanswered, so the hub may hold them all the same: look before sending "
+                             "them again" if unanswered else "each attempt was refused or failed")  # fmt: skip
+                    raise _SendFailed(f"events {first}-{first + len(batch) - 1} were not acknowledged after {attempt} "
                                       f"attempts ({doubt}): {exc}. The {self.sent} events before them were "
                                       "sent.") from exc  # fmt: skip
                 if timed_out:  # a new connection: the old one may be a black hole

@@ -89,6 +89,28 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
         emulator.stop()
 
 
+def test_a_send_refused_on_every_attempt_stops_and_says_which_events_were_sent(capsys):
+    """The namespace refuses every send (busy, its throughput units spent, on a clock held still): the command
+    tries each batch three times, then stops with exit 1, naming the events not sent and how many were; nothing
+    is stored twice or skipped silently."""
+    from eventhubs_emulator import Emulator
+
+    emulator = Emulator({"cli-busy": 1}).start()
+    try:
+        connection = emulator.connection_string("cli-busy")
+        emulator.set_throughput_units(1, clock=lambda: 0.0)
+        assert main(["send", "--connection-string", connection, "--count", "1500", "--size", "20"]) == 0
+        capsys.readouterr()
+        assert main(["send", "--connection-string", connection, "--count", "10", "--size", "20"]) == 1
+        err = capsys.readouterr().err
+        assert "error: events 1-10 were not acknowledged after 3 attempts (each attempt was refused" in err, err
+        assert "server-busy" in err and "The 0 events before them were sent." in err, err
+        assert emulator.partition_properties("cli-busy", 0)["last_enqueued_sequence_number"] == 1499
+        assert emulator.throttling()["throttled_requests"] == 3
+    finally:
+        emulator.stop()
+
+
 def test_send_without_a_connection_string_says_how_to_give_one(monkeypatch):
     monkeypatch.delenv("EVENTHUBS_CONNECTION_STRING", raising=False)
     with pytest.raises(SystemExit, match="--connection-string or set EVENTHUBS_CONNECTION_STRING"):
