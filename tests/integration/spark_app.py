@@ -121,9 +121,11 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         # local-cluster workers keep each executor's log under SPARK_HOME/work/<application id>/<executor>/
         home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
         work = os.path.join(home, "work", spark.sparkContext.applicationId)
+        logs = [log for _, log in services(spark)]  # while the executors live: their services are found by them
         spark.stop()
         result["executors"] = len([e for e in glob.glob(os.path.join(work, "*")) if os.path.isdir(e)])
         result["pool"] = pool_figures(work)
+        result["notes"] = notable([*glob.glob(os.path.join(work, "*", "stderr")), *logs])
         shutil.rmtree(work, ignore_errors=True)
     else:
         spark.stop()
@@ -263,6 +265,32 @@ def cut_the_homes(spark: object, out: str, faults: dict[str, object]) -> None:
 
 
 LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_creates=(\d+)")
+
+
+# What the executors and their services said about a link opened again or a partition read away from its home: a
+# cluster test's failure message shows them (why a partition was attached again is otherwise lost with the logs).
+NOTABLE = re.compile(r"displaced while|reopening|connection to \S+ ended|cannot serve it|reading in this worker")
+# each task's read line ends with its reading process's links: the last line of each process has its totals
+LINKS = re.compile(r"pid=(\d+) .*?(link_attaches=\d+ displaced_idle=\d+ displaced_reading=\d+ closed_idle=\d+ "
+                   r"reconnects=\d+)")  # fmt: skip
+
+
+def notable(paths: list[str]) -> list[str]:
+    """The lines of ``paths`` that match :data:`NOTABLE`, each with its file's last two path parts, then each
+    reading process's link counters as its last task logged them."""
+    lines, links = [], {}
+    for path in paths:
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        where = os.path.join(*Path(path).parts[-2:])
+        for line in text.splitlines():
+            if NOTABLE.search(line):
+                lines.append(f"{where}: {line.strip()[:300]}")
+            elif m := LINKS.search(line):
+                links[m.group(1)] = m.group(2)  # a process's counts only grow: the last line has them all
+    return lines + [f"pid {pid}: {counts}" for pid, counts in sorted(links.items())]
 
 
 def pool_figures(work: str) -> dict[str, float]:
