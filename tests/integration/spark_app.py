@@ -270,15 +270,17 @@ LINE = re.compile(r"pid=(\d+) pool_hits=(\d+) pool_repositions=(\d+) pool_create
 # What the executors and their services said about a link opened again or a partition read away from its home: a
 # cluster test's failure message shows them (why a partition was attached again is otherwise lost with the logs).
 NOTABLE = re.compile(r"displaced while|reopening|connection to \S+ ended|cannot serve it|reading in this worker")
-# each task's read line ends with its reading process's links: the last line of each process has its totals
+# each task's read line ends with its reading process's links (a home service's, logged by tasks on every executor)
 LINKS = re.compile(r"pid=(\d+) .*?(link_attaches=\d+ displaced_idle=\d+ displaced_reading=\d+ closed_idle=\d+ "
                    r"reconnects=\d+)")  # fmt: skip
 
 
 def notable(paths: list[str]) -> list[str]:
     """The lines of ``paths`` that match :data:`NOTABLE`, each with its file's last two path parts, then each
-    reading process's link counters as its last task logged them."""
-    lines, links = [], {}
+    reading process's link counters at their highest (they only grow; the files are not in time order: tasks on
+    several executors log the same home's, as in :func:`pool_figures`)."""
+    lines: list[str] = []
+    links: dict[str, tuple[int, str]] = {}
     for path in paths:
         try:
             text = Path(path).read_text(errors="replace")
@@ -289,8 +291,10 @@ def notable(paths: list[str]) -> list[str]:
             if NOTABLE.search(line):
                 lines.append(f"{where}: {line.strip()[:300]}")
             elif m := LINKS.search(line):
-                links[m.group(1)] = m.group(2)  # a process's counts only grow: the last line has them all
-    return lines + [f"pid {pid}: {counts}" for pid, counts in sorted(links.items())]
+                total = sum(int(n) for n in re.findall(r"=(\d+)", m.group(2)))
+                if total >= links.get(m.group(1), (-1, ""))[0]:
+                    links[m.group(1)] = (total, m.group(2))
+    return lines + [f"pid {pid}: {counts}" for pid, (_, counts) in sorted(links.items())]
 
 
 def pool_figures(work: str) -> dict[str, float]:
