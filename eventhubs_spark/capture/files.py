@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,14 +64,16 @@ def dotnet_time_ms(text: str) -> int:
 class _Reader:
     """A cursor over one file's bytes, failing with the file's name and the byte."""
 
-    def __init__(self, data: bytes | memoryview, where: str, start: int = 0, end: int | None = None) -> None:
+    def __init__(self, data: bytes | memoryview, where: str, start: int = 0, end: int | None = None,
+                 origin: int = 0) -> None:  # fmt: skip
         self.data = data
         self.where = where
         self.pos = start
         self.end = len(data) if end is None else end
+        self.origin = origin  # where data begins in the file (a window of it): errors name the file's byte
 
     def fail(self, why: str, kind: type[CaptureFileError] = CaptureFileError) -> CaptureFileError:
-        return kind(f"Capture file {self.where}: {why} (at byte {self.pos})")
+        return kind(f"Capture file {self.where}: {why} (at byte {self.origin + self.pos})")
 
     def long(self) -> int:
         shift = result = 0
@@ -252,32 +255,82 @@ class BlockMap:
         return self.offsets[first], self.ends[last - 1]
 
 
-def block_map(data: bytes | memoryview, where: str) -> BlockMap:
-    """The :class:`BlockMap` of a whole file, its sync markers checked; blocks of zero events left out. Inflates
-    only each block's first bytes."""
-    r, codec, _, _, sync = _header(data, where)
-    head = r.pos
+# A streamed map reads the file this many bytes at a time: what it holds in memory, whatever the file's size.
+STREAM_WINDOW = 4 << 20
+_FIRST_BYTES = 256  # a block's first sequence number is in its first bytes: a long, or deflate's block header and it
+_BLOCK_HEAD = 20  # a block's count and byte size: two longs of at most ten bytes
+_HEADER_BYTES = 1 << 10  # the least read first for the header (then twice as far, as long as it is cut short)
+
+
+def _streamed_first(have: Callable[[int, int], None], window: Callable[[], tuple[bytes, int]], payload: int,
+                    length: int, codec: str, where: str) -> int:  # fmt: skip
+    """The first sequence number of the block whose ``length`` bytes start at ``payload`` in the file, from its
+    first bytes (the whole block only when a deflated one's code tables run past them)."""
+    for n in (min(length, _FIRST_BYTES), length):
+        have(payload, payload + n)
+        buf, base = window()
+        try:
+            return _block_first(memoryview(buf)[payload - base : payload - base + n], codec, where)
+        except _CutShort:
+            if n == length:
+                raise
+    raise AssertionError("unreachable")
+
+
+def streamed_block_map(read: Callable[[int, int], bytes], size: int, where: str,
+                       window: int = STREAM_WINDOW) -> BlockMap:  # fmt: skip
+    """The :class:`BlockMap` of a file of ``size`` bytes fetched by ``read(offset, length)`` a window at a time: its
+    header and codec checked, every sync marker checked, blocks of zero events left out, each block inflated only
+    as far as its first sequence number. No more than a window of the file is in memory, where a 500 MB file read
+    whole would be held whole by each Python worker that reads it first. A block longer than the window is not
+    fetched past its first bytes: its end is read where its size says it is. Small blocks cost one read per
+    ``window`` bytes of the file, the bytes a whole read would fetch."""
+    buf, base = b"", 0
+
+    def have(lo: int, hi: int) -> None:  # the file's [lo, hi) (up to its end) in buf, else a window from lo
+        nonlocal buf, base
+        hi = min(hi, size)
+        if lo >= base and hi <= base + len(buf):
+            return
+        buf, base = read(lo, min(max(window, hi - lo), size - lo)), lo
+
+    n = min(max(window, _HEADER_BYTES), size)
+    while True:  # the header (magic, metadata with the writer schema, sync marker): a few kilobytes
+        have(0, n)
+        try:
+            r, codec, _, _, sync = _header(buf, where)
+            break
+        except _CutShort:
+            if n >= size:
+                raise
+            n = min(2 * n, size)
+    head = pos = r.pos
     offsets: list[int] = []
     ends: list[int] = []
     firsts: list[int] = []
-    view = memoryview(data) if isinstance(data, bytes) else data
-    while r.pos < r.end:
-        at = r.pos
+    while pos < size:
+        start = pos
+        have(pos, pos + _BLOCK_HEAD)
+        r = _Reader(buf, where, pos - base, origin=base)
         count = r.long()
-        size = r.long()
-        if size < 0 or r.pos + size > r.end:
-            raise r.fail(f"cut short: block {len(offsets)} of {size} bytes, {r.end - r.pos} left", _CutShort)
-        payload = r.pos
-        r.pos += size
-        if r.raw(16) != sync:
-            r.pos -= 16
-            raise r.fail("a block's sync marker differs from the header's: the file is corrupt")
+        length = r.long()
+        payload = base + r.pos
+        if length < 0 or payload + length > size:
+            raise r.fail(f"cut short: block {len(offsets)} of {length} bytes, {size - payload} left", _CutShort)
         if count < 0:
             raise r.fail(f"a block says it holds {count} events")
         if count:
-            offsets.append(at)
-            ends.append(r.pos)
-            firsts.append(_block_first(view[payload : payload + size], codec, where))
+            first = _streamed_first(have, lambda: (buf, base), payload, length, codec, where)
+        at, pos = payload + length, payload + length + 16
+        have(at, pos + _BLOCK_HEAD)  # the sync marker, and the next block's count and size after it
+        marker = _Reader(buf, where, at - base, origin=base)
+        if marker.raw(16) != sync:
+            marker.pos -= 16
+            raise marker.fail("a block's sync marker differs from the header's: the file is corrupt")
+        if count:
+            offsets.append(start)
+            ends.append(pos)
+            firsts.append(first)
     return BlockMap(head, tuple(offsets), tuple(ends), tuple(firsts))
 
 

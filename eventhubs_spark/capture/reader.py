@@ -31,7 +31,7 @@ from ..auth.settings import ConnectionSettings
 from ..codec import arrays
 from ..errors import DataLossError
 from .columnar import decode
-from .files import BlockMap, CaptureFileError, block_map
+from .files import BlockMap, CaptureFileError, streamed_block_map
 from .index import file_first, partition_files
 from .names import NameFormat
 from .store import CaptureRead, CaptureStore, open_store
@@ -127,10 +127,24 @@ _CACHE: OrderedDict[tuple[str, str], tuple[np.ndarray, pa.RecordBatch]] = Ordere
 _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 4
 _CACHE_MAX_BYTES = 64 << 20  # larger files: each task fetches and decodes only the blocks of its range (_MAPS)
-# Where the blocks of the large files read here lie (a few numbers per block): after a file's first read, a task
-# fetches its header and the blocks of its range alone
+# Where the blocks of the large files read here lie (a few numbers per block), found by reading each once a window at
+# a time (_MAP_WINDOW bytes): a task then fetches the file's header and the blocks of its range alone
 _MAPS: OrderedDict[tuple[str, str], BlockMap] = OrderedDict()
 _MAPS_FILES = 256
+_MAP_WINDOW = 4 << 20
+
+
+def _load(store: CaptureStore, name: str) -> bytes | BlockMap:
+    """A small file's bytes (up to _CACHE_MAX_BYTES), or a large one's block map: a large file is never held whole
+    in a worker unless its map cannot serve (blocks out of order, a file changed under its map)."""
+    size = store.size(name)
+    if size <= _CACHE_MAX_BYTES:
+        return store.read(name)
+    try:
+        return streamed_block_map(lambda offset, length: store.read(name, length, offset), size,
+                                  f"{store.where}/{name}", _MAP_WINDOW)  # fmt: skip
+    except CaptureFileError:  # read whole instead: a file that changed while mapped, or one corrupt (named there)
+        return store.read(name)
 
 
 class _ReadAhead:
@@ -140,7 +154,7 @@ class _ReadAhead:
     def __init__(self, store: CaptureStore) -> None:
         self.store = store
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: tuple[str, Future[bytes]] | None = None
+        self._pending: tuple[str, Future[bytes | BlockMap]] | None = None
 
     def fetch(self, name: str | None) -> None:
         if name is None or (self._pending is not None and self._pending[0] == name):
@@ -150,14 +164,14 @@ class _ReadAhead:
                 return  # decoded already, or a large file read before: only its range's blocks will be fetched
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventhubs-capture-ahead")
-        self._pending = (name, self._pool.submit(self.store.read, name))
+        self._pending = (name, self._pool.submit(_load, self.store, name))
 
-    def take(self, name: str) -> bytes:
+    def take(self, name: str) -> bytes | BlockMap:
         pending = self._pending
         if pending is not None and pending[0] == name:
             self._pending = None
             return pending[1].result()
-        return self.store.read(name)
+        return _load(self.store, name)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -172,6 +186,7 @@ def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: in
     next task fetches only those)."""
     key = (store.where, name)
     where = f"{store.where}/{name}"
+    data: bytes | None = None
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
@@ -179,6 +194,17 @@ def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: in
         known = _MAPS.get(key)
         if known is not None:
             _MAPS.move_to_end(key)
+    if known is None:
+        loaded = ahead.take(name) if ahead is not None else _load(store, name)
+        if isinstance(loaded, BlockMap):
+            if loaded.ordered:
+                known = loaded
+                with _CACHE_LOCK:
+                    _MAPS[key] = known
+                    while len(_MAPS) > _MAPS_FILES:
+                        _MAPS.popitem(last=False)
+        else:
+            data = loaded
     if known is not None:
         span = known.span(start, end)
         part = store.read(name, known.head) + (store.read(name, span[1] - span[0], span[0]) if span else b"")
@@ -187,23 +213,8 @@ def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: in
             return found
         with _CACHE_LOCK:
             _MAPS.pop(key, None)
+    if data is None:  # what a map cannot vouch for is read whole (and not kept: see _CACHE_MAX_BYTES)
         data = store.read(name)
-    else:
-        data = ahead.take(name) if ahead is not None else store.read(name)
-    if len(data) > _CACHE_MAX_BYTES:
-        blocks = block_map(data, where)
-        if blocks.ordered:
-            with _CACHE_LOCK:
-                _MAPS[key] = blocks
-                while len(_MAPS) > _MAPS_FILES:
-                    _MAPS.popitem(last=False)
-            span = blocks.span(start, end)
-            part = data[: blocks.head] + (data[span[0] : span[1]] if span else b"")
-            found = _partial(part, where, partition)
-            if found is not None:
-                return found
-            with _CACHE_LOCK:
-                _MAPS.pop(key, None)
     seqs, batch = decode(data, where, partition)
     if len(seqs) > 1 and not bool(np.all(seqs[1:] > seqs[:-1])):  # not the service's order: made so, once each
         seqs, first = np.unique(seqs, return_index=True)

@@ -44,14 +44,17 @@ class CaptureSource:
 
 
 class CaptureStore(Protocol):
-    """What reading Capture needs of a storage: names under a prefix, and a file's bytes (or ``length`` of them
-    from ``offset``: its head, or the blocks of a range)."""
+    """What reading Capture needs of a storage: names under a prefix, a file's bytes (or ``length`` of them from
+    ``offset``: its head, or the blocks of a range), and its size (a large file is mapped a window at a time,
+    never held whole)."""
 
     where: str
 
     def names(self, prefix: str) -> list[str]: ...
 
     def read(self, name: str, length: int | None = None, offset: int = 0) -> bytes: ...
+
+    def size(self, name: str) -> int: ...
 
 
 class LocalStore:
@@ -76,6 +79,9 @@ class LocalStore:
         with open(os.path.join(self.root, *name.split("/")), "rb") as f:
             f.seek(offset)
             return f.read() if length is None else f.read(length)
+
+    def size(self, name: str) -> int:
+        return os.path.getsize(os.path.join(self.root, *name.split("/")))
 
 
 class BlobStore:
@@ -106,6 +112,9 @@ class BlobStore:
                 raise
             blob = self.container.download_blob(self._full(name))
         return bytes(blob.readall())
+
+    def size(self, name: str) -> int:
+        return int(self.container.get_blob_client(self._full(name)).get_blob_properties().size)
 
 
 def local_root(location: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -180,8 +181,9 @@ def test_a_large_files_slices_each_fetch_and_decode_only_their_blocks_with_the_r
     tmp_path, monkeypatch
 ):
     """A stream's batches read a large file a slice at a time (Capture writes up to 500 MB a window): the first
-    task reads it whole and keeps where its blocks lie; every later one fetches the header and its range's
-    blocks alone, and each decodes only those blocks. The rows are those of a whole-file read."""
+    task maps where its blocks lie, reading it a window at a time (never whole), and keeps the map; every task
+    fetches the header and its range's blocks alone, and each decodes only those blocks. The rows are those of
+    a whole-file read."""
     monkeypatch.setattr(writer, "BLOCK_EVENTS", 50)
     for codec in ("null", "deflate"):
         _slices_of_a_large_file(tmp_path / codec, codec)
@@ -205,16 +207,99 @@ def _slices_of_a_large_file(root: Path, codec: str) -> None:
         patch.setattr(capture_reader, "_CACHE_MAX_BYTES", 1000)  # from here on, every file is large
         patch.setattr(capture_reader, "_CACHE", OrderedDict())  # (the small file's decoding is kept there)
         patch.setattr(capture_reader, "_MAPS", OrderedDict())
+        patch.setattr(capture_reader, "_MAP_WINDOW", 4096)
         patch.setattr(capture_reader, "open_store", lambda *_: store)
         patch.setattr(capture_reader, "decode", counting)
+        mapped: list[tuple[int, int]] = []
+
+        def mapping(fetch, size, where, window, real=capture_reader.streamed_block_map):
+            def counted(offset: int, length: int) -> bytes:
+                mapped.append((offset, length))
+                return fetch(offset, length)
+
+            return real(counted, size, where, window)
+
+        patch.setattr(capture_reader, "streamed_block_map", mapping)
         rows = []
         for lo in range(1000, 3000, 130):  # a stream's batches: 130 events each, over at most 4 blocks
             rows += pa.Table.from_batches(read(root, [(name, 1000)], lo, min(lo + 130, 3000))).to_pylist()
     assert rows == whole
-    assert [length for _, _, length in store.ranges].count(None) == 1, "read whole once, by the first task"
-    later = [length for _, _, length in store.ranges[1:]]
-    assert all(length is not None and length < size / 8 for length in later), "the header, or 4 blocks of 40"
+    lengths = [length for _, _, length in store.ranges]
+    assert None not in lengths and size > 8 * 4096, "never read whole"
+    assert mapped[0] == (0, 4096) and max(n for _, n in mapped) == 4096, "mapped a window at a time"
+    assert sum(n for _, n in mapped) <= size and mapped[-1][0] + mapped[-1][1] == size, "once, to the file's end"
+    assert len(lengths) - len(mapped) == 2 * len(range(1000, 3000, 130)), "then the header and the range's blocks"
+    assert all(length < size / 8 for length in lengths), "a window, the header, or 4 blocks of 40"
     assert max(decoded) <= 200, f"each task decoded at most the 4 blocks of its range: {decoded}"
+
+
+@pytest.mark.parametrize("codec", ["null", "deflate"])
+def test_a_large_files_block_map_is_read_a_window_at_a_time_with_every_check_of_a_whole_read(codec, monkeypatch):
+    """The map of a large file, read by windows of any size, is the same; its blocks hold every event of the file;
+    a window smaller than a block skips the block's body; a corrupt marker or a file cut short is named with its
+    byte in the file, whatever window it fell in."""
+    from eventhubs_spark.capture.columnar import decode
+    from eventhubs_spark.capture.files import CaptureFileError, streamed_block_map
+
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 40)
+    # bodies that deflate does not shrink
+    events = [_Event(s, MS0 + s, random.Random(s).randbytes(300 + s % 7), key=f"k{s % 3}", props={"n": s})
+              for s in range(1000, 1400)]  # fmt: skip
+    data = _file(events, codec)
+    fetched: list[tuple[int, int]] = []
+
+    def read(offset: int, length: int) -> bytes:
+        fetched.append((offset, length))
+        return data[offset : offset + length]
+
+    maps = []
+    for window in (1, 97, 4096, 50_000, len(data)):
+        fetched.clear()
+        maps.append(streamed_block_map(read, len(data), "f.avro", window))
+        assert all(length <= max(window, 64 << 10) for _, length in fetched), (window, fetched)
+        if window == 1:  # what it needs: each block's count and size, first bytes and marker, never its rest
+            assert sum(length for _, length in fetched) < len(data) / 4, "a block's body is skipped past"
+    assert all(m == maps[0] for m in maps), "the same map, whatever the window"
+    blocks_map = maps[0]
+    assert len(blocks_map.offsets) == 10 and list(blocks_map.firsts) == list(range(1000, 1400, 40))
+    assert blocks_map.offsets[0] == blocks_map.head and blocks_map.ends[-1] == len(data)
+    spans = zip(blocks_map.offsets, blocks_map.ends, strict=True)
+    parts = data[: blocks_map.head] + b"".join(data[a:b] for a, b in spans)
+    seqs, batch = decode(parts, "f.avro", "0")
+    _, whole = decode(data, "f.avro", "0")
+    assert list(seqs) == list(range(1000, 1400)) and batch.equals(whole)
+    at = blocks_map.ends[3] - 16  # block 3's sync marker
+    corrupt = data[:at] + bytes(16) + data[at + 16 :]
+    for window in (64, 1 << 20):
+        with pytest.raises(CaptureFileError, match=f"sync marker differs .* corrupt \\(at byte {at}\\)"):
+            streamed_block_map(lambda o, n: corrupt[o : o + n], len(corrupt), "f.avro", window)
+        cut = data[: blocks_map.ends[5] - 100]
+        with pytest.raises(CaptureFileError, match="cut short: block 5 of"):
+            streamed_block_map(lambda o, n, cut=cut: cut[o : o + n], len(cut), "f.avro", window)
+
+
+def test_the_next_large_file_is_mapped_ahead_while_the_task_decodes_and_neither_is_read_whole(tmp_path, monkeypatch):
+    from eventhubs_spark.capture import reader as capture_reader
+
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 50)
+    monkeypatch.setattr(capture_reader, "_CACHE_MAX_BYTES", 1000)
+    monkeypatch.setattr(capture_reader, "_MAPS", OrderedDict())
+    monkeypatch.setattr(capture_reader, "_MAP_WINDOW", 4096)
+    a = write(tmp_path, "0", 0, list(range(0, 500)))
+    b = write(tmp_path, "0", 1, list(range(500, 1000)))
+    threads: list[tuple[str, str]] = []
+
+    class Store(CountingStore):
+        def read(self, name: str, length: int | None = None, offset: int = 0) -> bytes:
+            threads.append((name, threading.current_thread().name))
+            return super().read(name, length, offset)
+
+    store = Store(str(tmp_path))
+    monkeypatch.setattr(capture_reader, "open_store", lambda *_: store)
+    assert seqs_of(read(tmp_path, [(a, 0), (b, 500)], 0, 1000)) == list(range(1000))
+    assert None not in [length for _, _, length in store.ranges], "no file read whole"
+    assert {(str(tmp_path), a), (str(tmp_path), b)} <= set(capture_reader._MAPS)
+    assert any(name == b and thread.startswith("eventhubs-capture-ahead") for name, thread in threads), threads
 
 
 def test_a_large_file_out_of_order_or_written_again_is_still_read_exactly(tmp_path, monkeypatch):
