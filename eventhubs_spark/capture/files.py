@@ -248,11 +248,22 @@ class BlockMap:
     def span(self, start: int, end: int) -> tuple[int, int] | None:
         """The bytes ``[lo, hi)`` of the blocks that can hold sequence numbers in ``[start, end)`` (an ordered
         file's: see :attr:`ordered`); None when none can."""
+        found = self.piece(start, end)
+        return None if found is None else found[:2]
+
+    def piece(self, start: int, end: int, most: int | None = None) -> tuple[int, int, bool] | None:
+        """:meth:`span`, cut after the blocks that fill ``most`` bytes (at least two): ``(lo, hi, more)``,
+        ``more`` when blocks after the piece can hold sequence numbers below ``end``. A batch read of a whole
+        500 MB file so holds a piece of it at a time, not all of it and all its events at once."""
         last = bisect.bisect_left(self.firsts, end)  # the blocks below it begin before end
         first = max(0, bisect.bisect_right(self.firsts, start) - 1)  # the one start falls in
         if last <= first:
             return None
-        return self.offsets[first], self.ends[last - 1]
+        cut = last
+        if most is not None:  # the block start falls in and the next: past a hole at that block's end, the next
+            # event the file holds is in the piece (and read, or called a hole), never a block away
+            cut = min(last, max(first + 2, bisect.bisect_right(self.ends, self.offsets[first] + most, first, last)))
+        return self.offsets[first], self.ends[cut - 1], cut < last
 
 
 # A streamed map reads the file this many bytes at a time: what it holds in memory, whatever the file's size.

@@ -74,8 +74,9 @@ def _read(store: CaptureStore, capture: CaptureRead, ahead: _ReadAhead, hub: str
             # the next file in sequence order is fetched while this one is decoded
             later_files = sorted((f, n) for n, f in queue if f is not None and f > nxt and n not in last_of)
             ahead.fetch(later_files[0][1] if later_files else None)
-            seqs, decoded = _decoded(store, name, partition, nxt, end, ahead)
-            last_of[name] = int(seqs[-1]) if len(seqs) else -1
+            seqs, decoded, more = _decoded(store, name, partition, nxt, end, ahead)
+            # what the file holds ends there, unless this was a piece of it (then it is read on from there)
+            last_of[name] = _UNKNOWN if more else int(seqs[-1]) if len(seqs) else -1
             batch, after, hole = _batch(seqs, decoded, nxt, end)
             if hole is not None:
                 holes[name] = hole
@@ -132,6 +133,10 @@ _CACHE_MAX_BYTES = 64 << 20  # larger files: each task fetches and decodes only 
 _MAPS: OrderedDict[tuple[str, str], BlockMap] = OrderedDict()
 _MAPS_FILES = 256
 _MAP_WINDOW = 4 << 20
+# A task decodes a large file's blocks of its range this many bytes of them at a time (a batch read of a whole file
+# holds a piece of it and its events, not the file's)
+_PIECE_BYTES = 32 << 20
+_UNKNOWN = 1 << 63  # a file's last sequence number, while only a piece of it was decoded
 
 
 def _load(store: CaptureStore, name: str) -> bytes | BlockMap:
@@ -179,18 +184,18 @@ class _ReadAhead:
 
 
 def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: int,
-             ahead: _ReadAhead | None = None) -> tuple[np.ndarray, pa.RecordBatch]:  # fmt: skip
+             ahead: _ReadAhead | None = None) -> tuple[np.ndarray, pa.RecordBatch, bool]:  # fmt: skip
     """A file's events that can fall in ``[start, end)`` as the source's record batch, in sequence order, with their
-    sequence numbers: a small file whole (the process keeps the last few decoded, since a stream's next batches
-    read on in the same file), a large one only the blocks of the range (its :class:`BlockMap` kept, so the
-    next task fetches only those)."""
+    sequence numbers, and whether the file has more of the range after them: a small file whole (the process keeps
+    the last few decoded, since a stream's next batches read on in the same file), a large one only the blocks of
+    the range, up to _PIECE_BYTES of them (its :class:`BlockMap` kept, so the next task fetches only those)."""
     key = (store.where, name)
     where = f"{store.where}/{name}"
     data: bytes | None = None
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
-            return _CACHE[key]
+            return (*_CACHE[key], False)
         known = _MAPS.get(key)
         if known is not None:
             _MAPS.move_to_end(key)
@@ -206,11 +211,11 @@ def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: in
         else:
             data = loaded
     if known is not None:
-        span = known.span(start, end)
-        part = store.read(name, known.head) + (store.read(name, span[1] - span[0], span[0]) if span else b"")
+        piece = known.piece(start, end, _PIECE_BYTES)
+        part = store.read(name, known.head) + (store.read(name, piece[1] - piece[0], piece[0]) if piece else b"")
         found = _partial(part, where, partition)
         if found is not None:
-            return found
+            return (*found, piece is not None and piece[2])
         with _CACHE_LOCK:
             _MAPS.pop(key, None)
     if data is None:  # what a map cannot vouch for is read whole (and not kept: see _CACHE_MAX_BYTES)
@@ -224,7 +229,7 @@ def _decoded(store: CaptureStore, name: str, partition: str, start: int, end: in
             _CACHE[key] = (seqs, batch)
             while len(_CACHE) > _CACHE_FILES:
                 _CACHE.popitem(last=False)
-    return seqs, batch
+    return seqs, batch, False
 
 
 def _partial(part: bytes, where: str, partition: str) -> tuple[np.ndarray, pa.RecordBatch] | None:

@@ -278,6 +278,34 @@ def test_a_large_files_block_map_is_read_a_window_at_a_time_with_every_check_of_
             streamed_block_map(lambda o, n, cut=cut: cut[o : o + n], len(cut), "f.avro", window)
 
 
+@pytest.mark.parametrize("cut", [1500, 1520])  # a hole at a block's end, or inside a block
+def test_a_large_file_is_decoded_a_piece_at_a_time_with_its_holes_found_where_they_are(tmp_path, monkeypatch, cut):
+    """A batch read of a whole large file decodes a piece of its blocks at a time (two, here), never the whole
+    file at once, and a hole between pieces is called for what it is, not up to the range's end."""
+    from eventhubs_spark.capture import reader as capture_reader
+
+    monkeypatch.setattr(writer, "BLOCK_EVENTS", 50)
+    monkeypatch.setattr(capture_reader, "_CACHE_MAX_BYTES", 1000)
+    monkeypatch.setattr(capture_reader, "_MAPS", OrderedDict())
+    monkeypatch.setattr(capture_reader, "_PIECE_BYTES", 1)
+    held = list(range(1000, cut)) + list(range(1600, 2000))
+    name = write(tmp_path, "0", 0, held)
+    decoded: list[int] = []
+
+    def counting(data, where, partition, real_decode=capture_reader.decode):
+        seqs, batch = real_decode(data, where, partition)
+        decoded.append(len(seqs))
+        return seqs, batch
+
+    monkeypatch.setattr(capture_reader, "decode", counting)
+    stats: dict = {}
+    batches = list(read(tmp_path, [(name, 1000)], 1000, 2000, stats, fail=False))
+    assert seqs_of(batches) == held and stats["lost"] == 1600 - cut
+    assert len(batches) >= 9 and max(decoded) <= 100, f"two blocks of 50 at a time: {decoded}"
+    with pytest.raises(DataLossError, match=rf"sequence numbers \[{cut}, 1600\) \({1600 - cut} events\)"):
+        list(read(tmp_path, [(name, 1000)], 1000, 2000))
+
+
 def test_the_next_large_file_is_mapped_ahead_while_the_task_decodes_and_neither_is_read_whole(tmp_path, monkeypatch):
     from eventhubs_spark.capture import reader as capture_reader
 
