@@ -469,13 +469,18 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
 # -- lag ---------------------------------------------------------------------------------------------
 def lag_report(
-    options: dict[str, str], checkpoint_location: str, storage: str | None = None, now: float | None = None
+    options: dict[str, str],
+    checkpoint_location: str,
+    storage: str | None = None,
+    now: float | None = None,
+    folder: Any = None,
 ) -> dict[str, Any]:
     """How far behind a query is now, per partition: where its Spark checkpoint's last committed batch left each
     partition, the partition's latest event (asked of the hub now), the lag in events and in time, the age of
     the last commit, and stalled partitions (as its driver last called them in the lag files, or events waiting
     with no batch committed for ``eventhubs.lag.stalledAfter``). ``storage``: a storage account's connection
-    string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``)."""
+    string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``); ``folder``: the
+    location already opened (:func:`checkpoint_folder`), as ``lag --watch`` keeps it between refreshes."""
     from . import segments
     from .executor import runtime
     from .lag import LagFiles, LagTracker, last_commit
@@ -483,7 +488,7 @@ def lag_report(
 
     typed = read_options(options, STREAM)
     hub = typed.settings.hub
-    folder = checkpoint_folder(checkpoint_location, storage)
+    folder = checkpoint_folder(checkpoint_location, storage) if folder is None else folder
     commit = last_commit(folder, hub)
     management = runtime.current().management(typed.settings, typed.operation_timeout)
     infos = management.partition_properties(management.partition_ids())
@@ -636,14 +641,15 @@ def _lag(args: argparse.Namespace) -> int:
     storage = args.storage_connection_string or os.environ.get("CHECKPOINT_STORE_CONNECTION_STRING")
     connection = args.connection_string or os.environ.get("EVENTHUBS_CONNECTION_STRING") or None
     try:
-        options = _with_stored(given, stored_sources(checkpoint_folder(location, storage)), connection, location)
+        folder = checkpoint_folder(location, storage)  # opened once: a refresh reads it again, not reconnects
+        options = _with_stored(given, stored_sources(folder), connection, location)
     except (OptionError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     shown = 0
     while True:
         try:
-            report = lag_report(options, location, storage)
+            report = lag_report(options, location, storage, folder=folder)
         except (OptionError, ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
