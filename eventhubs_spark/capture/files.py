@@ -245,16 +245,11 @@ class BlockMap:
         contiguous and increasing): then a block holds the events below the next one's first."""
         return all(a < b for a, b in zip(self.firsts, self.firsts[1:], strict=False))
 
-    def span(self, start: int, end: int) -> tuple[int, int] | None:
-        """The bytes ``[lo, hi)`` of the blocks that can hold sequence numbers in ``[start, end)`` (an ordered
-        file's: see :attr:`ordered`); None when none can."""
-        found = self.piece(start, end)
-        return None if found is None else found[:2]
-
     def piece(self, start: int, end: int, most: int | None = None) -> tuple[int, int, bool] | None:
-        """:meth:`span`, cut after the blocks that fill ``most`` bytes (at least two): ``(lo, hi, more)``,
-        ``more`` when blocks after the piece can hold sequence numbers below ``end``. A batch read of a whole
-        500 MB file so holds a piece of it at a time, not all of it and all its events at once."""
+        """The bytes ``[lo, hi)`` of the blocks that can hold sequence numbers in ``[start, end)`` (an ordered
+        file's: see :attr:`ordered`), cut after the blocks that fill ``most`` bytes (at least two), and ``more``:
+        whether blocks after them can hold sequence numbers below ``end``; None when no block can. A batch read
+        of a whole 500 MB file so holds a piece of it at a time, not all of it and all its events at once."""
         last = bisect.bisect_left(self.firsts, end)  # the blocks below it begin before end
         first = max(0, bisect.bisect_right(self.firsts, start) - 1)  # the one start falls in
         if last <= first:
