@@ -298,6 +298,9 @@ def streamed_block_map(read: Callable[[int, int], bytes], size: int, where: str,
         hi = min(hi, size)
         if lo >= base and hi <= base + len(buf):
             return
+        if lo >= size:  # past the end (a file cut after a block's bytes): nothing to ask the store for
+            buf, base = b"", lo
+            return
         buf, base = read(lo, min(max(window, hi - lo), size - lo)), lo
 
     n = min(max(window, _HEADER_BYTES), size)

@@ -276,6 +276,14 @@ def test_a_large_files_block_map_is_read_a_window_at_a_time_with_every_check_of_
         cut = data[: blocks_map.ends[5] - 100]
         with pytest.raises(CaptureFileError, match="cut short: block 5 of"):
             streamed_block_map(lambda o, n, cut=cut: cut[o : o + n], len(cut), "f.avro", window)
+        bare = data[: blocks_map.ends[5] - 16]  # block 5 whole, its sync marker cut off
+
+        def ranged(offset: int, length: int, bare: bytes = bare) -> bytes:
+            assert length > 0 and offset + length <= len(bare), "a range inside the file, as a blob store wants"
+            return bare[offset : offset + length]
+
+        with pytest.raises(CaptureFileError, match="cut short: 16 bytes wanted, 0 left"):
+            streamed_block_map(ranged, len(bare), "f.avro", window)
 
 
 @pytest.mark.parametrize("cut", [1500, 1520])  # a hole at a block's end, or inside a block
