@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import os
-import select
 import socket
 import struct
 import threading
@@ -34,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import readiness
 from .ranges import DriverAddress, QueryKey
 from .sealed import RefusedError, SealedSocket, client_handshake, server_handshake
 
@@ -332,7 +332,7 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
     try:
         while pending and won is None:
             left = max(0.0, deadline - time.monotonic())
-            _, ready, _ = select.select([], list(pending), [], left)
+            ready = readiness.writable(list(pending), left)
             if not ready and left == 0.0:
                 break  # one last look past the deadline: a connection made while this thread waited for a CPU counts
             for sock in ready:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import select
 import socket
 import struct
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from . import readiness
 from .auth.secret import Secret
 from .ranges import QueryKey
 
@@ -115,7 +115,7 @@ class SealedSocket:
     def ready(self) -> bool:
         """True when reading will not wait for the other side to send: bytes opened and not yet read, or the
         next frame's first bytes on the socket."""
-        return bool(self._plain) or bool(select.select([self.sock], [], [], 0)[0])
+        return bool(self._plain) or bool(readiness.readable([self.sock], 0))
 
     def close(self) -> None:
         self.sock.close()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import socket
 import ssl
 import struct
@@ -40,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import segments
+from .. import readiness, segments
 from ..errors import DecodeError
 from . import sdk
 from .messages import A_SEQUENCE_NUMBER, ANNOTATIONS_MAP8, RawEvents, Unsupported, sequence_number, windows
@@ -305,7 +304,7 @@ class FrameTap:
         tls = isinstance(sock, ssl.SSLSocket)
         if not (tls and sock.pending() > 0):  # bytes TLS decrypted but not handed out yet
             timeout = None if sock.gettimeout() is None else self.timeout  # None: the SDK asked to block
-            readable, _, _ = select.select([sock, self._wake_r], [], [], timeout)
+            readable = readiness.readable([sock, self._wake_r], timeout)
             if self._wake_r in readable:
                 try:
                     while self._wake_r.recv(256):
@@ -356,7 +355,7 @@ class FrameTap:
         arrived ends the chunk (its bytes wait in the TLS layer, and ``pending`` sees them next time)."""
         while received < want:
             if sock.pending() <= 0:
-                readable, _, _ = select.select([sock], [], [], 0)
+                readable = readiness.readable([sock], 0)
                 if not readable:
                     break
             try:

@@ -31,7 +31,6 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import socket
 import struct
 import sys
@@ -41,7 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import channel
+from .. import channel, readiness
 from ..amqp.engine import Connections
 from ..ranges import RangeRequest, RangeResult
 from . import protocol
@@ -110,7 +109,7 @@ class ReceiverService:
         _LOG.info("receiver service %d listening on %s", os.getpid(), self.socket_path)
         try:
             while True:
-                readable, _, _ = select.select([server], [], [], 1.0)
+                readable = readiness.readable([server], 1.0)
                 if readable:
                     conn, _ = server.accept()
                     if not _same_user(conn):

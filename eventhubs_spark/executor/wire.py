@@ -14,13 +14,13 @@ The worker decodes the spans into the source's Arrow record batches (:mod:`event
 
 from __future__ import annotations
 
-import select
 import socket
 import struct
 from typing import TypeAlias
 
 import pyarrow as pa
 
+from .. import readiness
 from ..sealed import SealedSocket
 
 WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
@@ -90,7 +90,7 @@ def ready(sock: Conn) -> bool:
     """True when the next message has begun to arrive: reading it does not wait for the other side."""
     if isinstance(sock, SealedSocket):
         return sock.ready()
-    return bool(select.select([sock], [], [], 0)[0])
+    return bool(readiness.readable([sock], 0))
 
 
 MAX_MESSAGE = 1 << 30  # bytes of one message of any kind: a length past it is not this protocol

@@ -27,6 +27,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "localspark",
         "retry",
         "placement",
+        "readiness",
     ),  # pure
     ("auth",),  # connection, network and identity settings as plain data; sign-in
     ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
