@@ -167,6 +167,7 @@ class Server:
             "heartbeats": 0,
             "forced_detaches": 0,
             "black_holes": 0,
+            "management_requests": 0,
         }
         self._connection_numbers = 0
         # Every send stored, newest last (bounded): tests tell a repeat the client made after a send it could not
@@ -593,6 +594,7 @@ class Server:
     def on_management(self, conn: Connection, session: Session, data: bytes) -> None:
         """A READ of hub or partition properties (or a request the fault controls leave unanswered)."""
         props, app, _ = _decode_request(data)
+        self.stats["management_requests"] += 1
         if self.unanswered_management_calls > 0:
             self.unanswered_management_calls -= 1
             return  # a request lost on the way: the client waits for an answer that never comes

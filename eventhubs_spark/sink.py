@@ -217,7 +217,7 @@ class EventSender:
     def _round_robin(self) -> str:
         if self._partition_ids is None:
             self._partition_ids = self._retrying(
-                lambda seconds: self._client.get_partition_ids(), f"listing the partitions of hub {self.settings.hub!r}"
+                lambda seconds: self._client.partition_ids(), f"listing the partitions of hub {self.settings.hub!r}"
             )
             self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones
         pid = self._partition_ids[self._next_partition % len(self._partition_ids)]
@@ -312,7 +312,7 @@ class EventSender:
             nonlocal unanswered
             client = self._client
             try:
-                sdk.send_once(client, batch, max(1.0, seconds))
+                client.send(batch, max(1.0, seconds))
             except Exception as exc:
                 if sdk.condition(exc) == sdk.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..auth.settings import ConnectionSettings
 from . import sdk
-from .tap import FrameTap, LinkSink
+from .tap import FrameTap, LinkSink, ReadAheadBudget
 
 _LOG = logging.getLogger(__name__)
 
@@ -54,10 +54,10 @@ class LinkSpec:
 class Link:
     """One receiving link of a :class:`SharedConnection`; its events arrive in :attr:`sink`."""
 
-    def __init__(self, settings: ConnectionSettings, spec: LinkSpec) -> None:
+    def __init__(self, settings: ConnectionSettings, spec: LinkSpec, budget: ReadAheadBudget | None = None) -> None:
         self.settings = settings
         self.spec = spec
-        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes)
+        self.sink = LinkSink(spec.prefetch, spec.read_ahead_events, spec.read_ahead_bytes, budget)
         self.consumer: Any = None  # the SDK consumer, made and used on the reader thread only
         self.state = "opening"  # opening | open | closed
         self.signed_in_at = 0.0
@@ -295,6 +295,11 @@ class Connections:
         self._lock = threading.Lock()
         self._by_key: dict[tuple[Any, ...], SharedConnection] = {}
         self.attaches = 0  # receiving links opened by this process, over its life
+        self.budget = ReadAheadBudget(self.open_links)  # the read-ahead bytes every link of the process shares
+
+    def open_links(self) -> int:
+        """Receiving links open (or opening) on the process's connections now."""
+        return sum(len(c._links) + len(c._commands) for c in list(self._by_key.values()))
 
     @staticmethod
     def key(settings: ConnectionSettings) -> tuple[Any, ...]:
@@ -305,7 +310,7 @@ class Connections:
         """A link reading ``spec`` on the shared connection of ``settings`` (opened if there is none); it
         opens on the connection's reader thread, and any failure lands in its sink."""
         key = self.key(settings)
-        link = Link(settings, spec)
+        link = Link(settings, spec, self.budget)
         with self._lock:
             connection = self._by_key.get(key)
             if connection is None or connection.closed:

@@ -73,6 +73,9 @@ def _quiet_unclosed_sessions(loop: asyncio.AbstractEventLoop, context: dict[str,
 
 
 _ATTEMPT_TIMEOUT = 30.0
+# Requests unanswered at once on the management link: enough to ask 1,024 partitions in about a second (measured
+# on the emulator: every call 0.7-1.0 s with 64 in flight), and below any credit the service grants.
+_IN_FLIGHT = 64
 _TOKEN_MARGIN = 60.0  # seconds before its expiry a request token is made anew
 
 
@@ -89,6 +92,9 @@ class ManagementClient:
         self._open_lock: asyncio.Lock | None = None
         self._cached_token: tuple[Any, float] | None = None  # (token, when it expires): see _token
         self.calls = 0
+        self._in_flight = 0
+        self.most_in_flight = 0  # requests unanswered at once, the most seen (for tests and benchmarks)
+        self.granted_credit: int | None = None  # the request link's credit left before the last call, once known
 
     # -- public, synchronous --
     def partition_ids(self) -> list[str]:
@@ -99,15 +105,35 @@ class ManagementClient:
         """Properties of all ``partition_ids``, requested concurrently on one connection."""
 
         async def all_of() -> list[Any]:
-            return await asyncio.gather(
-                *(
-                    self._request({"name": self.settings.hub, "partition": pid}, "com.microsoft:partition")
-                    for pid in partition_ids
-                )
-            )
+            # At most _IN_FLIGHT requests (and never more than the credit the service granted the request link)
+            # are unanswered at once: the SDK's request link does not wait for credit when it runs out (it grants
+            # itself more), so 1,024 requests at once went past what the service takes, and each reuse of the
+            # connection got slower (3.6 s, 10.9 s, 23.6 s, 31.6 s at 1,024 partitions, with requests repeated).
+            window = asyncio.Semaphore(self._window())
+
+            async def one(pid: str) -> Any:
+                async with window:
+                    self._in_flight += 1
+                    self.most_in_flight = max(self.most_in_flight, self._in_flight)
+                    try:
+                        return await self._request(
+                            {"name": self.settings.hub, "partition": pid}, "com.microsoft:partition"
+                        )
+                    finally:
+                        self._in_flight -= 1
+
+            return await asyncio.gather(*(one(pid) for pid in partition_ids))
 
         replies = self._run(all_of)
         return {pid: _partition_info(pid, reply) for pid, reply in zip(partition_ids, replies, strict=True)}
+
+    def _window(self) -> int:
+        """How many requests may be unanswered at once: at most ``_IN_FLIGHT``, and at most the credit the
+        service has granted the request link and not used up (read before a call sends anything)."""
+        credit = sdk.management_credit(self._mgmt) if self._mgmt is not None else None
+        if credit is not None:
+            self.granted_credit = credit
+        return max(1, min(_IN_FLIGHT, credit if credit is not None else _IN_FLIGHT))
 
     def close(self) -> None:
         try:

@@ -16,6 +16,7 @@ import importlib
 import io
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -490,7 +491,7 @@ def add_encoded(batch: Any, message: bytes) -> bool:
     return True
 
 
-def send_once(client: Any, batch: Any, timeout: float) -> None:
+def send_once(client: Any, batch: Any, timeout: float, shared: SendConnection | None = None) -> None:
     """Send ``batch`` (made by ``client.create_batch``) over ``client``'s producer for its partition, once.
 
     Why not ``send_batch``: after any failure it builds its producer again and sends the batch a second time,
@@ -499,6 +500,11 @@ def send_once(client: Any, batch: Any, timeout: float) -> None:
     itself, counts the events it sends again after an unanswered attempt, and says so. Uses
     ``_producers`` (a dict of partition id to producer, None until started), ``_start_producer`` and each
     producer's ``closed``; as ``send_batch`` does, the batch carries its own partition id or key.
+
+    With ``shared`` (the client's connection manager, :func:`share_send_connection`), the producer's link is
+    opened on the client's one connection first (again if the connection it was on ended), and the connection
+    it opened becomes that one if there was none (``running``, ``_handler``, ``_do_retryable_operation``,
+    ``_close_handler``).
     """
     from azure.eventhub._constants import ALL_PARTITIONS
 
@@ -507,7 +513,107 @@ def send_once(client: Any, batch: Any, timeout: float) -> None:
     if producer is None or producer.closed:
         client._start_producer(partition, timeout)
         producer = client._producers[partition]
+    if shared is not None:
+        if getattr(producer, "running", False):
+            connection = getattr(producer._handler, "_connection", None)
+            if connection is None or connection_closed(connection) is not None:
+                producer._close_handler()  # its link was on a connection that ended: open it on the live one
+        if not getattr(producer, "running", False):
+            producer._do_retryable_operation(lambda: _open_producer(producer, timeout), operation_need_param=False)
+            shared.adopt(producer)
     producer.send(batch, partition_key=None, timeout=timeout)
+
+
+def _open_producer(producer: Any, timeout: float) -> None:
+    """A producer's ``_open`` without its 50 ms sleep between steps: each step (the token, the session, the link)
+    already waits on the socket for the service's answer (``client_ready`` listens), and a process opening a link
+    for each of 1,024 partitions paid the sleeps 1,024 times over (about 0.15 s a link). Uses ``_client``
+    (``_create_auth``, ``_auth_uri``, ``_conn_manager``, ``_address``), ``_create_handler``, ``_handler``,
+    ``_amqp_transport``, ``_max_message_size_on_link`` and ``running``, as ``_open`` does. Unlike ``_open``, it
+    gives up after ``timeout``: a link opened on a shared connection that went silent would wait for ever."""
+    client = producer._client
+    if producer._handler:
+        producer._handler.close()
+    auth = client._create_auth(auth_uri=client._auth_uri)
+    producer._create_handler(auth)
+    connection = client._conn_manager.get_connection(endpoint=client._address.hostname, auth=auth)
+    producer._handler.open(connection=connection)
+    deadline = time.monotonic() + timeout
+    while not producer._handler.client_ready():
+        if time.monotonic() > deadline:  # a shared connection gone silent (a black hole) never answers the link
+            raise ConnectionError(f"a producer link was not opened within {timeout:.0f} s: the connection is silent")
+    transport = producer._amqp_transport
+    producer._max_message_size_on_link = (
+        transport.get_remote_max_message_size(producer._handler) or transport.MAX_MESSAGE_LENGTH_BYTES
+    )
+    producer.running = True
+
+
+class SendConnection:
+    """A producer client's connection manager that puts every one of its producers' links on one connection.
+
+    The SDK gives each partition's producer a connection of its own (its default connection manager), so a
+    process sending to 1,024 partitions held 1,024 connections (and descriptors), and a namespace limits
+    connections long before that. The SDK's own shared mode cannot be switched on from its public clients (its
+    manager needs arguments they never pass), so: the first producer opens a connection as usual, :meth:`adopt`
+    makes it the client's, and every later producer (each link with its own session, as the SDK makes them)
+    opens on it. A connection that ended is dropped, and the next producer opens a new one. Uses the handler's
+    ``_connection`` and ``_external_connection`` (an adopted connection is not closed with its first link) and
+    the client's ``_conn_manager``.
+
+    The SDK's synchronous connection is read by whichever thread sends: the caller lets one thread at a time
+    use a client made with this manager.
+    """
+
+    def __init__(self) -> None:
+        self.connection: Any = None
+
+    def get_connection(self, *, endpoint: str, auth: Any = None) -> Any:
+        self.reset_connection_if_broken()
+        return self.connection
+
+    def adopt(self, producer: Any) -> None:
+        """The connection ``producer`` opened becomes the client's, if the client has none that works."""
+        handler: Any = getattr(producer, "_handler", None)
+        connection = getattr(handler, "_connection", None)
+        self.reset_connection_if_broken()
+        if connection is None or connection is self.connection or self.connection is not None:
+            return
+        handler._external_connection = True
+        self.connection = connection
+
+    def close_connection(self) -> None:
+        """The client closes (its links first): the connection goes with it."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except Exception:
+                _LOG.debug("closing a shared send connection failed", exc_info=True)
+
+    def reset_connection_if_broken(self) -> None:
+        if self.connection is not None and connection_closed(self.connection) is not None:
+            self.connection = None
+
+
+def share_send_connection(client: Any) -> SendConnection:
+    """Make every producer of ``client`` (an ``EventHubProducerClient``) open its link on one connection."""
+    manager = SendConnection()
+    client._conn_manager = manager
+    return manager
+
+
+def create_batch(client: Any, shared: SendConnection | None, **kwargs: Any) -> Any:
+    """``client.create_batch``; the first call opens the client's partition-less producer to learn the hub's
+    maximum message size, and with ``shared`` its connection becomes the client's too."""
+    from azure.eventhub._constants import ALL_PARTITIONS
+
+    batch = client.create_batch(**kwargs)
+    if shared is not None:
+        producer = client._producers.get(ALL_PARTITIONS)
+        if producer is not None:
+            shared.adopt(producer)
+    return batch
 
 
 # -- management -------------------------------------------------------------------------------------------
@@ -524,6 +630,17 @@ async def open_management(client: Any) -> tuple[Any, Any]:
     mgmt = client._amqp_transport.create_mgmt_client(client._address, mgmt_auth=auth, config=client._config)
     await mgmt.open_async()
     return auth, mgmt
+
+
+def management_credit(mgmt: Any) -> int | None:
+    """The credit the ``$management`` request link has now (``_mgmt_links``, ``_mgmt_link``, ``_request_link``,
+    ``current_link_credit``), None before the first request made the link. Read when no request is unanswered,
+    it is what the service granted and has not used up: the SDK's link does not wait for credit when it runs out
+    (it resets its count to its own default and sends on), so the caller must not send more than this at once."""
+    operation = getattr(mgmt, "_mgmt_links", {}).get(b"$management")
+    request_link = getattr(getattr(operation, "_mgmt_link", None), "_request_link", None)
+    credit = getattr(request_link, "current_link_credit", None)
+    return int(credit) if isinstance(credit, int) else None
 
 
 def management_message(client: Any, properties: dict[str, str]) -> Any:
@@ -580,7 +697,22 @@ MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
     "azure.eventhub._constants.ALL_PARTITIONS",  # send_once
 )
 BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes", "_partition_id")  # EventDataBatch
-PRODUCER_INTERNALS = ("_producers", "_start_producer")  # EventHubProducerClient (send_once)
+PRODUCER_INTERNALS = ("_producers", "_start_producer", "_conn_manager")  # EventHubProducerClient (send_once)
+PARTITION_PRODUCER_INTERNALS = (  # EventHubProducer on a shared connection (send_once, _open_producer, SendConnection)
+    "running",
+    "_client._create_auth",
+    "_client._auth_uri",
+    "_client._address",
+    "_create_handler",
+    "_handler._connection",
+    "_handler._external_connection",
+    "_handler.client_ready",
+    "_amqp_transport.get_remote_max_message_size",
+    "_amqp_transport.MAX_MESSAGE_LENGTH_BYTES",
+    "_max_message_size_on_link",
+    "_do_retryable_operation",
+    "_close_handler",
+)
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
     "_create_auth_async",
     "_amqp_transport.create_mgmt_client",
@@ -601,12 +733,17 @@ def sign_in_wrappers() -> tuple[type[BaseException], ...]:
 
 
 def missing_internals(
-    consumer: Any = None, client: Any = None, async_client: Any = None, batch: Any = None, producer: Any = None
+    consumer: Any = None,
+    client: Any = None,
+    async_client: Any = None,
+    batch: Any = None,
+    producer: Any = None,
+    partition_producer: Any = None,
 ) -> list[str]:
     """The internals this module uses that ``consumer`` (opened by the engine), ``client`` (an
     ``EventHubConsumerClient``), ``async_client`` (an async ``EventHubProducerClient``), ``batch`` (an
-    ``EventDataBatch``) or ``producer`` (an ``EventHubProducerClient``) lack; empty when the installed SDK
-    has them all."""
+    ``EventDataBatch``), ``producer`` (an ``EventHubProducerClient``) or ``partition_producer`` (one of its
+    partitions' ``EventHubProducer``, opened) lack; empty when the installed SDK has them all."""
     missing = []
     consumer_transport = getattr(getattr(getattr(consumer, "_handler", None), "_connection", None), "_transport", None)
     if websocket_of(consumer_transport) is not None:
@@ -625,6 +762,7 @@ def missing_internals(
         (async_client, ASYNC_CLIENT_INTERNALS),
         (batch, BATCH_INTERNALS),
         (producer, PRODUCER_INTERNALS),
+        (partition_producer, PARTITION_PRODUCER_INTERNALS),
     ):
         if obj is not None:
             missing.extend(_missing(obj, paths))

@@ -75,11 +75,31 @@ _EPOCH_FIRST_V = np.void(_EPOCH_FIRST)
 _SEQ_FIRST_V = np.void(_SEQ_FIRST)
 
 
+class ReadAheadBudget:
+    """The bytes a process's receiving links may hold ahead of their tasks, together.
+
+    Each link may hold ``eventhubs.readAheadBytes`` (8 MiB by default): fine for the 4-32 partitions an
+    executor usually serves, but an executor holding links to all 1,024 partitions of a Dedicated hub would
+    hold up to 8 GiB. So the process's links share ``total`` bytes: each may hold ``total`` divided by the
+    links open, never less than ``floor`` (so a link still reads ahead a useful batch) nor more than its own
+    bound. With up to 32 links nothing changes; with 1,024 links of 8 MiB, 256 KiB each (256 MiB in all).
+    """
+
+    def __init__(self, links: Callable[[], int], total: int = 256 << 20, floor: int = 256 << 10) -> None:
+        self.links = links
+        self.total = total
+        self.floor = floor
+
+    def per_link(self) -> int:
+        return max(self.floor, self.total // max(1, self.links()))
+
+
 class LinkSink:
     """Where the events of one receiving link go: decoded on the reading thread into ``incoming``,
     handed over to readers through ``ready`` under ``cond``."""
 
     __slots__ = (
+        "budget",
         "cond",
         "credit",
         "error",
@@ -98,10 +118,17 @@ class LinkSink:
         "starved",
     )
 
-    def __init__(self, credit: int = 500, max_events: int = 1 << 62, max_bytes: int = 1 << 62) -> None:
+    def __init__(
+        self,
+        credit: int = 500,
+        max_events: int = 1 << 62,
+        max_bytes: int = 1 << 62,
+        budget: ReadAheadBudget | None = None,
+    ) -> None:
         self.credit = credit  # the link's credit window (prefetch)
         self.max_events = max_events  # what it may hold before its reader takes it (read-ahead bounds)
         self.max_bytes = max_bytes
+        self.budget = budget  # the process's bytes of read-ahead, shared by its links: lowers max_bytes
         self.cond = threading.Condition()
         self.incoming = RawEvents()  # the reading thread's, unlocked
         self.partial: bytearray | None = None  # a message spread over several transfer frames
@@ -157,12 +184,18 @@ class LinkSink:
         any event arrived, each is taken to be as large as the service allows (a few events, then the real
         size: one round trip)."""
         each = self.received_bytes // self.received if self.received else MAX_EVENT_BYTES
-        return max(1, min(self.credit, self.max_bytes // max(each, 1)))
+        return max(1, min(self.credit, self.bytes_bound() // max(each, 1)))
+
+    def bytes_bound(self) -> int:
+        """The bytes it may hold: ``max_bytes``, or less when the process's links share a smaller budget."""
+        if self.budget is None:
+            return self.max_bytes
+        return min(self.max_bytes, self.budget.per_link())
 
     def has_room(self) -> bool:
         """True while what it holds is under its bounds: its link may be given more credit."""
         events, nbytes = self.buffered()
-        return events < self.max_events and nbytes < self.max_bytes
+        return events < self.max_events and nbytes < self.bytes_bound()
 
     def room_for_credit(self) -> bool:
         """On the reading thread, before it tops the link's credit up: :meth:`has_room`, and when there is

@@ -32,6 +32,13 @@ from .receiver import PartitionReceiver
 
 _LOG = logging.getLogger(__name__)
 
+# Receivers a process keeps: every partition of the largest hub the service allows (1,024, Dedicated), twice
+# over. It was 64, and an executor serving more partitions than that evicted and re-attached every one of them
+# in every micro-batch (4,096 attaches in 4 micro-batches at 1,024 partitions). Idle receivers close after their
+# idle time-out anyway, and what their links hold ahead is bounded for the process as a whole
+# (:class:`~eventhubs_spark.amqp.tap.ReadAheadBudget`), so this bound is a backstop, not the memory's limit.
+CAPACITY = 2048
+
 
 def read_here(request: RangeRequest, result: RangeResult, pool: ReceiverPool) -> Generator[RawEvents, None, None]:
     """Read a range through this process's receiver pool; the receiver goes back to the pool after a
@@ -101,7 +108,7 @@ class ReceiverPool:
     def __init__(
         self,
         connections: Connections | None = None,
-        capacity: int = 64,
+        capacity: int = CAPACITY,
         idle_timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         factory: Callable[[ConnectionSettings, ReceiverConfig, str], PartitionReceiver] | None = None,

@@ -32,27 +32,27 @@ from ..ranges import Home, RangeRequest, RangeResult
 from ..sealed import RefusedError
 from .client import HomeClient, ServiceClient, ServiceGone
 from .place import executor_pid, jvm_name, place
-from .pool import ReceiverPool, read_here
+from .pool import CAPACITY, ReceiverPool, read_here
+from .producer import LANES, SharedProducer
 
 _LOG = logging.getLogger("eventhubs_spark")
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
 
 
 class ProducerPool:
-    """One producer client per (namespace, hub, credentials, network) per process, reused across tasks."""
+    """One :class:`SharedProducer` per (namespace, hub, credentials, network) per process, reused across tasks."""
 
-    def __init__(self) -> None:
-        self._clients: dict[tuple[Any, ...], Any] = {}
+    def __init__(self, lanes: int = LANES) -> None:
+        self._clients: dict[tuple[Any, ...], SharedProducer] = {}
         self._lock = threading.Lock()
+        self.lanes = lanes
 
-    def get(self, settings: ConnectionSettings) -> Any:
+    def get(self, settings: ConnectionSettings) -> SharedProducer:
         key = settings.pool_key()
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
-                # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
-                client = settings.producer(retry_total=0)
+                client = SharedProducer(settings, self.lanes)
                 self._clients[key] = client
             return client
 
@@ -60,10 +60,7 @@ class ProducerPool:
         with self._lock:
             client = self._clients.pop(settings.pool_key(), None)
         if client is not None:
-            try:
-                client.close()
-            except Exception:
-                _LOG.debug("closing a producer failed", exc_info=True)
+            client.close()
 
 
 class Runtime:
@@ -73,7 +70,7 @@ class Runtime:
         self,
         clock: Callable[[], float] = time.monotonic,
         reap_every: float = 1.0,
-        pool_capacity: int = 64,
+        pool_capacity: int = CAPACITY,
         place_of_service: Callable[[], Any] = place,
     ) -> None:
         """``reap_every``: seconds between closes of idle receivers by a daemon thread (0: only when asked);

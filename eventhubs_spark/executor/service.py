@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("azure").setLevel(logging.WARNING)  # the SDK logs every link state at INFO
     # the same pool a worker's runtime keeps (idle receivers reaped every second), on the service's own connections
-    pool = ReceiverPool(Connections(), capacity=64, reap_every=1.0)
+    pool = ReceiverPool(Connections(), reap_every=1.0)
     service = ReceiverService(args.socket, args.local_dir, args.watch_pid, args.idle_exit, pool)
     why = service.run()
     _LOG.info("receiver service %d exits: %s (%d ranges served)", os.getpid(), why, service.requests)

@@ -13,6 +13,7 @@ from azure.eventhub import EventData
 
 from eventhubs_spark.amqp import sdk
 from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.executor.producer import SharedProducer
 from eventhubs_spark.executor.receiver import PartitionReceiver
 from eventhubs_spark.executor.runtime import current
 from eventhubs_spark.ranges import RangeResult, ReceiverConfig
@@ -42,6 +43,18 @@ def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
         finally:
             sync_producer.close()
         assert eventhub.emulator.partition_properties(eventhub.name, 0)["last_enqueued_sequence_number"] == 1
+        shared = SharedProducer(settings, lanes=1)  # the sink's: every partition's link on one connection
+        try:
+            for partition in ("0", "1"):
+                batch = shared.create_batch(partition_id=partition)
+                batch.add(EventData("shared"))
+                shared.send(batch, 30.0)
+            client = shared._lanes[0].client
+            assert sdk.missing_internals(producer=client, partition_producer=client._producers["1"]) == []
+            assert shared.connections() == 1
+        finally:
+            shared.close()
+        assert eventhub.emulator.partition_properties(eventhub.name, 1)["last_enqueued_sequence_number"] == 0
     finally:
         receiver.close()
 

@@ -291,6 +291,38 @@ def test_pool_reuses_expires_and_invalidates():
     assert 0 < pool.stats.reuse_rate() < 1
 
 
+def test_a_pool_serving_1024_partitions_attaches_each_once_over_many_micro_batches():
+    """The default capacity holds every partition of the largest hub: no evict-and-reattach each micro-batch."""
+    clock = Clock()
+    pool = ReceiverPool(idle_timeout=60, clock=clock, factory=FakeReceiver)
+    settings = parse_connection_string(CONN)
+    config = ReceiverConfig()
+    for batch in range(4):
+        for p in range(1024):
+            receiver = pool.acquire(settings, config, str(p), start=batch * 10)
+            receiver.position = (batch + 1) * 10
+            pool.release(receiver, healthy=True)
+        clock.now += 5  # the next trigger, within the idle time-out
+    assert pool.stats.creates == 1024 and pool.stats.evictions == 0 and pool.stats.hits == 3 * 1024
+
+
+def test_links_share_the_process_read_ahead_budget_without_changing_a_few_links_bounds():
+    from eventhubs_spark.amqp.tap import LinkSink, ReadAheadBudget
+
+    links = [4]
+    budget = ReadAheadBudget(lambda: links[0], total=256 << 20, floor=256 << 10)
+    sink = LinkSink(credit=500, max_events=2000, max_bytes=8 << 20, budget=budget)
+    assert sink.bytes_bound() == 8 << 20  # 4 links: each keeps its own bound
+    links[0] = 32
+    assert sink.bytes_bound() == 8 << 20
+    links[0] = 1024
+    assert sink.bytes_bound() == 256 << 10  # 1,024 links: 256 MiB in all
+    links[0] = 100_000
+    assert sink.bytes_bound() == 256 << 10  # never below the floor
+    sink.received, sink.received_bytes = 100, 100 * 10_000  # 10 KB events: the window follows the bound
+    assert sink.window() == (256 << 10) // 10_000
+
+
 def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_process():
     """What goes to executors pickles without any azure-identity object; each process builds its own."""
     import pytest

@@ -1,0 +1,111 @@
+"""The sink's producers in one process: a few AMQP connections per namespace, a link per partition on them.
+
+The SDK's producer client opens a connection per partition it sends to, so a Python worker writing to a
+1,024-partition hub held 1,028 sockets, and a namespace's connection quota refuses such a sink long before
+that. Here a :class:`SharedProducer` keeps ``lanes`` SDK clients (default 4), each with every one of its
+links on one connection (:class:`~eventhubs_spark.amqp.sdk.SendConnection`), as the other SDKs send to every
+partition over one connection. A partition (or a partition key) always goes to the same lane, so its
+batches stay in order; lanes send concurrently; one thread at a time uses a lane (the SDK's synchronous
+connection is read by the thread that sends on it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from typing import Any
+
+from ..amqp import sdk
+from ..auth.settings import ConnectionSettings
+
+_LOG = logging.getLogger(__name__)
+
+LANES = 4  # connections per process and namespace (and hub, credential, network) for the sink
+# Refusals that concern one send or link, not the connection: the lane keeps its connection after them.
+_LINK_ONLY = (sdk.SERVER_BUSY, sdk.TOO_LARGE)
+
+
+class _Lane:
+    __slots__ = ("client", "lock", "shared")
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.lock = threading.Lock()
+        self.renew(settings)
+
+    def renew(self, settings: ConnectionSettings) -> None:
+        """A new SDK client and connection manager (the caller closes the old client)."""
+        # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
+        # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
+        self.client = settings.producer(retry_total=0)
+        self.shared = sdk.share_send_connection(self.client)
+
+
+class SharedProducer:
+    """A process's producer for one (namespace, hub, credential, network): ``lanes`` connections, a link per
+    partition; safe to use from several threads."""
+
+    def __init__(self, settings: ConnectionSettings, lanes: int = LANES) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be at least 1, got {lanes}")
+        self.settings = settings
+        self._lanes = [_Lane(settings) for _ in range(lanes)]  # no connection until a lane is used
+        # Partition lookups go over a connection of their own per call, as the SDK makes them, never a lane's:
+        # a lane's connection may be black-holed, and a lookup on it would wait for it to heal with no time-out
+        # (a send on it times out, and is made again on a new connection).
+        self._lookups = settings.producer(retry_total=0)
+
+    def _lane(self, partition_id: str | None, key: str | None) -> _Lane:
+        if partition_id:
+            index = int(partition_id) if partition_id.isdigit() else zlib.crc32(partition_id.encode("utf-8"))
+        elif key is not None:
+            index = zlib.crc32(key.encode("utf-8"))
+        else:
+            index = 0
+        return self._lanes[index % len(self._lanes)]
+
+    def partition_ids(self) -> list[str]:
+        """The hub's partition ids (a management request, on a connection of its own)."""
+        return list(self._lookups.get_partition_ids())
+
+    def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> Any:
+        """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
+        lane = self._lane(partition_id, partition_key)
+        with lane.lock:
+            return sdk.create_batch(lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key)
+
+    def send(self, batch: Any, timeout: float) -> None:
+        """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
+        lane = self._lane(batch._partition_id, batch._partition_key)
+        with lane.lock:
+            try:
+                sdk.send_once(lane.client, batch, timeout, lane.shared)
+            except Exception as exc:
+                if sdk.condition(exc) not in _LINK_ONLY:
+                    # The SDK's own producers open a new connection after any failure; here every link of the
+                    # lane shares one, which may be dead without saying so (a black hole): the lane starts over.
+                    old = lane.client
+                    lane.renew(self.settings)
+                    _close(old)
+                raise
+
+    def connections(self) -> int:
+        """Connections open now (for tests and benchmarks)."""
+        return sum(
+            1
+            for lane in self._lanes
+            if lane.shared.connection is not None and not sdk.connection_closed(lane.shared.connection)
+        )
+
+    def close(self) -> None:
+        """Close every lane's links and connection (without waiting for a send in progress: it fails, and the
+        sink retries on a new producer)."""
+        for client in (*(lane.client for lane in self._lanes), self._lookups):
+            _close(client)
+
+
+def _close(client: Any) -> None:
+    try:
+        client.close()
+    except Exception:
+        _LOG.debug("closing a producer failed", exc_info=True)

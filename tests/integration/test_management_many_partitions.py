@@ -1,0 +1,27 @@
+"""Planning's partition lookups at 1,024 partitions: concurrent, within a bounded window on the management link,
+each partition asked exactly once per call, call after call on the kept connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventhubs_spark.amqp import management
+from eventhubs_spark.amqp.management import ManagementClient
+from eventhubs_spark.auth.settings import parse_connection_string
+
+
+@pytest.mark.partitions(1024)
+def test_1024_partitions_are_asked_concurrently_within_the_window_and_each_once(eventhub):
+    client = ManagementClient(parse_connection_string(eventhub.connection_string), operation_timeout=120)
+    ids = [str(p) for p in range(1024)]
+    try:
+        for _ in range(4):  # the kept connection, reused: no call may repeat requests or slow down with reuse
+            before = eventhub.emulator.stats()["management_requests"]
+            infos = client.partition_properties(ids)
+            asked = eventhub.emulator.stats()["management_requests"] - before
+            assert asked == 1024, f"{asked} requests reached the emulator for 1,024 partitions"
+            assert sorted(infos, key=int) == ids and all(i.is_empty for i in infos.values())
+        assert 1 < client.most_in_flight <= management._IN_FLIGHT, client.most_in_flight
+        assert client.granted_credit is not None and client.granted_credit > 0, "the link's credit was read"
+    finally:
+        client.close()
