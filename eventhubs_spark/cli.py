@@ -314,7 +314,7 @@ def _send(args: argparse.Namespace) -> int:
         # One management call without the SDK's retries first: a wrong hub name or key is answered at
         # once, in one line, instead of after the producer's retries and a traceback.
         settings = parse_connection_string(conn, option="--connection-string", hub=args.hub, hub_option="--hub")
-        runtime.current().management(settings, 30.0).partition_ids()
+        partition_ids = runtime.current().management(settings, 30.0).partition_ids()
     except EventHubsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -327,19 +327,24 @@ def _send(args: argparse.Namespace) -> int:
     started = time.monotonic()
     sender = _Sender(lambda: EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.hub,
                                                                          retry_total=0), args.send_timeout)  # fmt: skip
+    # Neither a partition nor a key: the events are dealt over the partitions one by one, as the sink does (a
+    # batch sent without either lands on one partition the service picks: all of a small run on one partition).
+    targets = [options] if options else [{"partition_id": p} for p in partition_ids]
     try:
-        batch = sender.client.create_batch(**options)
-        for body in bodies:
+        batches = [sender.client.create_batch(**target) for target in targets]
+        for i, body in enumerate(bodies):
+            slot = i % len(targets)
             event = EventData(body)
             try:
-                batch.add(event)
+                batches[slot].add(event)
             except ValueError:
-                sender.send(batch)
+                sender.send(batches[slot])
                 _progress(sender.sent, total, sys.stderr)
-                batch = sender.client.create_batch(**options)
-                batch.add(event)
-        if len(batch):
-            sender.send(batch)
+                batches[slot] = sender.client.create_batch(**targets[slot])
+                batches[slot].add(event)
+        for batch in batches:
+            if len(batch):
+                sender.send(batch)
     except _SendFailed as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
         return 1

@@ -66,6 +66,11 @@ class HubNotFoundError(EventHubsError, LookupError):
     options that set them. Not retriable: a misspelt name does not appear by itself."""
 
 
+class ConsumerGroupNotFoundError(HubNotFoundError):
+    """The hub has no consumer group of that name: the message names the group, the hub, the option that sets
+    it and how to create one. A :class:`HubNotFoundError` too (code that caught that keeps working)."""
+
+
 class NetworkError(EventHubsError, ConnectionError):
     """The namespace (or the proxy on the way) could not be reached: the message says where, over which
     transport, and which option to change. ``retriable`` when it may heal (a refused or unreachable
@@ -108,6 +113,7 @@ ERROR_TYPES: dict[str, type[EventHubsError]] = {
         SinkError,
         AuthenticationFailedError,
         HubNotFoundError,
+        ConsumerGroupNotFoundError,
         NetworkError,
     )
 }

@@ -76,6 +76,7 @@ class Azurite:
                 "--skipApiVersionCheck",
                 "--silent",
                 "--loose",
+                "--disableTelemetry",  # no usage data sent (nor a getaddrinfo block printed where it cannot be)
                 *(["--cert", self.tls[0], "--key", self.tls[1], "--oauth", "basic"] if self.tls else []),
             ],
             stdout=subprocess.DEVNULL,

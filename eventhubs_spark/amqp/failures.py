@@ -12,12 +12,13 @@ chain decides, so an attempt that failed to connect and a later one refused at s
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
 
 from ..auth.settings import ConnectionSettings
-from ..errors import AuthenticationFailedError, HubNotFoundError, NetworkError, retriable
+from ..errors import AuthenticationFailedError, ConsumerGroupNotFoundError, HubNotFoundError, NetworkError, retriable
 from . import sdk
 from .reach import causes, classify, network_failure
 
@@ -100,8 +101,8 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
         if network is not None:
             return network
         meaning = sdk.condition(seen)
-        if meaning == sdk.NOT_FOUND:
-            return not_found(settings, str(seen))
+        if meaning == sdk.NOT_FOUND:  # what the service said may sit deeper in the chain than ``seen``
+            return not_found(settings, " ".join(dict.fromkeys(str(c) for c in causes(seen) if str(c))))
         # azure-core's ClientAuthenticationError: azure-identity's refusal to issue a token (not an AMQP error)
         if meaning == sdk.UNAUTHORIZED or _is_client_authentication_error(seen):
             return auth_error(settings, str(seen))
@@ -136,8 +137,26 @@ def auth_error(settings: ConnectionSettings, cause: str) -> AuthenticationFailed
     )
 
 
+# The service names what it could not find: "The messaging entity 'sb://<ns>/<hub>/consumergroups/<group>' could
+# not be found." for a consumer group the hub lacks (the hub itself exists then: a missing hub fails at its token).
+_MISSING_GROUP = re.compile(r"/consumergroups/([^'/\s]+)'?\s+could not be found", re.IGNORECASE)
+
+
 def not_found(settings: ConnectionSettings, cause: str) -> HubNotFoundError:
-    """The error for a hub the namespace does not have (the service refuses its sign-in with 404)."""
+    """The error for a hub the namespace does not have (the service refuses its sign-in with 404), or for a
+    consumer group the hub does not have (its receiving link refused as not found)."""
+    said = " ".join(cause.split())[:300]
+    group = _MISSING_GROUP.search(cause)
+    if group is not None:
+        name = group.group(1)
+        return ConsumerGroupNotFoundError(
+            f"consumer group {name!r} was not found in event hub {settings.hub!r} of namespace {settings.namespace}: "
+            f"check eventhubs.consumerGroup (default $Default), or create the group: in the Azure portal under the "
+            f"event hub's Consumer groups, or `az eventhubs eventhub consumer-group create --resource-group "
+            f"<resource-group> --namespace-name <namespace> --eventhub-name {settings.hub} --name {name}` (the Basic "
+            f"tier has only "
+            f"$Default). The service said: {said}"
+        )
     where = (
         "eventhubs.name, or EntityPath in eventhubs.connectionString"
         if settings.connection_string is not None
@@ -146,5 +165,5 @@ def not_found(settings: ConnectionSettings, cause: str) -> HubNotFoundError:
     return HubNotFoundError(
         f"event hub {settings.hub!r} was not found in namespace {settings.namespace}: check the hub's name in "
         f"{where} (names are listed in the Azure portal under the namespace's Event Hubs). The service said: "
-        f"{' '.join(cause.split())[:300]}"
+        f"{said}"
     )

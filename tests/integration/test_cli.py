@@ -30,6 +30,13 @@ def test_send_generated_events_to_a_partition(eventhub, capsys):
     assert "SharedAccessKey" not in err
 
 
+def test_send_without_a_partition_or_key_spreads_the_events_over_every_partition(eventhub, capsys):
+    """As the sink does: 1,000 small events fit in one batch, which the service would put on one partition."""
+    assert main(["send", "--connection-string", eventhub.connection_string, "--count", "1000"]) == 0
+    assert _ends(eventhub) == {"0": 250, "1": 250, "2": 250, "3": 250}
+    assert "sent 1000 events" in capsys.readouterr().err
+
+
 def test_send_a_json_lines_file_with_the_connection_string_from_the_environment(eventhub, tmp_path, monkeypatch):
     lines = [json.dumps({"id": i, "city": "Oslo"}) for i in range(7)]
     path = tmp_path / "events.jsonl"
@@ -67,7 +74,9 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
         real, holed = sdk.send_once, []
 
         def first_into_a_hole(client, batch, timeout):
-            if not holed:  # the producer's connection is open (create_batch opened it): hole it for 4 s
+            if not holed:  # open the partition's producer (its own connection), then hole every connection for 4 s
+                client._start_producer(batch._partition_id, timeout)
+                client._producers[batch._partition_id]._open_with_retry()
                 holed.append(emulator.black_hole(4.0))
             return real(client, batch, timeout)
 

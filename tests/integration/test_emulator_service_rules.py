@@ -151,6 +151,26 @@ def test_a_missing_hub_is_refused_at_sign_in_as_the_service_does(emu):
             consumer.get_partition_ids()
 
 
+def test_a_missing_consumer_group_is_named_not_taken_for_a_missing_hub(eventhub):
+    """The service refuses the receiving link of a group the hub lacks: the task's error names the group, its
+    option and how to create one (it was reported as a missing hub)."""
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.errors import ConsumerGroupNotFoundError
+    from eventhubs_spark.executor.pool import ReceiverPool, read_here
+    from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
+
+    settings = parse_connection_string(eventhub.connection_string)
+    config = ReceiverConfig(consumer_group="nosuchgroup", receiver_timeout=10)
+    request = RangeRequest(settings, config, "0", 0, 1, True)
+    pool = ReceiverPool(current().connections)
+    with pytest.raises(ConsumerGroupNotFoundError) as info:
+        list(read_here(request, RangeResult(), pool))
+    text = str(info.value)
+    assert text.startswith(f"consumer group 'nosuchgroup' was not found in event hub '{eventhub.name}'"), text
+    assert "eventhubs.consumerGroup" in text and "consumer-group create" in text
+
+
 def test_the_connector_and_the_cli_say_which_option_names_the_missing_hub(emu):
     from eventhubs_spark.errors import HubNotFoundError
     from eventhubs_spark.source import EventHubsBatchReader

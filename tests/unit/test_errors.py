@@ -239,6 +239,18 @@ def test_a_refused_sign_in_deep_in_a_chain_becomes_one_clear_error():
     assert info.value.__suppress_context__, "the SDK's chain is left out"
 
 
+def test_a_missing_consumer_group_is_named_with_its_option_and_how_to_create_it():
+    from eventhubs_spark.errors import ConsumerGroupNotFoundError
+
+    said = "The messaging entity 'sb://ns.servicebus.windows.net/hub/consumergroups/nosuchgroup' could not be found."
+    with pytest.raises(ConsumerGroupNotFoundError) as info, failures.sign_in_errors(SETTINGS):
+        raise RuntimeError("while opening the link") from _link_error(b"amqp:not-found", said)
+    text = str(info.value)
+    assert text.startswith("consumer group 'nosuchgroup' was not found in event hub"), text
+    assert "eventhubs.consumerGroup" in text and "consumer-group create" in text and "--name nosuchgroup" in text
+    assert isinstance(info.value, HubNotFoundError) and not info.value.retriable
+
+
 def test_a_missing_hub_and_other_errors_pass_through_sign_in_errors_as_they_should():
     with pytest.raises(HubNotFoundError), failures.sign_in_errors(SETTINGS):
         raise _token_refused(404)
