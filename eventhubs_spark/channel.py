@@ -191,6 +191,34 @@ class Gate:
             return len(self._pending)
 
 
+class Refusals:
+    """Connections a listener refused (a stranger, a wrong key), said in the log at most once per ``every``
+    seconds: the first at once, then one line with how many more were refused since. A flood of strangers (1,000
+    connections made 386 warnings) must not grow a service's or driver's log without bound; the count
+    (``refused``) still counts every one."""
+
+    def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every = every
+        self.clock = clock
+        self.refused = 0
+        self._last: float | None = None
+        self._unsaid = 0
+        self._lock = threading.Lock()
+
+    def add(self, log: logging.Logger, message: str, *args: Any) -> None:
+        """One refusal: counted, and ``message % args`` logged as a warning unless one was said within ``every``."""
+        with self._lock:
+            self.refused += 1
+            now = self.clock()
+            if self._last is not None and now - self._last < self.every:
+                self._unsaid += 1
+                return
+            unsaid, self._unsaid, self._last = self._unsaid, 0, now
+        if unsaid:
+            message += f" ({unsaid} more refused in the last {self.every:g} s, not said one by one)"
+        log.warning(message, *args)
+
+
 def accept_loop(server: socket.socket, still: Callable[[], bool], take: Callable[[socket.socket, Any], None],
                 what: str) -> OSError | None:  # fmt: skip
     """Accept connections on ``server`` while ``still()``, handing each to ``take``; no error ends the loop but the
@@ -230,7 +258,7 @@ class DriverChannel:
         self._server.settimeout(1.0)
         self.port = int(self._server.getsockname()[1])
         self._address = DriverAddress(host_addresses(bind), self.port)  # looked up once: names may be slow
-        self.refused = 0
+        self.refusals = Refusals()  # strangers refused, said in the log at most once a minute
         self.accepted = 0  # connections taken (a kept one counts once however many messages it carries)
         self.proven = 0  # connections that proved they hold the query's key
         self.gate = Gate(MAX_PENDING, MAX_THREADS)
@@ -239,6 +267,10 @@ class DriverChannel:
 
     def address(self) -> DriverAddress:
         return self._address
+
+    @property
+    def refused(self) -> int:
+        return self.refusals.refused
 
     def close(self) -> None:
         self._closed.set()
@@ -260,8 +292,8 @@ class DriverChannel:
                     sealed, _ = server_handshake(conn, lambda q: self.query if q == self.query.query else None)
                 except RefusedError as exc:
                     # said before counted: whoever sees the count (a test waits on it) finds the warning logged
-                    _LOG.warning("eventhubs: refused a connection to the query's driver from %s: %s", peer[0], exc)
-                    self.refused += 1
+                    self.refusals.add(_LOG, "eventhubs: refused a connection to the query's driver from %s: %s",
+                                      peer[0], exc)  # fmt: skip
                     return
                 except OSError as exc:
                     _LOG.debug("eventhubs: driver channel: a connection from %s ended: %s", peer[0], exc)
@@ -314,7 +346,17 @@ def _exchange(sealed: SealedSocket, payload: bytes) -> dict[str, Any] | None:
 def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[str, socket.socket] | None:
     """A TCP connection to the first of ``hosts`` that accepts one on ``port``, every address tried at once, within
     ``timeout`` in all (a dropped packet costs the time-out once, not once per address); None when none did."""
+    return connect_or_refused(hosts, port, timeout)[0]
+
+
+def connect_or_refused(
+    hosts: tuple[str, ...], port: int, timeout: float
+) -> tuple[tuple[str, socket.socket] | None, bool]:
+    """:func:`first_connect`, and whether every address refused the connection at once (nobody listens on that
+    port there: a driver that stopped, or has not started yet), which says nothing of a firewall: one that
+    drops the packets lets the time-out run out instead."""
     pending: dict[socket.socket, str] = {}
+    refusals = attempts = 0
     for host in dict.fromkeys(hosts):
         try:
             infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
@@ -323,9 +365,12 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
         family, kind, proto, _, address = infos[0]
         sock = socket.socket(family, kind, proto)
         sock.setblocking(False)
-        if sock.connect_ex(address) in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+        attempts += 1
+        started = sock.connect_ex(address)
+        if started in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
             pending[sock] = host
         else:
+            refusals += started == errno.ECONNREFUSED
             sock.close()
     deadline = time.monotonic() + timeout
     won: tuple[str, socket.socket] | None = None
@@ -337,15 +382,17 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
                 break  # one last look past the deadline: a connection made while this thread waited for a CPU counts
             for sock in ready:
                 host = pending.pop(sock)
-                if won is None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if won is None and error == 0:
                     sock.setblocking(True)
                     won = (host, sock)
                 else:
+                    refusals += error == errno.ECONNREFUSED
                     sock.close()
     finally:
         for sock in pending:
             sock.close()
-    return won
+    return won, won is None and attempts > 0 and refusals == attempts
 
 
 def reaches(hosts: tuple[str, ...], port: int, timeout: float = PROBE_TIMEOUT) -> bool:
@@ -473,8 +520,14 @@ def _connect(driver: DriverAddress, query: QueryKey, timeout: float) -> tuple[st
     driver is known to be unreachable: then at once), or when it refused the query's proof (said in the log)."""
     if not REACH.reachable(driver):
         return None
-    connected = first_connect(driver.hosts, driver.port, min(timeout, PROBE_TIMEOUT))
+    connected, refused = connect_or_refused(driver.hosts, driver.port, min(timeout, PROBE_TIMEOUT))
     if connected is None:
+        if refused:
+            # Nobody listens on that port (the query stopped, or a new one on the same fixed port has not yet
+            # started listening): answered at once, so nothing is remembered and no note is left for the executor's
+            # other processes, which would otherwise take a restarted query's driver for unreachable for a minute.
+            _LOG.debug("eventhubs: the query's driver (port %d) refused the connection: not listening", driver.port)
+            return None
         REACH.failed(driver, f"no answer within {min(timeout, PROBE_TIMEOUT):g} s")
         return None
     host, sock = connected

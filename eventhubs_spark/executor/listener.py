@@ -28,7 +28,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..auth.settings import ConnectionSettings
-from ..channel import HANDSHAKE_TIMEOUT, MAX_PENDING, MAX_THREADS, Gate, accept_loop, ask, host_addresses, open_server
+from ..channel import (
+    HANDSHAKE_TIMEOUT,
+    MAX_PENDING,
+    MAX_THREADS,
+    Gate,
+    Refusals,
+    accept_loop,
+    ask,
+    host_addresses,
+    open_server,
+)
 from ..ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 from ..sealed import RefusedError, SealedSocket, server_handshake
 from . import protocol
@@ -62,7 +72,8 @@ class Listener:
         self.clock = clock
         self.port: int | None = None
         self.hosts = host_addresses()
-        self.refused = 0
+        self.refused = 0  # connections and requests refused
+        self.refusals = Refusals()  # strangers refused, said in the log at most once a minute
         self.served = 0
         self._queries: dict[str, tuple[QueryKey, ConnectionSettings, float]] = {}
         self._announcing: set[tuple[DriverAddress, str]] = set()
@@ -168,8 +179,8 @@ class Listener:
                     sealed, query_id = server_handshake(conn, self.key_of)
                 except RefusedError as exc:
                     # said before counted: whoever sees the count (a test waits on it) finds the warning logged
-                    _LOG.warning("receiver service %s: refused a connection from %s: %s", self.executor, peer[0],
-                                 exc)  # fmt: skip
+                    self.refusals.add(_LOG, "receiver service %s: refused a connection from %s: %s", self.executor,
+                                      peer[0], exc)  # fmt: skip
                     self.refused += 1
                     return
                 except OSError:

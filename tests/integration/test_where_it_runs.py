@@ -6,6 +6,7 @@ listener whose backlog is full, so a connect there waits out its time-out exactl
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -148,10 +149,11 @@ def test_an_executors_other_workers_do_not_pay_a_probe_one_of_them_paid(tmp_path
         heard.close()
 
 
-def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach):
+def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, caplog):
     """1,000 connections that never prove themselves, and some that send garbage or a huge length: the channel
     keeps at most MAX_PENDING of them waiting (the oldest cut off), and the query's own connections get through
-    all along."""
+    all along; the log says the refusals once a minute, not once each."""
+    caplog.set_level(logging.WARNING, logger="eventhubs_spark")
     query = new_query_key()
     answered = []
     driver_channel = DriverChannel(query, lambda m: answered.append(m) or {"ok": True}, bind="127.0.0.1")
@@ -195,6 +197,8 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach):
         assert driver_channel.gate.turned_away > 0  # the flood was cut off, not served
         assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
         assert reach.probes == 0
+        said = [r for r in caplog.records if "refused a connection to the query's driver" in r.getMessage()]
+        assert driver_channel.refused >= 1 and len(said) == 1, (driver_channel.refused, len(said))
         # a proven peer that announces a frame larger than the driver takes is cut off before anything is read
         with socket.create_connection(("127.0.0.1", driver_channel.port)) as raw:
             sealed = client_handshake(raw, query)
@@ -362,3 +366,27 @@ def test_the_driver_says_once_when_no_executor_reaches_its_channel(eventhub, cap
     planned = quiet.partitions(start, start)
     assert all(r.driver is None and r.query is None and not r.homes for p in planned for r in p.requests)
     assert listening() <= before, "eventhubs.driverChannel=false opened a port in the driver's process"
+
+
+def test_a_driver_port_nobody_listens_on_is_not_taken_for_a_firewall_and_a_restart_there_is_heard_at_once(
+    tmp_path, monkeypatch
+):
+    """A query restarted on a fixed eventhubs.driverChannel.ports: its predecessor's services and tasks met the
+    port closed (refused at once, not dropped). That is no firewall: nothing is remembered, no note is left for the
+    executor's other workers, and the new driver on that port is asked at once, not a recheck's minute later."""
+    reach = Reach(recheck=60.0, shared_dir=str(tmp_path))
+    monkeypatch.setattr(channel, "REACH", reach)
+    query = new_query_key()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    driver = DriverAddress(("127.0.0.1", "localhost"), port)
+    started = time.monotonic()
+    assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None  # the old query's driver is gone
+    assert time.monotonic() - started < 1.0, "a refusal is answered at once"
+    assert reach.reachable(driver) and reach.probes == 0 and not list(tmp_path.iterdir()), "nothing remembered"
+    heard = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1", ports=str(port))  # the restarted query
+    try:
+        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+    finally:
+        heard.close()

@@ -503,3 +503,23 @@ def test_a_symlinked_socket_directory_is_refused_not_followed(tmp_path, monkeypa
     with pytest.raises(PermissionError, match="not a symbolic link"):
         place.place()
     assert list(target.iterdir()) == []
+
+
+def test_refusals_are_all_counted_and_said_at_most_once_a_minute(caplog):
+    import logging
+
+    from eventhubs_spark.channel import Refusals
+
+    now = [0.0]
+    refusals = Refusals(every=60.0, clock=lambda: now[0])
+    log = logging.getLogger("eventhubs_spark.test_refusals")
+    with caplog.at_level(logging.WARNING, logger=log.name):
+        for _ in range(500):  # a flood within one minute: the first said, the rest counted
+            refusals.add(log, "refused a connection from %s", "10.0.0.9")
+            now[0] += 0.05
+        now[0] = 61.0
+        refusals.add(log, "refused a connection from %s", "10.0.0.9")
+    said = [r.getMessage() for r in caplog.records]
+    assert refusals.refused == 501 and len(said) == 2, said
+    assert said[0] == "refused a connection from 10.0.0.9"
+    assert said[1] == "refused a connection from 10.0.0.9 (499 more refused in the last 60 s, not said one by one)"
