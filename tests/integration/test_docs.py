@@ -81,3 +81,21 @@ def test_the_getting_started_pipeline_runs_as_written_from_a_wheel(eventhub, tmp
         cwd=tmp_path, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert bodies == [str(expected[-1])] * 2, "every event once: no event read twice by the second run"
+
+
+def test_the_built_site_works_from_disk_every_link_a_file_and_search_offline(tmp_path):
+    """`./dev docs` says "open build/site/index.html": from file:// a link to a folder opens a listing and the
+    search needs a server unless the site is built for it. Every page's internal link names a file that exists,
+    and the search index is the offline one (a script, no fetch)."""
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "docs" / "mkdocs.yml"),
+                           "-d", str(site)], capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    pages = sorted(p for p in site.glob("*.html") if p.name != "404.html")  # a server's page: absolute links
+    assert len(pages) > 10
+    for page in pages:
+        for link in re.findall(r'href="([^"#:]+)(?:#[^"]*)?"', page.read_text()):
+            target = (page.parent / link).resolve()
+            assert target.is_file(), f"{page.name} links to {link}, which is not a file"
+    assert (site / "search" / "search_index.js").is_file(), "the offline search index"
