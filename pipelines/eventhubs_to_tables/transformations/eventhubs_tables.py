@@ -1,10 +1,11 @@
 """Event Hubs into tables with Spark Declarative Pipelines: a streaming table of the hub's events, one of their
-parsed JSON bodies, and a materialized view over those. ``spark`` is the pipeline's session (given by the engine)."""
+parsed JSON bodies, and a materialized view over those. Each definition takes the pipeline's session as the active
+one (Spark 4.3 also puts it in this module as ``spark``; 4.1 and 4.2 do not)."""
 
 import os
 
 from pyspark import pipelines as dp
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import eventhubs_spark  # noqa: F401  (registers the "eventhubs" source with the pipeline's session)
@@ -15,7 +16,8 @@ READING = "struct<device:string, temperature:double, ts:string>"
 @dp.table(comment="Every event of the hub, as the eventhubs source reads it (body, partition, sequenceNumber, ...)")
 def events() -> DataFrame:
     return (
-        spark.readStream.format("eventhubs")  # type: ignore[name-defined]  # noqa: F821
+        SparkSession.active()
+        .readStream.format("eventhubs")
         .option("eventhubs.connectionString", os.environ["EVENTHUBS_CONNECTION_STRING"])
         .option("eventhubs.startingPosition", '{"offset": "-1"}')
         .load()
@@ -25,9 +27,11 @@ def events() -> DataFrame:
 @dp.table(comment="The JSON bodies, parsed; the event's own columns beside them")
 def readings() -> DataFrame:
     return (
-        spark.readStream.table("events")  # type: ignore[name-defined]  # noqa: F821
-        .select(F.from_json(F.col("body").cast("string"), READING).alias("r"), "partition", "sequenceNumber",
-                "enqueuedTime")
+        SparkSession.active()
+        .readStream.table("events")
+        .select(
+            F.from_json(F.col("body").cast("string"), READING).alias("r"), "partition", "sequenceNumber", "enqueuedTime"
+        )
         .select("r.*", "partition", "sequenceNumber", "enqueuedTime")
     )
 
@@ -35,7 +39,8 @@ def readings() -> DataFrame:
 @dp.materialized_view(comment="Readings per device: how many, and their mean temperature")
 def readings_by_device() -> DataFrame:
     return (
-        spark.read.table("readings")  # type: ignore[name-defined]  # noqa: F821
+        SparkSession.active()
+        .read.table("readings")
         .groupBy("device")
         .agg(F.count("*").alias("readings"), F.avg("temperature").alias("mean_temperature"))
     )
