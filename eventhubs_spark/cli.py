@@ -109,10 +109,12 @@ class _QuietStop:
 
 
 class _ShutdownNoise:
-    """Line by line, what of a stream to pass on: everything, except (once ``stopping`` is set) Python
-    tracebacks that end in a closed socket's error, with the lines that chain them together."""
+    """Line by line, what of a stream to pass on: everything, except Python tracebacks that end in a closed
+    socket's error (once ``stopping`` is set, or from pyspark's daemon at any time), with the lines that chain
+    them together."""
 
     ERRORS = ("EOFError", "BrokenPipeError", "ConnectionResetError")
+    DAEMON = b"pyspark/daemon.py"
 
     def __init__(self, stopping: threading.Event) -> None:
         self.stopping = stopping
@@ -123,15 +125,19 @@ class _ShutdownNoise:
         """What to pass on now for ``line`` (maybe nothing, maybe lines held before it)."""
         text = line.decode(errors="replace")
         joining = not text.strip() or text.startswith(("During handling", "The above exception"))
-        if text.startswith("Traceback (most recent call last)") and self.stopping.is_set():
-            self.held.append(line)
+        if text.startswith("Traceback (most recent call last)"):
+            self.held.append(line)  # held until its exception line says what it is
             return b""
         if self.held:
             self.held.append(line)
             if joining or text.startswith((" ", "\t")):
                 return b""
             block, self.held = b"".join(self.held), []  # its exception line: the traceback is whole
-            self.dropping = text.startswith(self.ERRORS)
+            # A closed socket's error is noise at stop from any of Spark's Python processes, and at any time from
+            # pyspark's daemon (it forks the workers, and Spark closes their sockets as it retires them: a healthy
+            # run printed three of those). Any other traceback, and every other error, is passed on.
+            closed_socket = text.startswith(self.ERRORS)
+            self.dropping = closed_socket and (self.stopping.is_set() or self.DAEMON in block)
             return b"" if self.dropping else block
         if self.dropping and joining:
             return b""
@@ -176,8 +182,10 @@ def _demo_run(args: argparse.Namespace) -> int:
 
         from .localspark import local_session
 
-        print("starting Spark (about 10 s)...", flush=True)
+        print("starting Spark (20-40 s on a 2-core machine; its JVM and Python workers start)...", flush=True)
+        spark_started = time.monotonic()
         spark = local_session("eventhubs-spark demo")  # eventhubs_spark/conf/spark-defaults.conf
+        print(f"Spark started in {time.monotonic() - spark_started:.0f} s; starting the query...", flush=True)
         for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
             signal.signal(sig, stop_requested.set)
         from . import register
@@ -235,8 +243,8 @@ def _demo_run(args: argparse.Namespace) -> int:
                 total = sum(now.values())
                 text = _table(("partition", "events read", "events/s", "lag"), rows)
                 header = f"{time.monotonic() - started:5.1f} s   {total} of {args.events} events read"
-                if not first_batch_done:
-                    header += "   (Spark is starting the query; the first micro-batch comes within 10-15 s)"
+                if not first_batch_done:  # the query's planner and first Python workers start: 5-20 s here
+                    header += f"   (waiting for the query's first micro-batch: {time.monotonic() - started:.0f} s)"
                 print(("\033[H\033[J" if live else "\n") + header + "\n" + text, flush=True)
                 if total >= args.events:
                     break

@@ -158,6 +158,8 @@ def test_the_demo_runs_a_spark_query_to_the_end(tmp_path):
     assert "the Spark query read 400 of 400 events" in proc.stdout
     assert "events/s" in proc.stdout and "lag" in proc.stdout
     assert "[Stage" not in proc.stdout + proc.stderr  # no console progress bars between the table's rows
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]  # a healthy run shows no traceback
+    assert "starting Spark (20-40 s" in proc.stdout and "Spark started in" in proc.stdout  # progress, said honestly
 
 
 @pytest.mark.slow
@@ -176,7 +178,10 @@ def test_ctrl_c_stops_the_demo_cleanly_with_one_line(tmp_path):
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 180
-            while "Spark is starting" in out.read_text()[-600:] or "events/s" not in out.read_text():
+            while (
+                "waiting for the query's first micro-batch" in out.read_text()[-600:]
+                or "events/s" not in out.read_text()
+            ):
                 assert proc.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
                 time.sleep(0.5)
             text = out.read_text()
