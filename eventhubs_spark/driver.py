@@ -90,6 +90,8 @@ class QueryDriver:
             return self._home(str(message.get("partition", "")))
         if kind == "coming":
             return self._coming(message)
+        if kind == "gone":
+            return self._gone(message)
         if kind in ("worker_reads", "home_unreachable"):
             self._told(kind, message)
             return {"ok": True}
@@ -150,6 +152,20 @@ class QueryDriver:
             with self._cond:
                 self._expected.setdefault(jvm, self.clock())
                 self._cond.notify_all()
+        return {"ok": True}
+
+    def _gone(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A service says it is going (its executor ended, or it exits idle): no longer a home, from the next plan
+        on, instead of when its last announcement is EXPIRY seconds old. A service that comes back announces
+        itself again (a new executor's service has a new id)."""
+        executor = str(message.get("executor", ""))
+        with self._cond:
+            known = self._services.pop(executor, None)
+            self._jvms.pop(executor, None)
+            self._cond.notify_all()
+        if known is not None:
+            _LOG.info("eventhubs: hub %s: receiver service %s has stopped (%s): it is no longer a home", self.hub,
+                      executor, str(message.get("why", ""))[:200])  # fmt: skip
         return {"ok": True}
 
     def _home(self, partition: str) -> dict[str, Any]:

@@ -122,6 +122,7 @@ class ReceiverService:
                     threading.Thread(target=self._serve, args=(conn,), name="eventhubs-service", daemon=True).start()
                 why = self._why_exit()
                 if why is not None:
+                    self.listener.farewell(why)  # its queries' drivers stop placing partitions here at once
                     return why
         finally:
             server.close()

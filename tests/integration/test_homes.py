@@ -306,3 +306,28 @@ def test_without_homes_no_executor_listens_and_with_them_its_service_does(eventh
         driver.close()
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
+
+
+def test_a_service_that_goes_tells_the_driver_which_drops_it_as_a_home_at_once(eventhub, home_service, caplog):
+    """A service whose executor ended (SIGKILLed: the service sees its JVM gone within a second) says so to its
+    queries' drivers: the next plan places no partition there, instead of for 30 s after its last announcement
+    (each retried task on a replacement executor paying a connection to a gone home meanwhile)."""
+    from eventhubs_spark.driver import QueryDriver
+
+    service, worker = home_service
+    driver = QueryDriver(eventhub.name, bind="127.0.0.1")
+    try:
+        settings = parse_connection_string(eventhub.connection_string)
+        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
+                               driver=driver.address(), homes=True)  # fmt: skip
+        client = worker.service()
+        assert client is not None
+        client.hello(request)  # the service registers the query and announces itself to its driver
+        assert [h.executor for h in driver.live()] == [service.executor]
+        assert set(driver.homes(["0", "1"]).values()) == {driver.live()[0]}
+        with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+            assert service.listener.farewell("the executor (pid 4242) has ended") == 1
+        assert driver.live() == [] and driver.homes(["0", "1"]) == {}, "no longer a home, at once"
+        assert any("has stopped (the executor (pid 4242) has ended)" in r.getMessage() for r in caplog.records)
+    finally:
+        driver.close()

@@ -245,7 +245,10 @@ def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
     gone.wait()
     pool = Runtime(reap_every=0).pool
     svc = service.ReceiverService(str(tmp_path / "a.sock"), str(tmp_path), gone.pid, idle_exit=600, pool=pool)
+    farewells: list[str] = []
+    svc.listener.farewell = lambda why, timeout=2.0: farewells.append(why) or 0  # type: ignore[method-assign]
     assert "has ended" in svc.run()
+    assert len(farewells) == 1 and "has ended" in farewells[0], "its queries' drivers are told it goes"
     local = tmp_path / "blockmgr-y"
     local.mkdir()
     svc = service.ReceiverService(str(tmp_path / "b.sock"), str(local), None, idle_exit=600, pool=pool)
