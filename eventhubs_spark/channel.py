@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import struct
 import threading
@@ -192,30 +193,39 @@ class Gate:
 
 
 class Refusals:
-    """Connections a listener refused (a stranger, a wrong key), said in the log at most once per ``every``
-    seconds: the first at once, then one line with how many more were refused since. A flood of strangers (1,000
-    connections made 386 warnings) must not grow a service's or driver's log without bound; the count
-    (``refused``) still counts every one."""
+    """Connections a listener refused (a stranger, a wrong key, no protocol), said in the log at most once per kind
+    of refusal and ``every`` seconds: the first of each kind at once, then one line with how many more of it were
+    refused since. A flood of strangers (1,000 connections made 386 warnings) must not grow a service's or driver's
+    log without bound; the count (``refused``) still counts every one. Kinds are the reasons with their numbers and
+    ids taken out, at most ``_KINDS`` of them (any further one counts as the last)."""
+
+    _KINDS = 16
 
     def __init__(self, every: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.every = every
         self.clock = clock
         self.refused = 0
-        self._last: float | None = None
-        self._unsaid = 0
+        self._last: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def add(self, log: logging.Logger, message: str, *args: Any) -> None:
-        """One refusal: counted, and ``message % args`` logged as a warning unless one was said within ``every``."""
+    def add(self, log: logging.Logger, why: BaseException | str, message: str, *args: Any) -> None:
+        """One refusal for ``why``: counted, and ``message % args`` logged as a warning unless one of its kind was
+        said within ``every`` seconds."""
+        kind = re.sub(r"[0-9a-fA-F]{8,}|\d+", "#", str(why))[:200]
         with self._lock:
             self.refused += 1
+            if kind not in self._last and len(self._last) >= self._KINDS:
+                kind = "(another kind)"
             now = self.clock()
-            if self._last is not None and now - self._last < self.every:
-                self._unsaid += 1
+            last = self._last.get(kind)
+            if last is not None and now - last < self.every:
+                self._unsaid[kind] = self._unsaid.get(kind, 0) + 1
                 return
-            unsaid, self._unsaid, self._last = self._unsaid, 0, now
+            unsaid = self._unsaid.pop(kind, 0)
+            self._last[kind] = now
         if unsaid:
-            message += f" ({unsaid} more refused in the last {self.every:g} s, not said one by one)"
+            message += f" ({unsaid} more of these refused in the last {self.every:g} s, not said one by one)"
         log.warning(message, *args)
 
 
@@ -292,7 +302,7 @@ class DriverChannel:
                     sealed, _ = server_handshake(conn, lambda q: self.query if q == self.query.query else None)
                 except RefusedError as exc:
                     # said before counted: whoever sees the count (a test waits on it) finds the warning logged
-                    self.refusals.add(_LOG, "eventhubs: refused a connection to the query's driver from %s: %s",
+                    self.refusals.add(_LOG, exc, "eventhubs: refused a connection to the query's driver from %s: %s",
                                       peer[0], exc)  # fmt: skip
                     return
                 except OSError as exc:

@@ -200,8 +200,8 @@ class Listener:
                     sealed, query_id = server_handshake(conn, self.key_of)
                 except RefusedError as exc:
                     # said before counted: whoever sees the count (a test waits on it) finds the warning logged
-                    self.refusals.add(_LOG, "receiver service %s: refused a connection from %s: %s", self.executor,
-                                      peer[0], exc)  # fmt: skip
+                    self.refusals.add(_LOG, exc, "receiver service %s: refused a connection from %s: %s",
+                                      self.executor, peer[0], exc)  # fmt: skip
                     self.refused += 1
                     return
                 except OSError:

@@ -22,8 +22,8 @@ from ..auth.settings import ConnectionSettings
 _LOG = logging.getLogger(__name__)
 
 LANES = 4  # connections per process and namespace (and hub, credential, network) for the sink
-# Refusals that concern one send or link, not the connection: the lane keeps its connection after them.
-_LINK_ONLY = (sdk.SERVER_BUSY, sdk.TOO_LARGE)
+# Refusals that concern one send or link, not the connection (the service answered): the lane keeps its connection.
+_LINK_ONLY = (sdk.SERVER_BUSY, sdk.TOO_LARGE, sdk.DETACH_FORCED)
 
 
 class _Lane:

@@ -198,7 +198,7 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
         assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
         assert reach.probes == 0
         said = [r for r in caplog.records if "refused a connection to the query's driver" in r.getMessage()]
-        assert driver_channel.refused >= 1 and len(said) == 1, (driver_channel.refused, len(said))
+        assert 1 <= len(said) <= 3 and len(said) < driver_channel.refused, (driver_channel.refused, len(said))
         # a proven peer that announces a frame larger than the driver takes is cut off before anything is read
         with socket.create_connection(("127.0.0.1", driver_channel.port)) as raw:
             sealed = client_handshake(raw, query)
