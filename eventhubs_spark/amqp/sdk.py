@@ -528,7 +528,7 @@ def _open_producer(producer: Any, timeout: float) -> None:
     """A producer's ``_open`` without its 50 ms sleep between steps: each step (the token, the session, the link)
     already waits on the socket for the service's answer (``client_ready`` listens), and a process opening a link
     for each of 1,024 partitions paid the sleeps 1,024 times over (about 0.15 s a link). Uses ``_client``
-    (``_create_auth``, ``_auth_uri``, ``_conn_manager``, ``_address``), ``_create_handler``, ``_handler``,
+    (``_create_auth``, ``_auth_uri``, ``_conn_manager``), ``_create_handler``, ``_handler``,
     ``_amqp_transport``, ``_max_message_size_on_link`` and ``running``, as ``_open`` does. Unlike ``_open``, it
     gives up after ``timeout``: a link opened on a shared connection that went silent would wait for ever."""
     client = producer._client
@@ -536,7 +536,8 @@ def _open_producer(producer: Any, timeout: float) -> None:
         producer._handler.close()
     auth = client._create_auth(auth_uri=client._auth_uri)
     producer._create_handler(auth)
-    connection = client._conn_manager.get_connection(endpoint=client._address.hostname, auth=auth)
+    manager = client._conn_manager
+    connection = manager.live() if isinstance(manager, SendConnection) else None
     producer._handler.open(connection=connection)
     deadline = time.monotonic() + timeout
     while not producer._handler.client_ready():
@@ -569,6 +570,14 @@ class SendConnection:
         self.connection: Any = None
 
     def get_connection(self, *, endpoint: str, auth: Any = None) -> Any:
+        """What the SDK's own calls get (its management requests, its ``_open``): no connection, so each opens one
+        of its own as in the SDK's default mode. On the shared connection they would wait with no time-out if it
+        went silent (a black hole), holding the client's lock: a partition lookup inside ``_start_producer`` did,
+        and the sink stalled. Links the sink opens itself (:func:`_open_producer`) use :meth:`live`."""
+        return None
+
+    def live(self) -> Any:
+        """The shared connection, if there is one that has not ended."""
         self.reset_connection_if_broken()
         return self.connection
 
