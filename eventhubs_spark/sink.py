@@ -391,14 +391,13 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
             else:
                 sender.add_rows(items)
             sender.flush()
-    except EventHubsError as exc:
+    except Exception as exc:
         runtime.current().producers.invalidate(settings)
-        # a traceback of one frame, the whole chain in the executor's log: the message comes first in what the user
-        # sees (see source.said_first)
-        _LOG.info("eventhubs: the write task fails: %s", exc, exc_info=True)
-        raise exc.with_traceback(None) from None
-    except Exception:
-        runtime.current().producers.invalidate(settings)
+        if isinstance(exc, EventHubsError):
+            # a traceback of one frame, the whole chain in the executor's log: the message comes first in what the
+            # user sees (see source.said_first)
+            _LOG.info("eventhubs: the write task fails: %s", exc, exc_info=True)
+            raise exc.with_traceback(None) from None
         raise
     return sender.report
 

@@ -154,8 +154,7 @@ def not_found(settings: ConnectionSettings, cause: str) -> HubNotFoundError:
             f"check eventhubs.consumerGroup (default $Default), or create the group: in the Azure portal under the "
             f"event hub's Consumer groups, or `az eventhubs eventhub consumer-group create --resource-group "
             f"<resource-group> --namespace-name <namespace> --eventhub-name {settings.hub} --name {name}` (the Basic "
-            f"tier has only "
-            f"$Default). The service said: {said}"
+            f"tier has only $Default). The service said: {said}"
         )
     where = (
         "eventhubs.name, or EntityPath in eventhubs.connectionString"

@@ -91,11 +91,7 @@ class SharedProducer:
 
     def connections(self) -> int:
         """Connections open now (for tests and benchmarks)."""
-        return sum(
-            1
-            for lane in self._lanes
-            if lane.shared.connection is not None and not sdk.connection_closed(lane.shared.connection)
-        )
+        return sum(1 for lane in self._lanes if lane.shared.live() is not None)
 
     def close(self) -> None:
         """Close every lane's links and connection (without waiting for a send in progress: it fails, and the
