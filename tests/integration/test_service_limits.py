@@ -345,6 +345,7 @@ def _send_through_detaches(emu: Emulator, hub: str, connection: str, bodies: lis
     """The test's own producing, once: the bodies go in one batch (stored whole or not at all), and after a failed
     send the partition says whether it was stored (a send that timed out under the machine's load may have been)
     before it is sent again, so the source holds each body once."""
+
     def stored() -> int:
         return int(emu.partition_properties(hub, int(partition))["last_enqueued_sequence_number"]) + 1
 
