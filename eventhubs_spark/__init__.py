@@ -42,7 +42,7 @@ def register(spark: Any) -> None:
     makes Spark warn that it replaced the statically registered source (Spark Connect 4.0 refuses it
     with ``DATA_SOURCE_ALREADY_EXISTS``, which is taken as done).
     """
-    from .source import EventHubsDataSource
+    from eventhubs_spark.source import EventHubsDataSource
 
     session = getattr(spark, "_jsparkSession", None)  # classic Spark; absent under Spark Connect
     if session is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import OptionError
+from eventhubs_spark.errors import OptionError
 
 SCHEMA_DDL = (
     "body binary, partition string, offset string, sequenceNumber long, enqueuedTime timestamp, "

@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import readiness
-from .ranges import DriverAddress, QueryKey
-from .sealed import RefusedError, SealedSocket, client_handshake, server_handshake
+from eventhubs_spark import readiness
+from eventhubs_spark.ranges import DriverAddress, QueryKey
+from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake, server_handshake
 
 _LOG = logging.getLogger("eventhubs_spark")
 

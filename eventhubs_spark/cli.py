@@ -167,7 +167,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         )
         stop = threading.Event()
 
-        from .amqp import sdk
+        from eventhubs_spark.amqp import sdk
 
         def produce() -> None:
             with EventHubProducerClient.from_connection_string(conn) as producer:
@@ -180,7 +180,7 @@ def _demo_run(args: argparse.Namespace) -> int:
                     sdk.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
                     time.sleep(0.1)
 
-        from .localspark import local_session
+        from eventhubs_spark.localspark import local_session
 
         print("starting Spark (20-40 s on a 2-core machine; its JVM and Python workers start)...", flush=True)
         spark_started = time.monotonic()
@@ -188,7 +188,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         print(f"Spark started in {time.monotonic() - spark_started:.0f} s; starting the query...", flush=True)
         for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
             signal.signal(sig, stop_requested.set)
-        from . import register
+        from eventhubs_spark import register
 
         register(spark)  # a no-op where Spark found the installed package by itself
         spark.sparkContext.setLogLevel("ERROR")
@@ -309,9 +309,9 @@ def _progress(done: int, total: int | None, out: TextIO) -> None:
 def _send(args: argparse.Namespace) -> int:
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from .auth.settings import parse_connection_string
-    from .errors import EventHubsError
-    from .executor import runtime
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.errors import EventHubsError
+    from eventhubs_spark.executor import runtime
 
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
     if not args.send_timeout > 0:
@@ -390,7 +390,7 @@ class _Sender:
     def send(self, batch: Any) -> None:
         from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
 
-        from .amqp import sdk
+        from eventhubs_spark.amqp import sdk
 
         unanswered = False
         for attempt in range(1, self.ATTEMPTS + 1):
@@ -426,9 +426,9 @@ def checkpoints_report(
     connection_string: str, store_connection_string: str, container: str, consumer_group: str
 ) -> list[dict[str, Any]]:
     """Per partition: the store's checkpoint, owner and ownership age, the partition's end, and the lag."""
-    from .auth.settings import parse_connection_string
-    from .checkpoints.blob import BlobCheckpointStore
-    from .executor import runtime
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.checkpoints.blob import BlobCheckpointStore
+    from eventhubs_spark.executor import runtime
 
     settings = parse_connection_string(connection_string)
     store = BlobCheckpointStore.from_connection_string(store_connection_string, container)
@@ -464,8 +464,8 @@ def _checkpoints(args: argparse.Namespace) -> int:
     try:
         rows = checkpoints_report(conn, store, args.container, args.consumer_group)
     except Exception as exc:  # the blob service's or the hub's failure: one line, not the storage SDK's traceback
-        from .checkpoints.blob import describe_store_error
-        from .errors import EventHubsError
+        from eventhubs_spark.checkpoints.blob import describe_store_error
+        from eventhubs_spark.errors import EventHubsError
 
         said = (
             str(exc).splitlines()[0] if isinstance(exc, EventHubsError) else describe_store_error(exc, args.container)
@@ -494,10 +494,10 @@ def lag_report(
     with no batch committed for ``eventhubs.lag.stalledAfter``). ``storage``: a storage account's connection
     string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``); ``folder``: the
     location already opened (:func:`checkpoint_folder`), as ``lag --watch`` keeps it between refreshes."""
-    from . import segments
-    from .executor import runtime
-    from .lag import LagFiles, LagTracker, last_commit
-    from .options import STREAM, read_options
+    from eventhubs_spark import segments
+    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.lag import LagFiles, LagTracker, last_commit
+    from eventhubs_spark.options import STREAM, read_options
 
     typed = read_options(options, STREAM)
     hub = typed.settings.hub
@@ -550,8 +550,8 @@ def checkpoint_folder(location: str, storage: str | None = None) -> Any:
     Storage read with ``storage`` (a connection string): ``abfss://container@account.dfs.core.windows.net/path``,
     ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.core.windows.net/container/
     path``, or Azurite's ``http://127.0.0.1:10000/devstoreaccount1/container/path``."""
-    from .checkpoints.blob import BlobFolder, blob_location
-    from .lag import LocalFolder
+    from eventhubs_spark.checkpoints.blob import BlobFolder, blob_location
+    from eventhubs_spark.lag import LocalFolder
 
     try:
         return LocalFolder(location)
@@ -604,7 +604,7 @@ def _lag_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _entity_path(connection_string: str) -> str | None:
-    from .auth.settings import connection_string_parts
+    from eventhubs_spark.auth.settings import connection_string_parts
 
     return connection_string_parts(connection_string, "--connection-string").get("entitypath") or None
 
@@ -642,8 +642,8 @@ def _with_stored(given: dict[str, str], stored: dict[str, dict[str, str]], conne
 
 
 def _lag(args: argparse.Namespace) -> int:
-    from .errors import OptionError
-    from .lag import stored_sources
+    from eventhubs_spark.errors import OptionError
+    from eventhubs_spark.lag import stored_sources
 
     given = _lag_options(args)
     location = args.checkpoint_location or next(

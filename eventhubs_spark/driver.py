@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .channel import DriverChannel, reaches
-from .executor.place import executor_pid, jvm_name
-from .partitions import by_number
-from .placement import homes
-from .ranges import DriverAddress, Home, QueryKey, new_query_key
+from eventhubs_spark.channel import DriverChannel, reaches
+from eventhubs_spark.executor.place import executor_pid, jvm_name
+from eventhubs_spark.partitions import by_number
+from eventhubs_spark.placement import homes
+from eventhubs_spark.ranges import DriverAddress, Home, QueryKey, new_query_key
 
 _LOG = logging.getLogger("eventhubs_spark")
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import segments
-from .auth.storage import local_path
-from .partitions import PartitionInfo, by_number
+from eventhubs_spark import segments
+from eventhubs_spark.auth.storage import local_path
+from eventhubs_spark.partitions import PartitionInfo, by_number
 
 UTC = dt.timezone.utc
 KEEP_FILES = 100  # trigger files kept per hub (Spark keeps 100 batches of its own logs by default)

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import segments
-from .errors import OptionError
+from eventhubs_spark import segments
+from eventhubs_spark.errors import OptionError
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,18 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import defaults
-from .auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
-from .auth.secret import Secret
-from .auth.settings import ConnectionSettings, host_and_port
-from .auth.storage import local_path
-from .errors import OptionError
-from .positions import Earliest, Latest, Position, parse_position, parse_positions
-from .retry import RetryPolicy
-from .sign_in import resolve_sign_in
+from eventhubs_spark import defaults
+from eventhubs_spark.auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import ConnectionSettings, host_and_port
+from eventhubs_spark.auth.storage import local_path
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.positions import Earliest, Latest, Position, parse_position, parse_positions
+from eventhubs_spark.retry import RetryPolicy
+from eventhubs_spark.sign_in import resolve_sign_in
 
 if TYPE_CHECKING:
-    from .capture.store import CaptureSource
+    from eventhubs_spark.capture.store import CaptureSource
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -189,7 +189,7 @@ def _upper_choice(*allowed: str) -> Callable[[str, str], str]:
 
 
 def _auth_method(option: str, value: str) -> str:
-    from .auth.settings import AUTH_METHODS
+    from eventhubs_spark.auth.settings import AUTH_METHODS
 
     by_lower = {m.lower(): m for m in AUTH_METHODS}
     text = str(value).strip().lower()
@@ -257,7 +257,7 @@ def _text(option: str, value: str) -> str:
 
 
 def _transport(option: str, value: str) -> str:
-    from .auth.network import TRANSPORTS
+    from eventhubs_spark.auth.network import TRANSPORTS
 
     by_lower = {t.lower(): t for t in TRANSPORTS}
     text = str(value).strip().lower()
@@ -1508,20 +1508,20 @@ def _retry(values: Mapping[str, Any]) -> RetryPolicy:
 
 
 def _capture_location(option: str, value: str) -> str:
-    from .capture.store import check_location
+    from eventhubs_spark.capture.store import check_location
 
     return check_location(value.strip(), option)
 
 
 def _capture_name_format(option: str, value: str) -> str:
-    from .capture.names import NameFormat
+    from eventhubs_spark.capture.names import NameFormat
 
     return NameFormat(value, option).text
 
 
 def _capture_source(fields: Mapping[str, Any], settings: ConnectionSettings) -> CaptureSource | None:
     """Where the hub's Capture writes, when eventhubs.capture.location says (None: the read is the hub's alone)."""
-    from .capture.store import CaptureSource
+    from eventhubs_spark.capture.store import CaptureSource
 
     if not fields.get("location"):
         for key in ("connection_string", "sas_token", "namespace"):

@@ -28,11 +28,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from . import segments
-from .checkpoints import Checkpoint, CheckpointStore
-from .checkpoints.balancer import BalancerConfig, OwnershipManager, Tenure
-from .partitions import PartitionInfo
-from .positions import Offset, Position, SequenceNumber
+from eventhubs_spark import segments
+from eventhubs_spark.checkpoints import Checkpoint, CheckpointStore
+from eventhubs_spark.checkpoints.balancer import BalancerConfig, OwnershipManager, Tenure
+from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.positions import Offset, Position, SequenceNumber
 
 _LOG = logging.getLogger("eventhubs_spark")
 

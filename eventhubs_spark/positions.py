@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import OptionError
+from eventhubs_spark.errors import OptionError
 
 EXAMPLE = '{"offset": "-1"}, {"offset": "@latest"}, {"seqNo": 42} or {"enqueuedTime": "2024-05-01T00:00:00Z"}'
 _TIME_EXAMPLE = '{"enqueuedTime": "2024-05-01T00:00:00Z"}'

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import defaults
-from .auth.secret import Secret
-from .auth.settings import ConnectionSettings
+from eventhubs_spark import defaults
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import ConnectionSettings
 
 
 @dataclass(frozen=True)

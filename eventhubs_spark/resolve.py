@@ -20,13 +20,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import segments
-from .amqp import failures, sdk
-from .auth.settings import ConnectionSettings
-from .errors import EventHubsTimeoutError
-from .partitions import PartitionInfo
-from .positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
-from .ranges import ReceiverConfig
+from eventhubs_spark import segments
+from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import EventHubsTimeoutError
+from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
+from eventhubs_spark.ranges import ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from . import defaults
-from .errors import EventHubsTimeoutError, describe_error, retriable
+from eventhubs_spark import defaults
+from eventhubs_spark.errors import EventHubsTimeoutError, describe_error, retriable
 
 T = TypeVar("T")
 

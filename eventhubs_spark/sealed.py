@@ -27,9 +27,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from . import readiness
-from .auth.secret import Secret
-from .ranges import QueryKey
+from eventhubs_spark import readiness
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.ranges import QueryKey
 
 MAGIC = b"EHS1"  # this protocol, version 1
 NONCE_BYTES = 32

@@ -13,10 +13,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .auth.credentials import EntraSettings
-from .auth.secret import Secret
-from .auth.settings import ENTRA_METHODS, ConnectionSettings, parse_connection_string
-from .errors import OptionError
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import ENTRA_METHODS, ConnectionSettings, parse_connection_string
+from eventhubs_spark.errors import OptionError
 
 # -- which sign-in the options describe -------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ def _service_credential_alone(values: Mapping[str, Any], method: Any, connection
                               entra_set: Sequence[str]) -> None:  # fmt: skip
     """databricks.serviceCredential is the whole sign-in: no other identity beside it, none to fall back to; and
     this process must be a Databricks runtime that has service credentials (said at ``.load()``)."""
-    from .auth.credentials import check_service_credential_runtime
+    from eventhubs_spark.auth.credentials import check_service_credential_runtime
 
     example = (".option('eventhubs.namespace', 'NAMESPACE.servicebus.windows.net').option('eventhubs.name', 'HUB')"
                ".option('databricks.serviceCredential', 'eventhubs-reader')")  # fmt: skip

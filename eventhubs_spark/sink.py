@@ -22,15 +22,15 @@ from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from .amqp import failures, sdk
-from .auth.settings import ConnectionSettings
-from .avro.encode import AvroWriting
-from .avro.encode import writing as avro_writing
-from .avro.registry import Registry
-from .codec.encode import encode_event
-from .errors import EventHubsError, SinkError
-from .executor import runtime
-from .options import write_options
+from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.avro.encode import AvroWriting
+from eventhubs_spark.avro.encode import writing as avro_writing
+from eventhubs_spark.avro.registry import Registry
+from eventhubs_spark.codec.encode import encode_event
+from eventhubs_spark.errors import EventHubsError, SinkError
+from eventhubs_spark.executor import runtime
+from eventhubs_spark.options import write_options
 
 T = TypeVar("T")
 

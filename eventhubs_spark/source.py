@@ -24,27 +24,27 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from . import channel, defaults, segments
-from .arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
-from .auth.settings import ConnectionSettings
-from .avro import reading as avro_reading
-from .avro.registry import RegistryError
-from .capture.store import CaptureRead
-from .checkpoints.mirror import CheckpointMirror
-from .driver import QueryDriver
-from .errors import EventHubsError, OptionError, data_loss_error
-from .executor import runtime
-from .lag import LagFiles, LagReport, LagTracker
-from .offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
-from .options import BATCH, STREAM, ReadOptions, read_options, shareable_options
-from .partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
-from .positions import Earliest, EnqueuedTime, Latest, Position
-from .ranges import RangeRequest, ReceiverConfig
-from .resolve import resolve
+from eventhubs_spark import channel, defaults, segments
+from eventhubs_spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.avro import reading as avro_reading
+from eventhubs_spark.avro.registry import RegistryError
+from eventhubs_spark.capture.store import CaptureRead
+from eventhubs_spark.checkpoints.mirror import CheckpointMirror
+from eventhubs_spark.driver import QueryDriver
+from eventhubs_spark.errors import EventHubsError, OptionError, data_loss_error
+from eventhubs_spark.executor import runtime
+from eventhubs_spark.lag import LagFiles, LagReport, LagTracker
+from eventhubs_spark.offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
+from eventhubs_spark.options import BATCH, STREAM, ReadOptions, read_options, shareable_options
+from eventhubs_spark.partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
+from eventhubs_spark.positions import Earliest, EnqueuedTime, Latest, Position
+from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.resolve import resolve
 
 if TYPE_CHECKING:
-    from .avro.decode import AvroReading
-    from .capture.index import CaptureIndex
+    from eventhubs_spark.avro.decode import AvroReading
+    from eventhubs_spark.capture.index import CaptureIndex
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -130,7 +130,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
         last = None
         try:
             if split.capture is not None:
-                from .capture.reader import read_capture
+                from eventhubs_spark.capture.reader import read_capture
 
                 reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
                                      request.fail_on_data_loss, stats)  # fmt: skip
@@ -266,7 +266,7 @@ class _Planner:
         # the hub's Capture files (eventhubs.capture.*): history the hub no longer holds
         self.capture: CaptureIndex | None = None
         if self.options.capture is not None:
-            from .capture.index import CaptureIndex
+            from eventhubs_spark.capture.index import CaptureIndex
 
             self.capture = CaptureIndex(self.options.capture, self.settings)
 
@@ -279,7 +279,7 @@ class _Planner:
     def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         positions = self.configured_starts(infos)
         if self.options.start_from_checkpoint_store:
-            from .ownership import checkpoint_position
+            from eventhubs_spark.ownership import checkpoint_position
 
             found = {
                 pid: checkpoint_position(c, positions[pid])
@@ -297,8 +297,8 @@ class _Planner:
         if settings is None:
             return None
         if self._ownership is None:
-            from .checkpoints.balancer import BalancerConfig
-            from .ownership import QueryOwnership, default_owner_id
+            from eventhubs_spark.checkpoints.balancer import BalancerConfig
+            from eventhubs_spark.ownership import QueryOwnership, default_owner_id
 
             config = BalancerConfig(
                 strategy=settings.strategy,
@@ -556,7 +556,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ownership = self.planner.ownership()
         if ownership is not None:
             if self._mine is None:
-                from .ownership import OwnedPartitions
+                from eventhubs_spark.ownership import OwnedPartitions
 
                 self._mine = OwnedPartitions(ownership, self.planner.mirror, self.planner.configured_starts,
                                              self.planner.resolve, self.hub)  # fmt: skip
@@ -854,7 +854,7 @@ class EventHubsDataSource(DataSource):
 
     def schema(self) -> str:
         # Spark calls this at .load(): the first place a bad option can be reported, before any query.
-        from .options import check_read_options
+        from eventhubs_spark.options import check_read_options
 
         try:
             avro = _avro(check_read_options(self.options))
@@ -881,13 +881,13 @@ class EventHubsDataSource(DataSource):
             return _FailingStreamReader(exc)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
-        from .sink import batch_writer
+        from eventhubs_spark.sink import batch_writer
 
         _append_only(overwrite)
         return batch_writer(self.options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
-        from .sink import stream_writer
+        from eventhubs_spark.sink import stream_writer
 
         _append_only(overwrite)
         return stream_writer(self.options, schema)

@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth.settings import ConnectionSettings
-from . import sdk
-from .tap import FrameTap, LinkSink, ReadAheadBudget
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp.tap import FrameTap, LinkSink, ReadAheadBudget
+from eventhubs_spark.auth.settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 

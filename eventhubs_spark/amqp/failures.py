@@ -17,10 +17,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from ..auth.settings import ConnectionSettings
-from ..errors import AuthenticationFailedError, ConsumerGroupNotFoundError, HubNotFoundError, NetworkError, retriable
-from . import sdk
-from .reach import causes, classify, network_failure
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp.reach import causes, classify, network_failure
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import (
+    AuthenticationFailedError,
+    ConsumerGroupNotFoundError,
+    HubNotFoundError,
+    NetworkError,
+    retriable,
+)
 
 Failure = AuthenticationFailedError | HubNotFoundError | NetworkError
 

@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .. import segments
-from ..auth.settings import ConnectionSettings
-from ..errors import EventHubsError, TransientError
-from ..partitions import PartitionInfo
-from . import failures, sdk
+from eventhubs_spark import segments
+from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import EventHubsError, TransientError
+from eventhubs_spark.partitions import PartitionInfo
 
 _LOG = logging.getLogger(__name__)
 T = TypeVar("T")

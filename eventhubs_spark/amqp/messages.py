@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import segments
+from eventhubs_spark import segments
 
 _I = struct.Struct(">I").unpack_from
 _i = struct.Struct(">i").unpack_from

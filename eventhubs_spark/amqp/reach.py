@@ -31,8 +31,8 @@ import ssl
 from types import ModuleType
 from typing import Any
 
-from ..auth.network import NetworkSettings
-from ..errors import NetworkError
+from eventhubs_spark.auth.network import NetworkSettings
+from eventhubs_spark.errors import NetworkError
 
 #: The failures whose meaning is only in their text, with the library versions that text was checked against.
 TEXT_ONLY = {

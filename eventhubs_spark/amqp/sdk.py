@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import segments
-from ..errors import (
+from eventhubs_spark import segments
+from eventhubs_spark.errors import (
     AuthenticationFailedError,
     EventHubsError,
     HubNotFoundError,

@@ -39,11 +39,18 @@ from typing import Any
 
 import numpy as np
 
-from .. import readiness, segments
-from ..errors import DecodeError
-from . import sdk
-from .messages import A_SEQUENCE_NUMBER, ANNOTATIONS_MAP8, RawEvents, Unsupported, sequence_number, windows
-from .websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
+from eventhubs_spark import readiness, segments
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp.messages import (
+    A_SEQUENCE_NUMBER,
+    ANNOTATIONS_MAP8,
+    RawEvents,
+    Unsupported,
+    sequence_number,
+    windows,
+)
+from eventhubs_spark.amqp.websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
+from eventhubs_spark.errors import DecodeError
 
 _LOG = logging.getLogger(__name__)
 

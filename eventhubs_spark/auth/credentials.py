@@ -7,9 +7,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OptionError
-from .network import NetworkSettings
-from .secret import Secret
+from eventhubs_spark.auth.network import NetworkSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def service_credential_provider(name: str) -> Any:
         try:
             return entry(name)
         except Exception as exc:  # the runtime refused it: a name that does not exist, or no ACCESS on it
-            from ..errors import AuthenticationFailedError
+            from eventhubs_spark.errors import AuthenticationFailedError
 
             raise AuthenticationFailedError(
                 f"could not sign in with eventhubs.auth=serviceCredential: Databricks refused the service credential "

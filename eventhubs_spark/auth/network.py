@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from .. import defaults
-from .secret import Secret
+from eventhubs_spark import defaults
+from eventhubs_spark.auth.secret import Secret
 
 AMQP, WEBSOCKETS = "amqp", "amqpWebSockets"
 TRANSPORTS = (AMQP, WEBSOCKETS)

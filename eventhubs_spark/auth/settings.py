@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import OptionError
-from ..retry import RetryPolicy
-from .credentials import EntraSettings
-from .network import NetworkSettings
-from .secret import Secret
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.network import NetworkSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.retry import RetryPolicy
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..auth.settings import ConnectionSettings
+from eventhubs_spark.auth.settings import ConnectionSettings
 
 if TYPE_CHECKING:
-    from .decode import AvroReading
+    from eventhubs_spark.avro.decode import AvroReading
 
 
 def reading(
@@ -28,9 +28,9 @@ def reading(
     the reader schema given, or fetched by its id (driver side)."""
     if not registry:
         return None
-    from .decode import AvroReading
-    from .registry import Registry
-    from .types import column, parse
+    from eventhubs_spark.avro.decode import AvroReading
+    from eventhubs_spark.avro.registry import Registry
+    from eventhubs_spark.avro.types import column, parse
 
     where = Registry.of(registry, settings)
     if schema_id:

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..codec import arrays
-from . import types
-from .types import ARROW_PRIMITIVE as _ARROW
-from .types import PRIMITIVES as _PRIMITIVE
+from eventhubs_spark.avro import types
+from eventhubs_spark.avro.types import ARROW_PRIMITIVE as _ARROW
+from eventhubs_spark.avro.types import PRIMITIVES as _PRIMITIVE
+from eventhubs_spark.codec import arrays
 
 # writer type -> reader types it may be read as (Avro 1.11 "Schema Resolution")
 _PROMOTIONS = {

@@ -33,12 +33,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import defaults
-from ..arrow import ARROW_SCHEMA
-from ..codec import arrays
-from ..errors import EventHubsError
-from . import columnar, types
-from .registry import Registry, RegistryError, schema_id
+from eventhubs_spark import defaults
+from eventhubs_spark.arrow import ARROW_SCHEMA
+from eventhubs_spark.avro import columnar, types
+from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.errors import EventHubsError
 
 FAILFAST, PERMISSIVE = "FAILFAST", "PERMISSIVE"
 CORRUPT_TYPE = pa.struct([pa.field("body", pa.binary()), pa.field("error", pa.string())])

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..codec import arrays
-from ..errors import SinkError
-from .registry import Registry
-from .types import SchemaError, avro_of_spark, full_name, parse
+from eventhubs_spark.avro.registry import Registry
+from eventhubs_spark.avro.types import SchemaError, avro_of_spark, full_name, parse
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.errors import SinkError
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth.credentials import EntraSettings
-from ..auth.network import NetworkSettings
-from ..auth.settings import ConnectionSettings
-from ..errors import EventHubsError
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.network import NetworkSettings
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import EventHubsError
 
 SCOPE = "https://eventhubs.azure.net/.default"
 CONTENT_TYPE = re.compile(r"^avro/binary\+([0-9A-Za-z-]{1,128})$")

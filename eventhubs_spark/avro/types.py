@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import OptionError
+from eventhubs_spark.errors import OptionError
 
 PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 ARROW_PRIMITIVE = {

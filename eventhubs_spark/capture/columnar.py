@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..amqp.messages import windows
-from ..arrow import ARROW_SCHEMA
-from ..codec import arrays
-from ..codec.columns import to_text
-from ..codec.layout import spans
-from .files import CaptureFileError, blocks, dotnet_time_ms
+from eventhubs_spark.amqp.messages import windows
+from eventhubs_spark.arrow import ARROW_SCHEMA
+from eventhubs_spark.capture.files import CaptureFileError, blocks, dotnet_time_ms
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.codec.columns import to_text
+from eventhubs_spark.codec.layout import spans
 
 _MAP = ARROW_SCHEMA.field("properties").type
 _TIME = ARROW_SCHEMA.field("enqueuedTime").type

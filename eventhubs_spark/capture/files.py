@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EventHubsError
+from eventhubs_spark.errors import EventHubsError
 
 MAGIC = b"Obj\x01"
 _DOUBLE = struct.Struct("<d")

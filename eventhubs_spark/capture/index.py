@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..auth.settings import ConnectionSettings
-from ..codec import arrays
-from .columnar import decode
-from .files import NeedMore, first_sequence
-from .names import FileName, NameFormat
-from .store import CaptureSource, CaptureStore, open_store
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.capture.columnar import decode
+from eventhubs_spark.capture.files import NeedMore, first_sequence
+from eventhubs_spark.capture.names import FileName, NameFormat
+from eventhubs_spark.capture.store import CaptureSource, CaptureStore, open_store
+from eventhubs_spark.codec import arrays
 
 _LOG = logging.getLogger("eventhubs_spark")
 HEAD = 4096  # bytes read of a file to find its first sequence number (a header is about 600)

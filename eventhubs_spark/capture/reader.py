@@ -26,15 +26,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .. import segments
-from ..auth.settings import ConnectionSettings
-from ..codec import arrays
-from ..errors import DataLossError
-from .columnar import decode
-from .files import BlockMap, CaptureFileError, streamed_block_map
-from .index import file_first, partition_files
-from .names import NameFormat
-from .store import CaptureRead, CaptureStore, open_store
+from eventhubs_spark import segments
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.capture.columnar import decode
+from eventhubs_spark.capture.files import BlockMap, CaptureFileError, streamed_block_map
+from eventhubs_spark.capture.index import file_first, partition_files
+from eventhubs_spark.capture.names import NameFormat
+from eventhubs_spark.capture.store import CaptureRead, CaptureStore, open_store
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.errors import DataLossError
 
 _LOG = logging.getLogger("eventhubs_spark")
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ..auth.credentials import EntraSettings
-from ..auth.secret import Secret
-from ..auth.settings import ConnectionSettings
-from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location, local_path
-from ..errors import OptionError
-from .names import DEFAULT_FORMAT
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location, local_path
+from eventhubs_spark.capture.names import DEFAULT_FORMAT
+from eventhubs_spark.errors import OptionError
 
 EXAMPLE_LOCATION = "abfss://capture@ACCOUNT.dfs.core.windows.net"
 _EXAMPLE = f".option('eventhubs.capture.location', '{EXAMPLE_LOCATION}')"

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from .. import defaults
-from . import CheckpointStore, Ownership
+from eventhubs_spark import defaults
+from eventhubs_spark.checkpoints import CheckpointStore, Ownership
 
 GREEDY, BALANCED = "greedy", "balanced"
 

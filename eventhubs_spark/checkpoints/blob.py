@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location
-from . import Checkpoint, CheckpointStore, Ownership, blob_prefix
+from eventhubs_spark.auth.storage import STORAGE_CLIENT_DEFAULTS, blob_location
+from eventhubs_spark.checkpoints import Checkpoint, CheckpointStore, Ownership, blob_prefix
 
 __all__ = ["BlobCheckpointStore", "BlobFolder", "blob_location", "describe_store_error"]
 

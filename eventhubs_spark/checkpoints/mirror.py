@@ -19,15 +19,15 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from .. import segments
-from ..auth.credentials import EntraSettings
-from ..auth.settings import ConnectionSettings
-from ..partitions import PartitionInfo
-from ..ranges import ReceiverConfig
-from . import Checkpoint
+from eventhubs_spark import segments
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.checkpoints import Checkpoint
+from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.ranges import ReceiverConfig
 
 if TYPE_CHECKING:
-    from ..options import StoreOptions
+    from eventhubs_spark.options import StoreOptions
 
 _LOG = logging.getLogger("eventhubs_spark")
 _KNOWN_PER_PARTITION = 256
@@ -56,7 +56,7 @@ class CheckpointMirror:
         """The configured blob checkpoint store (built once, in this process), or None."""
         options = self.store_options
         if self._store is None and options is not None:
-            from .blob import BlobCheckpointStore
+            from eventhubs_spark.checkpoints.blob import BlobCheckpointStore
 
             network = self.settings.network.http_kwargs()  # the hub's proxy and CA bundle
             if options.account_url:
@@ -112,7 +112,7 @@ class CheckpointMirror:
 
     def _failed(self, exc: BaseException, what: str) -> None:
         """Say a store failure in one line, once while it stays the same (the next ones at debug level)."""
-        from .blob import describe_store_error
+        from eventhubs_spark.checkpoints.blob import describe_store_error
 
         container = self.store_options.container if self.store_options is not None else None
         said = describe_store_error(exc, container)
@@ -149,7 +149,7 @@ class CheckpointMirror:
         geo-replicated hub carries the segment). None when that event cannot be found (it expired, or a
         new replication segment begins at ``nxt``): the store keeps its older checkpoint until the next
         commit, which re-reads a little and loses nothing."""
-        from ..resolve import offset_of
+        from eventhubs_spark.resolve import offset_of
 
         info = infos.get(pid)
         known: Mapping[int, str] = self._known_offsets.get(pid, {})

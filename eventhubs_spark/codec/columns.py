@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..amqp import sdk
-from ..arrow import ARROW_SCHEMA, COLUMN_ANNOTATIONS
-from ..errors import DecodeError
-from . import arrays
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.arrow import ARROW_SCHEMA, COLUMN_ANNOTATIONS
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.errors import DecodeError
 
 
 def to_text(value: Any) -> str | None:

@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..amqp.messages import RawEvents, Unsupported, windows
-from ..arrow import ARROW_SCHEMA
-from . import arrays
-from .columns import MICROS, MILLIS_MAX, Columns
-from .message import decode_message
+from eventhubs_spark.amqp.messages import RawEvents, Unsupported, windows
+from eventhubs_spark.arrow import ARROW_SCHEMA
+from eventhubs_spark.codec import arrays
+from eventhubs_spark.codec.columns import MICROS, MILLIS_MAX, Columns
+from eventhubs_spark.codec.message import decode_message
 
 __all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn", "spans"]
 

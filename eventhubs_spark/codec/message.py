@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ..amqp.messages import (
+from eventhubs_spark.amqp.messages import (
     A_ENQUEUED_TIME,
     A_OFFSET,
     A_SEQUENCE_NUMBER,
@@ -38,7 +38,7 @@ from ..amqp.messages import (
     scalar,
     skip,
 )
-from .columns import Columns
+from eventhubs_spark.codec.columns import Columns
 
 __all__ = ["PROPERTY_NAMES", "decode_into", "decode_message"]
 

@@ -24,13 +24,27 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
-from ..codec.layout import decode_spans
-from ..ranges import Home, QueryKey, RangeRequest, RemoteRead
-from ..sealed import RefusedError, SealedSocket, client_handshake
-from . import protocol
-from .place import Place, executor_pid
-from .wire import ALIVE, DONE, ERROR, HELLO, RAW, READ, REMOTE_READ, SILENT_LIMIT, SPANS, Conn, ready, recv, send
+from eventhubs_spark.channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
+from eventhubs_spark.codec.layout import decode_spans
+from eventhubs_spark.executor import protocol
+from eventhubs_spark.executor.place import Place, executor_pid
+from eventhubs_spark.executor.wire import (
+    ALIVE,
+    DONE,
+    ERROR,
+    HELLO,
+    RAW,
+    READ,
+    REMOTE_READ,
+    SILENT_LIMIT,
+    SPANS,
+    Conn,
+    ready,
+    recv,
+    send,
+)
+from eventhubs_spark.ranges import Home, QueryKey, RangeRequest, RemoteRead
+from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake
 
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 

@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..auth.settings import ConnectionSettings
-from ..channel import (
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.channel import (
     HANDSHAKE_TIMEOUT,
     MAX_PENDING,
     MAX_THREADS,
@@ -39,10 +39,10 @@ from ..channel import (
     host_addresses,
     open_server,
 )
-from ..ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
-from ..sealed import RefusedError, SealedSocket, server_handshake
-from . import protocol
-from .wire import MAX_REQUEST, REMOTE_READ, recv
+from eventhubs_spark.executor import protocol
+from eventhubs_spark.executor.wire import MAX_REQUEST, REMOTE_READ, recv
+from eventhubs_spark.ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
+from eventhubs_spark.sealed import RefusedError, SealedSocket, server_handshake
 
 _LOG = logging.getLogger("eventhubs_spark")
 

@@ -23,12 +23,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from ..amqp import failures
-from ..amqp.engine import Connections
-from ..amqp.messages import RawEvents
-from ..auth.settings import ConnectionSettings
-from ..ranges import RangeRequest, RangeResult, ReceiverConfig
-from .receiver import PartitionReceiver
+from eventhubs_spark.amqp import failures
+from eventhubs_spark.amqp.engine import Connections
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.executor.receiver import PartitionReceiver
+from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import threading
 import zlib
 from typing import Any
 
-from ..amqp import sdk
-from ..auth.settings import ConnectionSettings
+from eventhubs_spark.amqp import sdk
+from eventhubs_spark.auth.settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
-from ..auth.credentials import EntraSettings
-from ..auth.network import HttpProxy, NetworkSettings
-from ..auth.secret import Secret
-from ..auth.settings import ConnectionSettings
-from ..errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
-from ..ranges import DriverAddress, Home, QueryKey, RangeRequest, ReceiverConfig, RemoteRead
-from ..retry import RetryPolicy
+from eventhubs_spark.auth.credentials import EntraSettings
+from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
+from eventhubs_spark.ranges import DriverAddress, Home, QueryKey, RangeRequest, ReceiverConfig, RemoteRead
+from eventhubs_spark.retry import RetryPolicy
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ opens after the last of it: nothing is read twice, nothing skipped.
 
 from __future__ import annotations
 
-from ..amqp.engine import Link
-from ..amqp.messages import RawEvents
+from eventhubs_spark.amqp.engine import Link
+from eventhubs_spark.amqp.messages import RawEvents
 
 
 class HeldEvents:

@@ -26,14 +26,14 @@ import logging
 import time
 from collections.abc import Generator, Iterator
 
-from .. import segments
-from ..amqp import failures, sdk
-from ..amqp.engine import Connections, Link, LinkSpec, SharedConnection
-from ..amqp.messages import RawEvents
-from ..auth.settings import ConnectionSettings
-from ..errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
-from ..ranges import RangeResult, ReceiverConfig
-from .readahead import HeldEvents
+from eventhubs_spark import segments
+from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.amqp.engine import Connections, Link, LinkSpec, SharedConnection
+from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
+from eventhubs_spark.executor.readahead import HeldEvents
+from eventhubs_spark.ranges import RangeResult, ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
 

@@ -22,18 +22,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import channel
-from ..amqp.engine import Connections
-from ..amqp.management import ManagementClient
-from ..auth.settings import ConnectionSettings
-from ..codec.layout import events_batch
-from ..errors import OptionError
-from ..ranges import Home, RangeRequest, RangeResult
-from ..sealed import RefusedError
-from .client import HomeClient, ServiceClient, ServiceGone
-from .place import executor_pid, jvm_name, place
-from .pool import CAPACITY, ReceiverPool, read_here
-from .producer import LANES, SharedProducer
+from eventhubs_spark import channel
+from eventhubs_spark.amqp.engine import Connections
+from eventhubs_spark.amqp.management import ManagementClient
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.codec.layout import events_batch
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.executor.client import HomeClient, ServiceClient, ServiceGone
+from eventhubs_spark.executor.place import executor_pid, jvm_name, place
+from eventhubs_spark.executor.pool import CAPACITY, ReceiverPool, read_here
+from eventhubs_spark.executor.producer import LANES, SharedProducer
+from eventhubs_spark.ranges import Home, RangeRequest, RangeResult
+from eventhubs_spark.sealed import RefusedError
 
 _LOG = logging.getLogger("eventhubs_spark")
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home

@@ -40,14 +40,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import channel, readiness
-from ..amqp.engine import Connections
-from ..ranges import RangeRequest, RangeResult
-from . import protocol
-from .listener import Listener
-from .place import jvm_name
-from .pool import ReceiverPool, read_here
-from .wire import (
+from eventhubs_spark import channel, readiness
+from eventhubs_spark.amqp.engine import Connections
+from eventhubs_spark.executor import protocol
+from eventhubs_spark.executor.listener import Listener
+from eventhubs_spark.executor.place import jvm_name
+from eventhubs_spark.executor.pool import ReceiverPool, read_here
+from eventhubs_spark.executor.wire import (
     ALIVE,
     ALIVE_EVERY,
     DONE,
@@ -63,6 +62,7 @@ from .wire import (
     send,
     send_messages,
 )
+from eventhubs_spark.ranges import RangeRequest, RangeResult
 
 _LOG = logging.getLogger("eventhubs_spark")
 

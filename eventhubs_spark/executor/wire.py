@@ -20,8 +20,8 @@ from typing import TypeAlias
 
 import pyarrow as pa
 
-from .. import readiness
-from ..sealed import SealedSocket
+from eventhubs_spark import readiness
+from eventhubs_spark.sealed import SealedSocket
 
 WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
