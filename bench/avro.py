@@ -64,7 +64,7 @@ def _bodies() -> list[bytes]:
 
 
 def _batches(bodies: list[bytes]) -> list[pa.RecordBatch]:
-    from eventhubs_spark.arrow import ARROW_SCHEMA
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA
 
     content = [("content-type", f"avro/binary+{SCHEMA_ID}")]
     at = datetime.datetime(2026, 11, 26, tzinfo=datetime.timezone.utc)

@@ -31,7 +31,7 @@ def _replay_source() -> Any:
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-    from eventhubs_spark.arrow import ARROW_SCHEMA, SCHEMA_DDL
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA, SCHEMA_DDL
 
     class Reader(DataSourceStreamReader):
         def __init__(self, options: dict[str, str]) -> None:

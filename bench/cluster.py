@@ -73,7 +73,9 @@ def _python_cpu(root: int, seen: dict[int, float]) -> None:
     for pid in _processes(root):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if not any(k in cmd for k in (b"pyspark.daemon", b"pyspark.worker", b"eventhubs_spark.executor.service")):
+            if not any(
+                k in cmd for k in (b"pyspark.daemon", b"pyspark.worker", b"eventhubs_spark.executor.receiver_service")
+            ):
                 continue
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             seen[pid] = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime

@@ -51,7 +51,7 @@ def _old_app() -> Any:
 
 def ours(plan_file: str, out_file: str) -> None:
     """This connector's side, in a process of its own (so its CPU is its application's alone)."""
-    from eventhubs_spark.localspark import local_session
+    from eventhubs_spark.local_spark import local_session
 
     plan = json.loads(Path(plan_file).read_text())
     settings = {

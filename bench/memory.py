@@ -64,7 +64,7 @@ def _services() -> set[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if b"eventhubs_spark.executor.service" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                if b"eventhubs_spark.executor.receiver_service" in Path(f"/proc/{entry}/cmdline").read_bytes():
                     found.add(int(entry))
             except OSError:
                 continue
@@ -84,7 +84,7 @@ def _service_rss(root: int) -> int:
     """The resident bytes of the query's receiver service (0 before it starts)."""
     for pid in _processes(root):
         try:
-            if b"eventhubs_spark.executor.service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"eventhubs_spark.executor.receiver_service" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return resident_bytes(pid)
         except OSError:
             continue

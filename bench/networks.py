@@ -68,12 +68,12 @@ def _options(found: dict[str, str], transport: str) -> dict[str, str]:
 
 def _read_connector(options: dict[str, str]) -> tuple[float, float, str]:
     """(client CPU seconds, wall seconds, the tap's transport) of one read of every event."""
-    from eventhubs_spark.amqp import engine
+    from eventhubs_spark.amqp import receive_connections
     from eventhubs_spark.codec.layout import events_batch
-    from eventhubs_spark.executor.receiver import PartitionReceiver
-    from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+    from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
     from eventhubs_spark.options import read_options
-    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+    from eventhubs_spark.process.runtime import current
 
     settings = read_options(options, "batch").settings
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
@@ -82,7 +82,7 @@ def _read_connector(options: dict[str, str]) -> tuple[float, float, str]:
     try:
         rows = sum(events_batch(c, "0")[0].num_rows for c in receiver.read_range(0, EVENTS, True, RangeResult()))
         wall, used = time.perf_counter() - started, time.process_time() - cpu
-        connection = current().connections._by_key.get(engine.Connections.key(settings))
+        connection = current().connections._by_key.get(receive_connections.Connections.key(settings))
         tap = connection._tap if connection is not None else None
         name = tap.transport_name + (" (frame by frame)" if tap._by_frame else "") if tap is not None else "?"
     finally:

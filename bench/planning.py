@@ -47,7 +47,7 @@ def _sdk_call_seconds(conn: str) -> float:
 def _one_request_seconds(conn: str) -> float:
     """One partition's properties on the connector's own kept-open management link (the floor)."""
     from eventhubs_spark.auth.settings import parse_connection_string
-    from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.process.runtime import current
 
     client = current().management(parse_connection_string(conn), 60.0)
     client.partition_properties(["0"])
@@ -65,7 +65,7 @@ class _Trigger:
     def __init__(self, conn: str, lag: str = "on", files: str | None = None) -> None:
         """``lag``: "on" (as shipped), or "off": the lag figures stubbed out (the planning they add, measured
         by difference); ``files``: a checkpoint location for the lag files (eventhubs.checkpointLocation)."""
-        from eventhubs_spark.lag import LagReport
+        from eventhubs_spark.planning.lag import LagReport
         from eventhubs_spark.source import EventHubsStreamReader
 
         options = {"eventhubs.connectionString": conn, "eventhubs.startingPosition": '{"offset": "-1"}'}

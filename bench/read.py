@@ -114,7 +114,7 @@ class CpuTimes(dict[int, float]):
         return sum(max(0.0, used - earlier.get(pid, 0.0)) for pid, used in self.items())
 
 
-_KINDS = {"workers": (b"pyspark.daemon",), "service": (b"eventhubs_spark.executor.service",)}
+_KINDS = {"workers": (b"pyspark.daemon",), "service": (b"eventhubs_spark.executor.receiver_service",)}
 
 
 def executor_python_cpu(kind: str | None = None) -> CpuTimes:
@@ -322,8 +322,8 @@ def run() -> None:
             "Python side, so 'in the batch' is lower than one worker's CPU would allow.\n\n"
             "Where the time goes: the receiver service's reading thread takes a partition's run of transfer "
             "frames from 256 KiB socket reads in one pass, the frames found and the sequence numbers read with "
-            "numpy, and keeps the messages where they arrived (amqp/tap.py); it sends each chunk to the task as "
-            "the spans of those reads, 512 KiB ahead of the task, so both work at once (executor/service.py); the "
+            "numpy, and keeps the messages where they arrived (amqp/frame_reader.py); it sends each chunk to the task as "
+            "the spans of those reads, 512 KiB ahead of the task, so both work at once (executor/receiver_service.py); the "
             "task decodes the chunks that have arrived (up to 4096 events or 4 MiB) as one, column by column by "
             "the layout its messages share (codec/layout.py: about 0.5 ms per chunk plus 0.4 µs per event). The "
             "link's "
@@ -331,7 +331,7 @@ def run() -> None:
             "includes what Spark's Python worker costs per task: its full garbage collection after every task, "
             "most of a trivial Python source's 28 ms of Python CPU per task (bench task_cost), walks only what "
             "tasks made since once the connector has frozen the worker's long-lived objects out of it "
-            "(executor/runtime.py: the connector's tasks take 3.4 ms); "
+            "(process/runtime.py: the connector's tasks take 3.4 ms); "
             "the JVM's side of each task (about 30 ms of CPU here) stays, and at 32 "
             "partitions a batch of 200,000 events has 32 tasks: the 'small ranges sharing tasks' columns read the "
             "same batch with eventhubs.minEventsPerTask=50000 (4 tasks). Without the service (each worker "

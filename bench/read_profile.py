@@ -64,9 +64,9 @@ def _fill(conn: str) -> None:
 def _read_connector(conn: str) -> int:
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.codec.layout import events_batch
-    from eventhubs_spark.executor.receiver import PartitionReceiver
-    from eventhubs_spark.executor.runtime import current
-    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+    from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+    from eventhubs_spark.process.runtime import current
 
     config = ReceiverConfig("$Default", PREFETCH, 30.0, True, read_ahead_events=10 * PREFETCH)
     receiver = PartitionReceiver(parse_connection_string(conn), config, "0", current().connections)
@@ -99,12 +99,12 @@ def _cpu(read: Any, conn: str) -> tuple[float, float, int]:
 _FUNCS = {
     "task": [("receiver.py", "read_range")],  # the task's thread: waiting, taking chunks
     "batches": [("layout.py", "decode_spans")],  # the task's thread: decoding a chunk into a record batch
-    "reader": [("engine.py", "_run")],  # the reader thread, whole
+    "reader": [("receive_connections.py", "_run")],  # the reader thread, whole
     "listen": [("_connection.py", "listen")],  # the reader thread: the SDK's loop around the tap
-    "frames": [("tap.py", "receive_frame")],
-    "socket": [("tap.py", "_fill")],
+    "frames": [("frame_reader.py", "receive_frame")],
+    "socket": [("frame_reader.py", "_fill")],
     # the sequence numbers and keeping the bytes: of a run of transfers taken in one pass, of one transfer
-    "decode": [("tap.py", "_sequences"), ("messages.py", "add_run"), ("tap.py", "_decode")],
+    "decode": [("frame_reader.py", "_sequences"), ("messages.py", "add_run"), ("frame_reader.py", "_decode")],
     "wait": [("select", "select")],  # the reader thread waiting for bytes (idle, not CPU)
 }
 
@@ -126,10 +126,10 @@ def _profile(conn: str) -> dict[str, float]:
     """cProfile's cumulative times of both threads of a read: the task's (which waits for chunks and
     builds record batches) and the connection's reader thread (which reads, cuts and decodes), which a
     profiler enabled in the task's thread does not see."""
-    from eventhubs_spark.amqp import engine
+    from eventhubs_spark.amqp import receive_connections
 
     profilers: list[cProfile.Profile] = []
-    original_run, original_idle = engine.SharedConnection._run, engine._IDLE_CLOSE
+    original_run, original_idle = receive_connections.SharedConnection._run, receive_connections._IDLE_CLOSE
 
     def profiled_run(self: Any) -> None:
         profiler = cProfile.Profile(time.thread_time)  # CPU of this thread: not its waits for the GIL or the socket
@@ -149,11 +149,11 @@ def _profile(conn: str) -> dict[str, float]:
 
     # A connection without links closes after _IDLE_CLOSE: made short, the earlier runs' connection
     # goes (so the read opens one whose thread is profiled), and the profiled one ends after the read.
-    engine._IDLE_CLOSE = 0.2
+    receive_connections._IDLE_CLOSE = 0.2
     task = cProfile.Profile(time.thread_time)  # CPU of this thread: not its waits for the GIL or the socket
     try:
         readers_gone()
-        engine.SharedConnection._run = profiled_run  # type: ignore[method-assign]
+        receive_connections.SharedConnection._run = profiled_run  # type: ignore[method-assign]
         task.enable()
         _read_connector(conn)
         task.disable()
@@ -161,8 +161,8 @@ def _profile(conn: str) -> dict[str, float]:
         if not profilers:
             raise RuntimeError("the read ran on a connection opened before profiling")
     finally:
-        engine.SharedConnection._run = original_run  # type: ignore[method-assign]
-        engine._IDLE_CLOSE = original_idle
+        receive_connections.SharedConnection._run = original_run  # type: ignore[method-assign]
+        receive_connections._IDLE_CLOSE = original_idle
     out = dict.fromkeys(_FUNCS, 0.0)
     _add(out, task)
     for profiler in profilers:
@@ -172,20 +172,20 @@ def _profile(conn: str) -> dict[str, float]:
 
 def _payloads(conn: str) -> list[bytes]:
     """The transfer payloads (one message each) of the stream, as the service sent them."""
-    from eventhubs_spark.amqp import tap
+    from eventhubs_spark.amqp import frame_reader
 
     captured: list[bytes] = []
-    original = tap.LinkSink.publish
+    original = frame_reader.LinkSink.publish
 
     def keep(self: Any) -> None:
         captured.extend(self.incoming.payloads())
         original(self)
 
-    tap.LinkSink.publish = keep  # type: ignore[method-assign]
+    frame_reader.LinkSink.publish = keep  # type: ignore[method-assign]
     try:
         _read_connector(conn)
     finally:
-        tap.LinkSink.publish = original  # type: ignore[method-assign]
+        frame_reader.LinkSink.publish = original  # type: ignore[method-assign]
     return captured
 
 
@@ -310,8 +310,9 @@ def _decoders(payloads: list[bytes]) -> list[dict[str, Any]]:
 # found with numpy, chunks merged in the worker), measured in a worktree beside today's code, same emulator and events.
 BEFORE = os.environ.get("EVENTHUBS_PROFILE_BEFORE", "274b4c9")
 BEFORE_PATHS = [p for p in os.environ.get("EVENTHUBS_PROFILE_PATHS", ",".join([
-    "eventhubs_spark/amqp/tap.py", "eventhubs_spark/amqp/messages.py", "eventhubs_spark/codec/layout.py",
-    "eventhubs_spark/executor/client.py", "eventhubs_spark/executor/wire.py", "eventhubs_spark/sealed.py",
+    "eventhubs_spark/amqp/frame_reader.py", "eventhubs_spark/amqp/messages.py", "eventhubs_spark/codec/layout.py",
+    "eventhubs_spark/executor/service_client.py", "eventhubs_spark/interprocess/service_framing.py",
+    "eventhubs_spark/interprocess/sealed_socket.py",
 ])).split(",") if p]  # fmt: skip
 
 _STAGES = {

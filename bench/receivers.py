@@ -68,7 +68,7 @@ def _processes(root: int) -> list[int]:
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                if b"eventhubs_spark.executor.service" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                if b"eventhubs_spark.executor.receiver_service" in Path(f"/proc/{entry}/cmdline").read_bytes():
                     services.append(int(entry))
             except OSError:
                 continue
@@ -91,9 +91,11 @@ def _python_rss(root: int) -> dict[int, int]:
     for pid in _processes(root):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if not any(k in cmd for k in (b"pyspark.daemon", b"pyspark.worker", b"eventhubs_spark.executor.service")):
+            if not any(
+                k in cmd for k in (b"pyspark.daemon", b"pyspark.worker", b"eventhubs_spark.executor.receiver_service")
+            ):
                 continue
-            if b"eventhubs_spark.executor.service" in cmd:
+            if b"eventhubs_spark.executor.receiver_service" in cmd:
                 _SERVICES.add(pid)
             used = resident_bytes(pid)
             if used:

@@ -51,7 +51,7 @@ def _trivial_source() -> Any:
             return [InputPartition(i) for i in range(PARTITIONS)]
 
         def read(self, partition: Any) -> Any:
-            from eventhubs_spark.executor import runtime
+            from eventhubs_spark.process import runtime
 
             runtime.task_started()  # its workers' collector as the connector's: frozen in the same modes
             for i in range(PER_TASK):
@@ -135,7 +135,7 @@ def _measure(spark: Any, reader: Any, tmp: str) -> dict[str, float]:
     }
 
 
-# The ways a task's worker runs. Its garbage collector (executor/runtime.py): as Spark leaves it (a full
+# The ways a task's worker runs. Its garbage collector (process/runtime.py): as Spark leaves it (a full
 # collection after every task walks every object of the worker), or as the connector sets it (the worker's
 # long-lived objects frozen out of the collections at its second task). Its socket to the executor JVM: TCP on
 # localhost, Spark's default, where each task's input waits on the JVM's Nagle delay and the worker's delayed

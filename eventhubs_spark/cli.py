@@ -167,7 +167,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         )
         stop = threading.Event()
 
-        from eventhubs_spark.amqp import sdk
+        from eventhubs_spark.amqp import sdk_internals
 
         def produce() -> None:
             with EventHubProducerClient.from_connection_string(conn) as producer:
@@ -177,10 +177,10 @@ def _demo_run(args: argparse.Namespace) -> int:
                     for _ in range(min(max(1, args.rate // 10), args.events - n)):
                         batch.add(EventData(json.dumps({"id": n, "temperature": 20 + n % 7})))
                         n += 1
-                    sdk.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
+                    sdk_internals.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
                     time.sleep(0.1)
 
-        from eventhubs_spark.localspark import local_session
+        from eventhubs_spark.local_spark import local_session
 
         print("starting Spark (20-40 s on a 2-core machine; its JVM and Python workers start)...", flush=True)
         spark_started = time.monotonic()
@@ -311,7 +311,7 @@ def _send(args: argparse.Namespace) -> int:
 
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsError
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     conn = _secret(args.connection_string, "EVENTHUBS_CONNECTION_STRING", "--connection-string")
     if not args.send_timeout > 0:
@@ -373,9 +373,10 @@ class _SendFailed(Exception):
 
 
 class _Sender:
-    """The ``send`` command's producer: each batch is sent with :func:`~.amqp.sdk.send_once` and retried here,
-    so a repeat is known and said. (``send_batch`` sends a batch a second time after any failure, silently; after
-    a send that timed out, the first copy may have been stored all the same.) A send that goes unanswered
+    """The ``send`` command's producer: each batch is sent with
+    :func:`~eventhubs_spark.amqp.sdk_internals.send_once` and retried here, so a repeat is known and said.
+    (``send_batch`` sends a batch a second time after any failure, silently; after a send that timed out, the first
+    copy may have been stored all the same.) A send that goes unanswered
     moves to a new connection, as a black-holed one would answer nothing more."""
 
     ATTEMPTS = 3
@@ -390,12 +391,12 @@ class _Sender:
     def send(self, batch: Any) -> None:
         from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
 
-        from eventhubs_spark.amqp import sdk
+        from eventhubs_spark.amqp import sdk_internals
 
         unanswered = False
         for attempt in range(1, self.ATTEMPTS + 1):
             try:
-                sdk.send_once(self.client, batch, self.timeout)
+                sdk_internals.send_once(self.client, batch, self.timeout)
                 break
             except (EventHubError, TimeoutError) as exc:
                 timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)
@@ -428,7 +429,7 @@ def checkpoints_report(
     """Per partition: the store's checkpoint, owner and ownership age, the partition's end, and the lag."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.checkpoints.blob import BlobCheckpointStore
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     settings = parse_connection_string(connection_string)
     store = BlobCheckpointStore.from_connection_string(store_connection_string, container)
@@ -494,10 +495,10 @@ def lag_report(
     with no batch committed for ``eventhubs.lag.stalledAfter``). ``storage``: a storage account's connection
     string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``); ``folder``: the
     location already opened (:func:`checkpoint_folder`), as ``lag --watch`` keeps it between refreshes."""
-    from eventhubs_spark import segments
-    from eventhubs_spark.executor import runtime
-    from eventhubs_spark.lag import LagFiles, LagTracker, last_commit
     from eventhubs_spark.options import STREAM, read_options
+    from eventhubs_spark.planning.lag import LagFiles, LagTracker, last_commit
+    from eventhubs_spark.positions import geo_segments
+    from eventhubs_spark.process import runtime
 
     typed = read_options(options, STREAM)
     hub = typed.settings.hub
@@ -527,7 +528,7 @@ def lag_report(
         stalled = said.get(p) if row is not None and row.events else None
         if row is not None and row.events and not stalled and age is not None and age >= typed.stalled_after:
             stalled = f"{row.events} events waiting, no batch committed for {age:.0f} s (is the query running?)"
-        partitions[p] = {"committed": None, "latest": segments.show(infos[p].end), "eventsBehind": None,
+        partitions[p] = {"committed": None, "latest": geo_segments.show(infos[p].end), "eventsBehind": None,
                          "secondsBehind": None, "lastEnqueuedTime": None, "lastReadEnqueuedTime": None,
                          "stalled": None}  # fmt: skip
         if row is not None:
@@ -551,7 +552,7 @@ def checkpoint_folder(location: str, storage: str | None = None) -> Any:
     ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.core.windows.net/container/
     path``, or Azurite's ``http://127.0.0.1:10000/devstoreaccount1/container/path``."""
     from eventhubs_spark.checkpoints.blob import BlobFolder, blob_location
-    from eventhubs_spark.lag import LocalFolder
+    from eventhubs_spark.planning.lag import LocalFolder
 
     try:
         return LocalFolder(location)
@@ -643,7 +644,7 @@ def _with_stored(given: dict[str, str], stored: dict[str, dict[str, str]], conne
 
 def _lag(args: argparse.Namespace) -> int:
     from eventhubs_spark.errors import OptionError
-    from eventhubs_spark.lag import stored_sources
+    from eventhubs_spark.planning.lag import stored_sources
 
     given = _lag_options(args)
     location = args.checkpoint_location or next(

@@ -1,9 +1,9 @@
 """The connector's exception types, and what counts as worth another attempt.
 
 Each type says whether trying again can help (``retriable``). The one retry policy
-(:mod:`eventhubs_spark.retry`) retries only what may heal, under a deadline, and ends in
+(:mod:`eventhubs_spark.common.retry`) retries only what may heal, under a deadline, and ends in
 :class:`EventHubsTimeoutError` raised ``from`` the last cause. What an SDK error means is decided by its
-AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk.error_type`).
+AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk_internals.error_type`).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ _TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError
 
 
 def retriable(error: BaseException) -> bool:
-    """What :meth:`eventhubs_spark.retry.RetryPolicy.call` tries again by default: connector errors that say so,
+    """What :meth:`eventhubs_spark.common.retry.RetryPolicy.call` tries again by default: connector errors that say so,
     and time-outs."""
     if isinstance(error, EventHubsError):
         return error.retriable

@@ -21,11 +21,11 @@ from eventhubs_spark import defaults
 from eventhubs_spark.auth.network import WEBSOCKETS, HttpProxy, NetworkSettings
 from eventhubs_spark.auth.secret import Secret
 from eventhubs_spark.auth.settings import ConnectionSettings, host_and_port
+from eventhubs_spark.auth.sign_in import resolve_sign_in
 from eventhubs_spark.auth.storage import local_path
+from eventhubs_spark.common.retry import RetryPolicy
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.positions import Earliest, Latest, Position, parse_position, parse_positions
-from eventhubs_spark.retry import RetryPolicy
-from eventhubs_spark.sign_in import resolve_sign_in
+from eventhubs_spark.positions.event_positions import Earliest, Latest, Position, parse_position, parse_positions
 
 if TYPE_CHECKING:
     from eventhubs_spark.capture.store import CaptureSource

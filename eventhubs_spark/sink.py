@@ -22,15 +22,15 @@ from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
-from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.avro.encode import AvroWriting
 from eventhubs_spark.avro.encode import writing as avro_writing
 from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.codec.encode import encode_event
 from eventhubs_spark.errors import EventHubsError, SinkError
-from eventhubs_spark.executor import runtime
 from eventhubs_spark.options import write_options
+from eventhubs_spark.process import runtime
 
 T = TypeVar("T")
 
@@ -263,13 +263,13 @@ class EventSender:
         count = 0
         for body, properties in events:
             message = encode_event(body, properties, key, self._content_type)
-            if not sdk.add_encoded(batch, message):
+            if not sdk_internals.add_encoded(batch, message):
                 if count == 0:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
                 out.append((batch, count))
                 batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
                 count = 0
-                if not sdk.add_encoded(batch, message):
+                if not sdk_internals.add_encoded(batch, message):
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
             count += 1
         if count:
@@ -314,7 +314,7 @@ class EventSender:
             try:
                 client.send(batch, max(1.0, seconds))
             except Exception as exc:
-                if sdk.condition(exc) == sdk.TOO_LARGE:
+                if sdk_internals.condition(exc) == sdk_internals.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
                     unanswered = True
@@ -363,7 +363,7 @@ class EventSender:
             return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:
-            if sdk.condition(error) == sdk.SERVER_BUSY:
+            if sdk_internals.condition(error) == sdk_internals.SERVER_BUSY:
                 # the namespace is over its throughput units: said once per batch by the driver, with the sums
                 self.report.throttled += 1
                 self._busy_since[threading.get_ident()] = time.monotonic()

@@ -24,23 +24,25 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from eventhubs_spark import channel, defaults, segments
-from eventhubs_spark.arrow import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
+from eventhubs_spark import defaults
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.avro import reading as avro_reading
 from eventhubs_spark.avro.registry import RegistryError
 from eventhubs_spark.capture.store import CaptureRead
 from eventhubs_spark.checkpoints.mirror import CheckpointMirror
-from eventhubs_spark.driver import QueryDriver
+from eventhubs_spark.codec.schema import ARROW_SCHEMA, SCHEMA_DDL, Projection, projection
 from eventhubs_spark.errors import EventHubsError, OptionError, data_loss_error
-from eventhubs_spark.executor import runtime
-from eventhubs_spark.lag import LagFiles, LagReport, LagTracker
-from eventhubs_spark.offsets import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
 from eventhubs_spark.options import BATCH, STREAM, ReadOptions, read_options, shareable_options
-from eventhubs_spark.partitions import PartitionCatalog, PartitionInfo, PartitionMetadata
-from eventhubs_spark.positions import Earliest, EnqueuedTime, Latest, Position
-from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
-from eventhubs_spark.resolve import resolve
+from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
+from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, pack_ranges, plan_trigger, split_ranges
+from eventhubs_spark.planning.partition_homes import QueryDriver
+from eventhubs_spark.planning.position_lookup import resolve
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.event_positions import Earliest, EnqueuedTime, Latest, Position
+from eventhubs_spark.positions.partition_catalog import PartitionCatalog, PartitionInfo, PartitionMetadata
+from eventhubs_spark.process import runtime
 
 if TYPE_CHECKING:
     from eventhubs_spark.avro.decode import AvroReading
@@ -151,8 +153,8 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     first = split.requests[0] if split.requests else None
     if done and first is not None and first.driver is not None:
         # The stream's driver works out how far behind the query is in time from each range's last event
-        # (lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
-        channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
+        # (planning/lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
+        driver_channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
 
 
 _ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")
@@ -279,7 +281,7 @@ class _Planner:
     def starting_positions(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         positions = self.configured_starts(infos)
         if self.options.start_from_checkpoint_store:
-            from eventhubs_spark.ownership import checkpoint_position
+            from eventhubs_spark.checkpoints.query_ownership import checkpoint_position
 
             found = {
                 pid: checkpoint_position(c, positions[pid])
@@ -298,7 +300,7 @@ class _Planner:
             return None
         if self._ownership is None:
             from eventhubs_spark.checkpoints.balancer import BalancerConfig
-            from eventhubs_spark.ownership import QueryOwnership, default_owner_id
+            from eventhubs_spark.checkpoints.query_ownership import QueryOwnership, default_owner_id
 
             config = BalancerConfig(
                 strategy=settings.strategy,
@@ -368,7 +370,7 @@ class _Planner:
         return out
 
     def _no_geo(self, partition: str, info: PartitionInfo) -> None:
-        if segments.segment_of(info.end) >= 0:
+        if geo_segments.segment_of(info.end) >= 0:
             example = ".option('eventhubs.startingPosition', '{\"offset\": \"-1\"}')"
             raise OptionError(f"eventhubs.capture.location: hub {self.settings.hub!r} is geo-replicated (partition "
                               f"{partition}), and Capture's files carry no replication segment, so a read cannot "
@@ -445,7 +447,7 @@ class _Planner:
             "because failOnDataLoss=false",
             self.settings.hub,
             partition,
-            segments.count(start, lost_until),
+            geo_segments.count(start, lost_until),
             start,
             lost_until,
         )
@@ -556,7 +558,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ownership = self.planner.ownership()
         if ownership is not None:
             if self._mine is None:
-                from eventhubs_spark.ownership import OwnedPartitions
+                from eventhubs_spark.checkpoints.query_ownership import OwnedPartitions
 
                 self._mine = OwnedPartitions(ownership, self.planner.mirror, self.planner.configured_starts,
                                              self.planner.resolve, self.hub)  # fmt: skip
@@ -601,7 +603,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_end = end
         self._planned_batch = end != begin
         self._lag.planned(end, infos)
-        self._said_lag(report, sum(segments.count(begin[p], end[p]) for p in begin))
+        self._said_lag(report, sum(geo_segments.count(begin[p], end[p]) for p in begin))
         return SourceOffset(self.hub, end).to_json()
 
     def _said_lag(self, report: LagReport, planned: int) -> None:
@@ -773,7 +775,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     "cause unknown: no failure was reported for it (a slow or throttled read, or a task Spark cannot "
                     "schedule?)"
                 )
-                stalled[partition] = (f"the batch reading [{segments.show(start)}, {segments.show(end)}) began "
+                stalled[partition] = (f"the batch reading [{geo_segments.show(start)}, {geo_segments.show(end)}) began "
                                       f"{waited:.0f} s ago and no task has read that range; {why}")  # fmt: skip
                 _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, partition, stalled[partition])
             last = self._lag_report

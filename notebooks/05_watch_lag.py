@@ -54,7 +54,7 @@ time.sleep(run_seconds)
 
 import matplotlib.pyplot as plt
 
-from eventhubs_spark.lag import LagFiles
+from eventhubs_spark.planning.lag import LagFiles
 
 hub = connection_string.split("EntityPath=")[-1].split(";")[0]
 reports = LagFiles(checkpoint_path, hub).reports()

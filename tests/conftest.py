@@ -127,7 +127,7 @@ def azurite() -> Iterator[Azurite]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local Spark session for the whole run (starting one costs about 6 s)."""
-    from eventhubs_spark.localspark import local_session
+    from eventhubs_spark.local_spark import local_session
 
     session = local_session("eventhubs-spark-tests")  # eventhubs_spark/conf/spark-defaults.conf
     session.sparkContext.setLogLevel("WARN")

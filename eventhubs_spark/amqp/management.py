@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from eventhubs_spark import segments
-from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import EventHubsError, TransientError
-from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 _LOG = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,7 +81,7 @@ _TOKEN_MARGIN = 60.0  # seconds before its expiry a request token is made anew
 
 class ManagementClient:
     """Hub and partition properties for one hub, over a connection kept open between calls (the
-    readers' :class:`~eventhubs_spark.partitions.PartitionMetadata`)."""
+    readers' :class:`~eventhubs_spark.positions.partition_catalog.PartitionMetadata`)."""
 
     def __init__(self, settings: ConnectionSettings, operation_timeout: float = 300.0) -> None:
         self.settings = settings
@@ -130,7 +130,7 @@ class ManagementClient:
     def _window(self) -> int:
         """How many requests may be unanswered at once: at most ``_IN_FLIGHT``, and at most the credit the
         service has granted the request link and not used up (read before a call sends anything)."""
-        credit = sdk.management_credit(self._mgmt) if self._mgmt is not None else None
+        credit = sdk_internals.management_credit(self._mgmt) if self._mgmt is not None else None
         if credit is not None:
             self.granted_credit = credit
         return max(1, min(_IN_FLIGHT, credit if credit is not None else _IN_FLIGHT))
@@ -188,7 +188,7 @@ class ManagementClient:
             if self._mgmt is not None:
                 return
             client = self.settings.async_producer(retry_total=0)
-            auth, mgmt = await sdk.open_management(client)
+            auth, mgmt = await sdk_internals.open_management(client)
             while not await mgmt.client_ready_async():
                 await asyncio.sleep(0.01)
             self._client, self._auth, self._mgmt = client, auth, mgmt
@@ -225,7 +225,7 @@ class ManagementClient:
             await self._ensure_open()
             failures.reached(self.settings)
             client, mgmt = self._client, self._mgmt
-            message = sdk.management_message(client, properties)
+            message = sdk_internals.management_message(client, properties)
             message.application_properties["security_token"] = await self._token()
             self.calls += 1
             status, description, response = await mgmt.mgmt_request_async(
@@ -262,12 +262,12 @@ def _partition_info(pid: str, reply: Any) -> PartitionInfo:
     when = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc) if ms else None
     offset = text(reply[b"last_enqueued_offset"])
     # as the service names them, else from a geo-replicated offset's prefix (-1: not geo-replicated)
-    last_segment = _segment(reply.get(b"last_enqueued_replication_segment"), segments.of_offset(offset))
+    last_segment = _segment(reply.get(b"last_enqueued_replication_segment"), geo_segments.of_offset(offset))
     begin_segment = _segment(reply.get(b"begin_replication_segment"), last_segment)
     return PartitionInfo(
         id=pid,
-        beginning_sequence_number=segments.pack(begin_segment, int(reply[b"begin_sequence_number"])),
-        last_enqueued_sequence_number=segments.pack(last_segment, int(reply[b"last_enqueued_sequence_number"])),
+        beginning_sequence_number=geo_segments.pack(begin_segment, int(reply[b"begin_sequence_number"])),
+        last_enqueued_sequence_number=geo_segments.pack(last_segment, int(reply[b"last_enqueued_sequence_number"])),
         last_enqueued_offset=offset,
         last_enqueued_time=when,
         is_empty=bool(reply[b"is_partition_empty"]),

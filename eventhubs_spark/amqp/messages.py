@@ -1,9 +1,9 @@
 """An Event Hubs message as the frame reader keeps it: its AMQP bytes and its sequence number.
 
-The frame reader (:mod:`.tap`) reads only each message's ``x-opt-sequence-number`` as it arrives
-(:func:`sequence_number`) and keeps the bytes (:class:`RawEvents`); the task decodes a range's messages
-at once, column by column (:mod:`eventhubs_spark.codec`). The AMQP constants and the readers of single
-AMQP values that both need live here, once.
+The frame reader (:mod:`eventhubs_spark.amqp.frame_reader`) reads only each message's ``x-opt-sequence-number`` as
+it arrives (:func:`sequence_number`) and keeps the bytes (:class:`RawEvents`); the task decodes a range's messages
+at once, column by column (:mod:`eventhubs_spark.codec`). The AMQP constants and the readers of single AMQP values
+that both need live here, once.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from eventhubs_spark import segments
+from eventhubs_spark.positions import geo_segments
 
 _I = struct.Struct(">I").unpack_from
 _i = struct.Struct(">i").unpack_from
@@ -103,7 +103,7 @@ def scalar(buf: bytes, p: int) -> tuple[Any, int]:
         return _f(buf, p + 1)[0], p + 5
     if c == 0x98:
         return uuid.UUID(bytes=buf[p + 1 : p + 17]), p + 17
-    if c == 0x73:  # a char (a Java producer's Character): its UTF-8, as strings are given (amqp.sdk.decode_char)
+    if c == 0x73:  # a char (a Java producer's Character): its UTF-8, as strings are given (amqp.sdk_internals.decode_char)
         return chr(_I(buf, p + 1)[0]).encode("utf-8"), p + 5
     raise Unsupported(f"constructor 0x{c:02x}")
 
@@ -134,9 +134,9 @@ def skip(buf: bytes, p: int) -> int:
 
 def sequence_number(buf: bytes, p: int, end: int) -> int:
     """The position of the message in ``buf[p:end]`` (its ``x-opt-sequence-number``, with its
-    ``x-opt-sequence-number-epoch``, the replication segment, where that is one: :mod:`..segments`), found
-    without decoding the rest (receivers read ahead this way and leave the decoding to :mod:`.layout`, a
-    batch at a time)."""
+    ``x-opt-sequence-number-epoch``, the replication segment, where that is one:
+    :mod:`eventhubs_spark.positions.geo_segments`), found without decoding the rest (receivers read ahead this way
+    and leave the decoding to :mod:`eventhubs_spark.codec.layout`, a batch at a time)."""
     if (
         buf.startswith(A_SEQUENCE_NUMBER, p + 6) and buf.startswith(ANNOTATIONS_MAP8, p) and buf[p + 5] >= 2
         and buf.find(SEQUENCE_EPOCH, p + 38, p + 6 + buf[p + 4]) < 0
@@ -168,7 +168,7 @@ def sequence_number(buf: bytes, p: int, end: int) -> int:
                 raise Unsupported("no x-opt-sequence-number annotation")
             if type(seq) is not int:
                 raise Unsupported("a sequence number that is not an integer")
-            return segments.of_event(segment, seq)
+            return geo_segments.of_event(segment, seq)
         if d == 0x70 or d == 0x71:
             p = skip(buf, p)
             continue

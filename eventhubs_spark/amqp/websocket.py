@@ -1,12 +1,12 @@
 """The AMQP byte stream inside a WebSocket connection, cut from the socket's bytes a large read at a time.
 
-Over WebSockets (port 443), the service sends AMQP as the payload of binary WebSocket messages, cut
-wherever it likes. The SDK reads them through websocket-client one message at a time (a few small
-``recv`` calls and Python objects per message); the frame tap (:mod:`.tap`) reads the socket in
-256 KiB chunks and needs only the AMQP bytes, so this decoder strips the WebSocket framing from
-whatever the socket gave and keeps an incomplete frame for the next read (RFC 6455, section 5).
-Control frames are returned to the caller, which answers a ping with a pong through websocket-client
-(so writes stay under its lock) and ends the connection on a close.
+Over WebSockets (port 443), the service sends AMQP as the payload of binary WebSocket messages, cut wherever it
+likes. The SDK reads them through websocket-client one message at a time (a few small ``recv`` calls and Python
+objects per message); the frame tap (:mod:`eventhubs_spark.amqp.frame_reader`) reads the socket in 256 KiB chunks
+and needs only the AMQP bytes, so this decoder strips the WebSocket framing from whatever the socket gave and keeps
+an incomplete frame for the next read (RFC 6455, section 5). Control frames are returned to the caller, which
+answers a ping with a pong through websocket-client (so writes stay under its lock) and ends the connection on a
+close.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ process, and passed to the SDK under the names it uses (``transport_type``, ``ht
 ``custom_endpoint_address``, ``connection_verify``) and to azure-core's HTTPS clients (azure-storage-blob
 for the checkpoint store, azure-identity for Entra sign-in) under theirs (``proxies``, ``connection_verify``).
 
-What a failure to get through means is told where the network is used: :mod:`eventhubs_spark.amqp.reach`.
+What a failure to get through means is told where the network is used: :mod:`eventhubs_spark.amqp.network_errors`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The floor of ``auth/``: connection strings, SAS tokens, client secrets and the proxy password are
 wrapped in it as soon as an option is read, and only :meth:`Secret.reveal` (at the SDK's door) gets the
 text back. It travels pickled inside input partitions, and as itself across the receiver service's
-socket (:mod:`eventhubs_spark.executor.protocol`).
+socket (:mod:`eventhubs_spark.interprocess.service_protocol`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from urllib.parse import urlparse
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.network import NetworkSettings
 from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.common.retry import RetryPolicy
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.retry import RetryPolicy
 
 CONNECTION_EXAMPLE = (
     "Endpoint=sb://NAMESPACE.servicebus.windows.net/;SharedAccessKeyName=NAME;SharedAccessKey=KEY;EntityPath=HUB"

@@ -1,9 +1,10 @@
 """Avro bodies with the namespace's Schema Registry: read into a struct column ``value``, written from one.
 
-:mod:`.types` maps Avro schemas to Spark and Arrow types (and Spark structs to Avro schemas), :mod:`.registry`
-fetches writer schemas (once per executor) and registers the sink's, :mod:`.decode` turns a record batch's
-bodies into the struct column, :mod:`.encode` rows into bodies. Only the options' entry points live here;
-nothing imports fastavro or the registry client until Avro is asked for.
+:mod:`eventhubs_spark.avro.types` maps Avro schemas to Spark and Arrow types (and Spark structs to Avro schemas),
+:mod:`eventhubs_spark.avro.registry` fetches writer schemas (once per executor) and registers the sink's,
+:mod:`eventhubs_spark.avro.decode` turns a record batch's bodies into the struct column,
+:mod:`eventhubs_spark.avro.encode` rows into bodies. Only the options' entry points live here; nothing imports
+fastavro or the registry client until Avro is asked for.
 """
 
 from __future__ import annotations

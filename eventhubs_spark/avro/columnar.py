@@ -13,7 +13,8 @@ else (arrays, maps, other unions, aliases, complex defaults) is :class:`Unsuppor
 
 It never guesses: every body must end exactly where its last field does, every varint within ten bytes, every
 boolean 0 or 1, every string valid UTF-8, every enum index and union branch in range. Any body that does not is
-:class:`Irregular`, and the batch goes to the exact path (:mod:`.decode`), which finds each bad body and says why.
+:class:`Irregular`, and the batch goes to the exact path (:mod:`eventhubs_spark.avro.decode`), which finds each bad
+body and says why.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def _step(writer: Any, reader: Any, wnames: dict[str, Any], rnames: dict[str, An
 
 
 def _arrow(schema: Any, names: dict[str, Any]) -> pa.DataType:
-    """The plain Arrow type a reader schema's values take: :func:`.types.column`'s (the decoded array must be it)."""
+    """The plain Arrow type a reader schema's values take: :func:`~eventhubs_spark.avro.types.column`'s (the
+    decoded array must be it)."""
     try:
         return types.column(schema, names).plain
     except types.SchemaError as exc:

@@ -2,15 +2,15 @@
 
 Each batch's rows are grouped by the schema id their content type names (``avro/binary+<id>``, the official
 encoders' format), and the bodies of one id are decoded together: field by field across all of them
-(:mod:`.columnar`, numpy, about ten times fastavro; ``bench/avro``) where the writer and reader schemas are of
-the shapes it takes and every body is regular; else by fastavro's compiled reader (the exact path), as an Avro
-object container of the bodies (its header carries the writer schema), with the reader schema for Avro's
-schema resolution when the two differ. A copy of the first body at the end proves the bodies were read on
-their boundaries (:meth:`Decoder.values`); when it does not, the group is read again one block per body, so a
-body that is too short fails alone and one with bytes to spare cannot shift the next body's fields.
+(:mod:`eventhubs_spark.avro.columnar`, numpy, about ten times fastavro; ``bench/avro``) where the writer and reader
+schemas are of the shapes it takes and every body is regular; else by fastavro's compiled reader (the exact path),
+as an Avro object container of the bodies (its header carries the writer schema), with the reader schema for Avro's
+schema resolution when the two differ. A copy of the first body at the end proves the bodies were read on their
+boundaries (:meth:`Decoder.values`); when it does not, the group is read again one block per body, so a body that is
+too short fails alone and one with bytes to spare cannot shift the next body's fields.
 
-The decoder works on the schemas with their logical types taken off (:func:`.types.plain`), so dates,
-timestamps and decimals arrive as ints, longs and bytes, become Arrow arrays at once, and are converted
+The decoder works on the schemas with their logical types taken off (:func:`~eventhubs_spark.avro.types.plain`), so
+dates, timestamps and decimals arrive as ints, longs and bytes, become Arrow arrays at once, and are converted
 column by column (:func:`convert`).
 
 Bad records follow Spark's readers' modes: ``FAILFAST`` (the default) fails the task with an error naming the
@@ -34,10 +34,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventhubs_spark import defaults
-from eventhubs_spark.arrow import ARROW_SCHEMA
 from eventhubs_spark.avro import columnar, types
 from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
 from eventhubs_spark.codec import arrays
+from eventhubs_spark.codec.schema import ARROW_SCHEMA
 from eventhubs_spark.errors import EventHubsError
 
 FAILFAST, PERMISSIVE = "FAILFAST", "PERMISSIVE"
@@ -219,8 +219,8 @@ class Decoder:
 
     def decode(self, bodies: pa.Array) -> tuple[pa.Array, dict[int, str]]:
         """The bodies' values (the reader schema's plain Arrow type; null where a body failed), and why each
-        failed body did, by index: field by field over all bodies (:mod:`.columnar`) where the schemas allow
-        and every body is regular, else through fastavro (:meth:`values`)."""
+        failed body did, by index: field by field over all bodies (:mod:`eventhubs_spark.avro.columnar`) where the
+        schemas allow and every body is regular, else through fastavro (:meth:`values`)."""
         if self._columnar is not None:
             try:
                 return columnar.decode(self._columnar, bodies), {}

@@ -8,7 +8,7 @@ unions are a nullable ``T``, enums are strings, fixed is binary, maps have strin
 
 Decoding is done on the schema with its logical types taken off (:func:`plain`): the decoder then returns
 plain longs, ints and bytes, which become Arrow arrays at once and are converted to dates, timestamps and
-decimals column by column (:mod:`.decode`), instead of one ``datetime`` object per value and back.
+decimals column by column (:mod:`eventhubs_spark.avro.decode`), instead of one ``datetime`` object per value and back.
 
 What Spark cannot hold is refused when the schema is read, naming the field: a recursive record (Spark
 types are trees), and a union of several non-null types (Spark's ``from_avro`` makes those a struct of

@@ -9,8 +9,8 @@ cut out afterwards by position, in C (:func:`~eventhubs_spark.codec.layout.spans
 field. The maps' values become the text the live read makes (:func:`~eventhubs_spark.codec.columns.to_text`); the
 enqueued time comes from ``x-opt-enqueued-time`` where the file has it, else from ``EnqueuedTimeUtc`` (to the second).
 
-:func:`~.files.read_file` (a record at a time, into Python values) is the reference this decoder is tested
-against; both take the file's own writer schema and refuse a record that runs past its block.
+:func:`~eventhubs_spark.capture.files.read_file` (a record at a time, into Python values) is the reference this
+decoder is tested against; both take the file's own writer schema and refuse a record that runs past its block.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 from eventhubs_spark.amqp.messages import windows
-from eventhubs_spark.arrow import ARROW_SCHEMA
 from eventhubs_spark.capture.files import CaptureFileError, blocks, dotnet_time_ms
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.columns import to_text
 from eventhubs_spark.codec.layout import spans
+from eventhubs_spark.codec.schema import ARROW_SCHEMA
 
 _MAP = ARROW_SCHEMA.field("properties").type
 _TIME = ARROW_SCHEMA.field("enqueuedTime").type

@@ -356,7 +356,7 @@ def _block_first(payload: bytes | memoryview, codec: str, where: str) -> int:
 
 def read_file(data: bytes | memoryview, where: str) -> CapturedEvents:
     """Every event of one Capture file (``where`` names it in messages), as Python values (the reference the
-    columnar decoder, :mod:`.columnar`, is held to)."""
+    columnar decoder, :mod:`eventhubs_spark.capture.columnar`, is held to)."""
     found = blocks(data, where)
     system_value, property_value = _union(found.system_branches), _union(found.property_branches)
     out = CapturedEvents()

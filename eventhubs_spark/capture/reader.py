@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from eventhubs_spark import segments
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.capture.columnar import decode
 from eventhubs_spark.capture.files import BlockMap, CaptureFileError, streamed_block_map
@@ -35,6 +34,7 @@ from eventhubs_spark.capture.names import NameFormat
 from eventhubs_spark.capture.store import CaptureRead, CaptureStore, open_store
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.errors import DataLossError
+from eventhubs_spark.positions import geo_segments
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -107,7 +107,7 @@ def _read(store: CaptureStore, capture: CaptureRead, ahead: _ReadAhead, hub: str
             if later
             else ", with no file after it"
         )
-        count = segments.count(nxt, gap_end)
+        count = geo_segments.count(nxt, gap_end)
         if fail_on_data_loss:
             raise DataLossError(
                 f"hub {hub!r} partition {partition}: sequence numbers [{nxt}, {gap_end}) "

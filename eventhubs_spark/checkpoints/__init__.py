@@ -4,8 +4,8 @@ A checkpoint names the **last processed event** of a partition (its sequence num
 processors resume just after it. An ownership says which processor (``owner_id``) reads a partition;
 an empty owner means released, and an ownership older than the expiry is treated as unowned.
 
-The blob store (:mod:`.blob`) writes the layout .NET, Java and Python processors use, so they and this
-connector read each other's progress; :class:`InMemoryCheckpointStore` has the same semantics, etags
+The blob store (:mod:`eventhubs_spark.checkpoints.blob`) writes the layout .NET, Java and Python processors use, so
+they and this connector read each other's progress; :class:`InMemoryCheckpointStore` has the same semantics, etags
 included, for tests and local runs.
 """
 
@@ -29,7 +29,8 @@ class Checkpoint:
     offset: str | None = None
     # Not part of the shared layout; other SDKs ignore the extra metadata and drop it when they write.
     # ``released_by`` marks the final checkpoint an owner wrote when it handed the partition over (see
-    # :mod:`eventhubs_spark.ownership`); ``last_modified_time`` is the store's clock, as for ownership.
+    # :mod:`eventhubs_spark.checkpoints.query_ownership`); ``last_modified_time`` is the store's clock, as for
+    # ownership.
     released_by: str | None = None
     last_modified_time: float | None = None
 

@@ -5,10 +5,10 @@ processors and for a restarted query without a Spark checkpoint. A checkpoint na
 processed event, so a query whose next event is ``n`` writes ``n - 1`` with that event's own offset
 (the Python SDK resumes by offset only). The offset comes from partition properties when the
 planner has seen that event as a partition's last (:meth:`CheckpointMirror.note`), else from an
-owner-level lookup on the hub between micro-batches (see :mod:`eventhubs_spark.resolve`).
+owner-level lookup on the hub between micro-batches (see :mod:`eventhubs_spark.planning.position_lookup`).
 
 A hand-over (ownership mode) is the same write with a ``releasedby`` marker naming the owner that
-let the partition go (see :mod:`eventhubs_spark.ownership`).
+let the partition go (see :mod:`eventhubs_spark.checkpoints.query_ownership`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from eventhubs_spark import segments
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.checkpoints import Checkpoint
-from eventhubs_spark.partitions import PartitionInfo
-from eventhubs_spark.ranges import ReceiverConfig
+from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 if TYPE_CHECKING:
     from eventhubs_spark.options import StoreOptions
@@ -149,7 +149,7 @@ class CheckpointMirror:
         geo-replicated hub carries the segment). None when that event cannot be found (it expired, or a
         new replication segment begins at ``nxt``): the store keeps its older checkpoint until the next
         commit, which re-reads a little and loses nothing."""
-        from eventhubs_spark.resolve import offset_of
+        from eventhubs_spark.planning.position_lookup import offset_of
 
         info = infos.get(pid)
         known: Mapping[int, str] = self._known_offsets.get(pid, {})
@@ -161,12 +161,12 @@ class CheckpointMirror:
             offset = known[nxt - 1]
         else:
             # Read from the hub: an owner-level lookup between micro-batches, which displaces the idle
-            # executor receiver of this partition (it reopens at its position; see executor.receiver).
+            # executor receiver of this partition (it reopens at its position; see executor.partition_receiver).
             offset = offset_of(self.settings, self.config, pid, nxt - 1, self.config.receiver_timeout)
             if offset is None:
                 _LOG.info("hub %s: partition %s: no event at %s to checkpoint (expired, or a replication segment "
                           "begins after it); the checkpoint store keeps the one before", self.settings.hub, pid,
-                          segments.show(nxt - 1))  # fmt: skip
+                          geo_segments.show(nxt - 1))  # fmt: skip
                 return None
         ns, hub, group = self.settings.namespace, self.settings.hub, self.config.consumer_group
-        return Checkpoint(ns, hub, group, pid, segments.seq_of(nxt - 1), offset, released_by=released_by)
+        return Checkpoint(ns, hub, group, pid, geo_segments.seq_of(nxt - 1), offset, released_by=released_by)

@@ -1,4 +1,7 @@
-"""Events as columns: a range's messages decoded column by column into Arrow (:mod:`.layout`), the
-message-by-message decoder for what a layout does not describe (:mod:`.message`), the containers and
-the SDK-equivalent mapping they agree with (:mod:`.columns`), and the sink's encoder (:mod:`.encode`).
+"""Events as Arrow columns: the source's schema, received messages decoded, and the sink's events encoded.
+
+:mod:`~eventhubs_spark.codec.schema` is the schema every read yields; :mod:`~eventhubs_spark.codec.layout` decodes a
+chunk of messages column by column, :mod:`~eventhubs_spark.codec.message` one message at a time where no layout
+fits, into the containers of :mod:`~eventhubs_spark.codec.columns`; :mod:`~eventhubs_spark.codec.encode` makes the
+sink's AMQP bytes.
 """

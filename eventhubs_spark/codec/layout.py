@@ -4,7 +4,7 @@ Event Hubs messages of one partition are nearly all built alike: the same annota
 order with the same encodings (a long sequence number, a str8 offset, a timestamp), the same
 application property names and value types from one producer, one data section. Only the values and
 the lengths of the variable parts differ. Decoding them one by one in Python walks the same structure
-again for every event (:mod:`.message`: 3-5 µs each); here the structure is walked once per batch:
+again for every event (:mod:`eventhubs_spark.codec.message`: 3-5 µs each); here the structure is walked once per batch:
 
 1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
    must be the same in every message of that shape (section descriptors, map sizes' positions, keys,
@@ -38,10 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventhubs_spark.amqp.messages import RawEvents, Unsupported, windows
-from eventhubs_spark.arrow import ARROW_SCHEMA
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.columns import MICROS, MILLIS_MAX, Columns
 from eventhubs_spark.codec.message import decode_message
+from eventhubs_spark.codec.schema import ARROW_SCHEMA
 
 __all__ = ["Layout", "decode_batch", "decode_spans", "events_batch", "learn", "spans"]
 
@@ -717,8 +717,8 @@ def _bytes(buffer: pa.Buffer, start: int, end: int) -> bytes:
 def _one_by_one(
     buffer: pa.Buffer, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, partition: str
 ) -> tuple[pa.RecordBatch, int]:
-    """The messages ``rows`` decoded one at a time (:func:`.message.decode_message`), and how many of them
-    the SDK's decoder made."""
+    """The messages ``rows`` decoded one at a time (:func:`~eventhubs_spark.codec.message.decode_message`), and
+    how many of them the SDK's decoder made."""
     cols = Columns()
     for start, end in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True):
         decode_message(cols, _bytes(buffer, start, end))

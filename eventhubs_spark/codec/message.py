@@ -15,7 +15,7 @@ among the properties, the long section descriptor), :func:`decode_into` raises :
 and the caller decodes that message with the SDK instead (:meth:`Columns.append_sdk_payload`),
 counting it in :attr:`Columns.fallbacks`. A property test compares both paths row by row.
 
-Tasks use it for what :mod:`.layout` (a whole range decoded column by column, several times faster)
+Tasks use it for what :mod:`eventhubs_spark.codec.layout` (a whole range decoded column by column, several times faster)
 leaves over: small chunks, and messages of forms a layout does not describe.
 """
 

@@ -120,7 +120,7 @@ def main(jobs_file: str, results_file: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from eventhubs_spark.localspark import local_session
+    from eventhubs_spark.local_spark import local_session
 
     # The Spark UI on, on a free port: its REST API serves what the UI pages show (SQL plans and their
     # node details, jobs, stages, environment), which the test searches for secrets.

@@ -186,7 +186,7 @@ def services(spark: object) -> list[tuple[int, str]]:
     found = []
     for pid, args in sorted(procs.items()):
         watched = args[args.index(b"--watch-pid") + 1] if b"--watch-pid" in args else None
-        if b"eventhubs_spark.executor.service" in args and watched in jvms:
+        if b"eventhubs_spark.executor.receiver_service" in args and watched in jvms:
             local_dir = args[args.index(b"--local-dir") + 1].decode()
             found.append((pid, os.path.join(local_dir, "eventhubs-receiver-service.log")))
     return found
@@ -207,8 +207,8 @@ def cut_the_homes(spark: object, out: str, faults: dict[str, object]) -> None:
     import subprocess
 
     from eventhubs_spark.auth.secret import Secret
-    from eventhubs_spark.ranges import QueryKey, new_query_key
-    from eventhubs_spark.sealed import RefusedError, client_handshake
+    from eventhubs_spark.interprocess.sealed_socket import RefusedError, client_handshake
+    from eventhubs_spark.interprocess.task_ranges import QueryKey, new_query_key
 
     work = os.path.join(os.environ.get("SPARK_HOME") or os.path.dirname(__import__("pyspark").__file__), "work",
                         spark.sparkContext.applicationId)  # type: ignore[attr-defined]  # fmt: skip

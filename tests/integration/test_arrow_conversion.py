@@ -12,8 +12,8 @@ from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.codec.columns import events_to_batch
 from eventhubs_spark.codec.layout import decode_spans, events_batch
-from eventhubs_spark.executor.runtime import current
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.process.runtime import current
 
 from .sdk_helpers import receive
 

@@ -132,8 +132,8 @@ def test_an_azurite_that_refuses_the_api_version_is_said_once_with_the_fix(tmp_p
     import subprocess
 
     from eventhubs_spark.checkpoints.mirror import CheckpointMirror
+    from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
     from eventhubs_spark.options import STREAM, read_options
-    from eventhubs_spark.ranges import ReceiverConfig
     from tests.conftest import AZURITE_ACCOUNT, AZURITE_KEY, ROOT, free_port, wait_for_port
 
     port = free_port()

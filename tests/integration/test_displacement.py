@@ -7,10 +7,10 @@ import pytest
 
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
-from eventhubs_spark.executor.receiver import PartitionReceiver
-from eventhubs_spark.executor.runtime import current
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
-from eventhubs_spark.resolve import offset_of
+from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.planning.position_lookup import offset_of
+from eventhubs_spark.process.runtime import current
 
 from .sdk_helpers import Receiver, attach_error, send, wait_until
 
@@ -89,7 +89,7 @@ def test_a_reader_that_keeps_taking_the_partition_fails_the_read_after_one_reope
 
 def test_an_idle_receiver_closed_by_the_pool_lets_an_sdk_processor_in(eventhub):
     """The failure behind a locked-out processor: an idle owner-level receiver left open."""
-    from eventhubs_spark.executor.pool import ReceiverPool
+    from eventhubs_spark.executor.receiver_pool import ReceiverPool
 
     send(eventhub.connection_string, [f"e{i}" for i in range(10)], partition_id="1")
     settings = parse_connection_string(eventhub.connection_string)

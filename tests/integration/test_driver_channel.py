@@ -10,10 +10,10 @@ import time
 
 from pyspark import cloudpickle
 
-from eventhubs_spark import channel
 from eventhubs_spark.auth.secret import Secret
-from eventhubs_spark.driver import QueryDriver
-from eventhubs_spark.ranges import QueryKey
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.task_ranges import QueryKey
+from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.source import EventHubsStreamReader, read_partition
 
 from .sdk_helpers import send
@@ -34,11 +34,11 @@ def test_the_driver_answers_the_querys_processes_and_refuses_others(caplog):
         where = driver.address()
         assert "127.0.0.1" in where.hosts and driver.query.key.reveal() not in repr(driver.query)
         announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": 1}
-        assert channel.ask(where, driver.query, announce) == {"ok": True}
+        assert driver_channel.ask(where, driver.query, announce) == {"ok": True}
         assert [h.executor for h in driver.live()] == ["e1"]
         impostor = QueryKey(driver.query.query, Secret("not-the-key"))
         with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
-            assert channel.ask(where, impostor, {**announce, "executor": "e2"}) is None
+            assert driver_channel.ask(where, impostor, {**announce, "executor": "e2"}) is None
             assert wait_for(lambda: driver.channel.refused == 1)
         assert [h.executor for h in driver.live()] == ["e1"], "nothing of a refused connection is used"
         said = " ".join(r.getMessage() for r in caplog.records)
@@ -46,7 +46,7 @@ def test_the_driver_answers_the_querys_processes_and_refuses_others(caplog):
         assert driver.query.key.reveal() not in said and "not-the-key" not in said
     finally:
         driver.close()
-    assert channel.ask(where, driver.query, announce) is None, "a closed driver: the caller goes on"
+    assert driver_channel.ask(where, driver.query, announce) is None, "a closed driver: the caller goes on"
 
 
 def test_homes_are_placed_over_the_live_services_and_a_first_batch_waits_for_them_to_settle():
@@ -55,11 +55,11 @@ def test_homes_are_placed_over_the_live_services_and_a_first_batch_waits_for_the
         where, query = driver.address(), driver.query
         assert driver.homes([str(p) for p in range(6)]) == {}, "no service known: no homes"
         for e in ("e1", "e2", "e3"):
-            channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9})
+            driver_channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9})
         placed = driver.homes([str(p) for p in range(6)])
         assert sorted(h.executor for h in placed.values()) == ["e1", "e1", "e2", "e2", "e3", "e3"]
         started = time.monotonic()
-        answer = channel.ask(where, query, {"kind": "home", "partition": "4"}, timeout=20)
+        answer = driver_channel.ask(where, query, {"kind": "home", "partition": "4"}, timeout=20)
         assert time.monotonic() - started >= 1.0, "the answer waited for the services to settle"
         assert answer == {"home": {"executor": placed["4"].executor, "hosts": ["127.0.0.1"], "port": 9}}
     finally:
@@ -75,14 +75,14 @@ def test_in_local_mode_a_first_batch_does_not_wait_for_other_services_that_canno
     try:
         where, query = driver.address(), driver.query
         announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": 9, "jvm": "this-host:4242"}
-        channel.ask(where, query, announce)
+        driver_channel.ask(where, query, announce)
         started = time.monotonic()
-        answer = channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
+        answer = driver_channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
         assert time.monotonic() - started < 1.0, "nothing to wait for in local mode"
         assert answer == {"home": {"executor": "e1", "hosts": ["127.0.0.1"], "port": 9}}
-        channel.ask(where, query, {**announce, "executor": "e2", "jvm": "other-host:77"})
+        driver_channel.ask(where, query, {**announce, "executor": "e2", "jvm": "other-host:77"})
         started = time.monotonic()
-        channel.ask(where, query, {"kind": "home", "partition": "1"}, timeout=20)
+        driver_channel.ask(where, query, {"kind": "home", "partition": "1"}, timeout=20)
         assert time.monotonic() - started >= 1.0, "an executor of a cluster: the answer waits for the others"
     finally:
         driver.close()
@@ -94,7 +94,7 @@ def test_a_worker_that_reads_for_itself_is_told_once_in_the_drivers_log(eventhub
     so once, naming the executor and why."""
     import tempfile
 
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     send(eventhub.connection_string, [f"e{i}" for i in range(30)], partition_id="1")
     reader = EventHubsStreamReader(
@@ -148,16 +148,18 @@ def test_a_service_dropped_as_unreachable_comes_back_only_when_the_driver_reache
     try:
         where, query = driver.address(), driver.query
         announce = {"kind": "service", "executor": "e1", "hosts": ["127.0.0.1"], "port": dead_port}
-        channel.ask(where, query, announce)
-        channel.ask(where, query, {**announce, "executor": "e2", "port": alive.getsockname()[1]})
+        driver_channel.ask(where, query, announce)
+        driver_channel.ask(where, query, {**announce, "executor": "e2", "port": alive.getsockname()[1]})
         assert [h.executor for h in driver.live()] == ["e1", "e2"]
         with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
-            channel.ask(where, query, {"kind": "home_unreachable", "executor": "e1", "host": "h", "why": "refused"})
+            driver_channel.ask(
+                where, query, {"kind": "home_unreachable", "executor": "e1", "host": "h", "why": "refused"}
+            )
         assert [h.executor for h in driver.live()] == ["e2"]
         assert any("it is no longer a home" in r.getMessage() for r in caplog.records)
-        channel.ask(where, query, announce)  # its heartbeat, same dead port
+        driver_channel.ask(where, query, announce)  # its heartbeat, same dead port
         assert [h.executor for h in driver.live()] == ["e2"], "a port nobody answers on is not a home"
-        channel.ask(where, query, {**announce, "port": alive.getsockname()[1]})  # listening again
+        driver_channel.ask(where, query, {**announce, "port": alive.getsockname()[1]})  # listening again
         assert [h.executor for h in driver.live()] == ["e1", "e2"]
     finally:
         alive.close()
@@ -170,20 +172,20 @@ def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_
     try:
         where = driver.address()
         for end in (10, 20, 30):
-            assert channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", end, 1000 + end]]}) == {
-                "ok": True
-            }
+            assert driver_channel.ask_kept(
+                where, driver.query, {"kind": "read", "ranges": [["3", end, 1000 + end]]}
+            ) == {"ok": True}
         assert reads == [("3", 10, 1010), ("3", 20, 1020), ("3", 30, 1030)] and driver.channel.accepted == 1
-        for kept in channel._KEPT.values():  # as when the driver closed it idle
+        for kept in driver_channel._KEPT.values():  # as when the driver closed it idle
             kept.close()
-        assert channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", 40, 1040], ["x"]]}) == {
+        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", 40, 1040], ["x"]]}) == {
             "ok": True
         }
         assert (
             reads[-1] == ("3", 40, 1040) and driver.channel.accepted == 2
         )  # made again once; a malformed entry is passed over
         wrong = QueryKey(driver.query.query, Secret("not-the-key"))
-        assert channel.ask_kept(where, wrong, {"kind": "read", "ranges": [["3", 50, 1]]}) is None
+        assert driver_channel.ask_kept(where, wrong, {"kind": "read", "ranges": [["3", 50, 1]]}) is None
         assert reads[-1] == ("3", 40, 1040)
     finally:
         driver.close()
@@ -197,20 +199,20 @@ def test_a_first_batch_waits_for_the_service_of_an_executor_a_task_said_it_runs_
     try:
         where, query = driver.address(), driver.query
         for e in ("e1", "e2"):
-            channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9,
+            driver_channel.ask(where, query, {"kind": "service", "executor": e, "hosts": ["127.0.0.1"], "port": 9,
                                        "jvm": f"host:{e}"})  # fmt: skip
-        assert channel.ask(where, query, {"kind": "coming", "jvm": "host:e3"}) == {"ok": True}
+        assert driver_channel.ask(where, query, {"kind": "coming", "jvm": "host:e3"}) == {"ok": True}
 
         def late_service() -> None:
             time.sleep(3.0)  # past the 1.5 s the others' quiet would have waited
-            channel.ask(where, query, {"kind": "service", "executor": "e3", "hosts": ["127.0.0.1"], "port": 9,
+            driver_channel.ask(where, query, {"kind": "service", "executor": "e3", "hosts": ["127.0.0.1"], "port": 9,
                                        "jvm": "host:e3"})  # fmt: skip
 
         import threading
 
         threading.Thread(target=late_service, daemon=True).start()
         started = time.monotonic()
-        channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
+        driver_channel.ask(where, query, {"kind": "home", "partition": "0"}, timeout=20)
         assert time.monotonic() - started >= 2.5, "the answer waited for the coming executor's service"
         assert sorted(h.executor for h in driver.live()) == ["e1", "e2", "e3"]
     finally:

@@ -156,9 +156,9 @@ def test_a_missing_consumer_group_is_named_not_taken_for_a_missing_hub(eventhub)
     option and how to create one (it was reported as a missing hub)."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import ConsumerGroupNotFoundError
-    from eventhubs_spark.executor.pool import ReceiverPool, read_here
-    from eventhubs_spark.executor.runtime import current
-    from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
+    from eventhubs_spark.executor.receiver_pool import ReceiverPool, read_here
+    from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
+    from eventhubs_spark.process.runtime import current
 
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig(consumer_group="nosuchgroup", receiver_timeout=10)
@@ -234,12 +234,12 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
     from eventhubs_emulator.entra import LocalEntra
     from eventhubs_spark.amqp.management import ManagementClient
     from eventhubs_spark.errors import HubNotFoundError
-    from eventhubs_spark.executor.pool import read_here
-    from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.executor.receiver_pool import read_here
+    from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
     from eventhubs_spark.options import read_options, write_options
-    from eventhubs_spark.positions import SequenceNumber
-    from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
-    from eventhubs_spark.resolve import first_event
+    from eventhubs_spark.planning.position_lookup import first_event
+    from eventhubs_spark.positions.event_positions import SequenceNumber
+    from eventhubs_spark.process.runtime import current
     from eventhubs_spark.sink import _write, layout_for
 
     with LocalEntra() as entra, Emulator({"t": 1}, token_verifier=entra.verify) as emulator:

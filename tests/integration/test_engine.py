@@ -7,11 +7,12 @@ from __future__ import annotations
 import threading
 import time
 
-from eventhubs_spark.amqp.engine import Connections
+from eventhubs_spark.amqp import receive_connections
+from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor.receiver import PartitionReceiver
-from eventhubs_spark.executor.runtime import current
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.process.runtime import current
 
 from .sdk_helpers import send, wait_until
 
@@ -71,9 +72,8 @@ def test_a_reader_that_makes_room_in_a_full_sink_gets_its_link_read_on_without_w
     the task that takes the events must wake it, or the link sits dry for the whole wait (0.2 s each time
     read-ahead fills: stalls that halved a backlog's throughput). The wait is made 60 s here: a range
     several read-aheads long can only finish in time if every refill wakes the reader."""
-    from eventhubs_spark.amqp import engine
 
-    monkeypatch.setattr(engine, "_READ_WAIT", 60.0)
+    monkeypatch.setattr(receive_connections, "_READ_WAIT", 60.0)
     send(eventhub.connection_string, [f"e{i}" for i in range(1000)], partition_id="0")
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig("$Default", 50, 20.0, True, read_ahead_events=100)
@@ -123,9 +123,8 @@ def test_a_read_survives_dropped_connections_and_forced_detaches_reading_every_e
 
 
 def test_connections_the_process_no_longer_uses_close(eventhub, monkeypatch):
-    from eventhubs_spark.amqp import engine
 
-    monkeypatch.setattr(engine, "_IDLE_CLOSE", 0.5)
+    monkeypatch.setattr(receive_connections, "_IDLE_CLOSE", 0.5)
     send(eventhub.connection_string, ["a"], partition_id="3")
     settings = parse_connection_string(eventhub.connection_string)
     receiver = PartitionReceiver(settings, ReceiverConfig("$Default", 10, 10.0, False), "3", current().connections)

@@ -11,12 +11,12 @@ import pytest
 
 from eventhubs_spark.auth.secret import Secret
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor import place
-from eventhubs_spark.executor.client import HomeClient, _try_connect
-from eventhubs_spark.executor.runtime import Runtime
-from eventhubs_spark.executor.service import ReceiverService
-from eventhubs_spark.ranges import Home, QueryKey, RangeRequest, ReceiverConfig, new_query_key
-from eventhubs_spark.sealed import RefusedError
+from eventhubs_spark.executor import service_files
+from eventhubs_spark.executor.receiver_service import ReceiverService
+from eventhubs_spark.executor.service_client import HomeClient, _try_connect
+from eventhubs_spark.interprocess.sealed_socket import RefusedError
+from eventhubs_spark.interprocess.task_ranges import Home, QueryKey, RangeRequest, ReceiverConfig, new_query_key
+from eventhubs_spark.process.runtime import Runtime
 
 from ..conftest import free_port
 from .sdk_helpers import send
@@ -28,7 +28,7 @@ def home_service(tmp_path, monkeypatch):
     local = tmp_path / "blockmgr-home"
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    where = place.place()
+    where = service_files.place()
     assert where is not None
     service = ReceiverService(where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool)
     threading.Thread(target=service.run, daemon=True).start()
@@ -92,7 +92,7 @@ def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_nex
 ):
     """The home sends the first chunk of a range, then its connection ends (as when its executor dies): the
     task reads the rest itself, from the next sequence number: every event once."""
-    from eventhubs_spark.executor import service as service_module
+    from eventhubs_spark.executor import receiver_service as service_module
 
     service, worker = home_service
     send(eventhub.connection_string, [f"m{i}" for i in range(40)], partition_id="3")
@@ -123,7 +123,7 @@ def test_a_home_whose_port_is_closed_under_it_listens_again_and_tells_the_driver
     new port at once and tells the query's driver, so its partitions come back to it."""
     import socket
 
-    from eventhubs_spark.driver import QueryDriver
+    from eventhubs_spark.planning.partition_homes import QueryDriver
 
     service, worker = home_service
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
@@ -158,8 +158,8 @@ def test_a_home_at_a_slow_range_says_it_is_alive_and_a_silent_one_is_left_for_th
     home: its keep-alives hold the task at the home until the events come. A home that says nothing at all (a
     stopped process: no range, no keep-alive) is given up after that wait, not the receiver time-out and a
     minute more, and the task reads the range itself: every event once."""
-    from eventhubs_spark.executor import client as client_module
-    from eventhubs_spark.executor import service as service_module
+    from eventhubs_spark.executor import receiver_service as service_module
+    from eventhubs_spark.executor import service_client as client_module
 
     monkeypatch.setattr(client_module, "SILENT_LIMIT", 2.5)
     _, worker = home_service
@@ -229,7 +229,7 @@ def test_a_home_that_drops_packets_costs_a_worker_one_bounded_attempt_then_nothi
     finally:
         hole.close()
     assert first == list(range(20))
-    from eventhubs_spark.channel import PROBE_TIMEOUT
+    from eventhubs_spark.interprocess.driver_channel import PROBE_TIMEOUT
 
     assert paid >= PROBE_TIMEOUT * 0.9, "the home's port should have dropped the connect"
     assert stats["home_down"] == "an-executor-behind-a-firewall" and stats["via"] == "worker"
@@ -241,9 +241,9 @@ def test_a_chunk_of_another_range_is_refused_and_the_task_reads_on_exactly():
     asked for (stale, or past its end) ends the connection with where the task reads on."""
     import socket
 
-    from eventhubs_spark.executor import client as client_module
-    from eventhubs_spark.executor.client import ServiceGone
-    from eventhubs_spark.executor.wire import RAW, READ, SPANS, recv, send
+    from eventhubs_spark.executor import service_client as client_module
+    from eventhubs_spark.executor.service_client import ServiceGone
+    from eventhubs_spark.interprocess.service_framing import RAW, READ, SPANS, recv, send
 
     settings = parse_connection_string("Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=h")
     request = RangeRequest(settings, ReceiverConfig(), "0", 10, 50, True, range_id=7)
@@ -272,7 +272,7 @@ def test_without_homes_no_executor_listens_and_with_them_its_service_does(eventh
     import subprocess
     import tempfile
 
-    from eventhubs_spark.channel import DriverChannel
+    from eventhubs_spark.interprocess.driver_channel import DriverChannel
 
     local = tmp_path / "blockmgr-ports"
     local.mkdir()
@@ -312,7 +312,7 @@ def test_a_service_that_goes_tells_the_driver_which_drops_it_as_a_home_at_once(e
     """A service whose executor ended (SIGKILLed: the service sees its JVM gone within a second) says so to its
     queries' drivers: the next plan places no partition there, instead of for 30 s after its last announcement
     (each retried task on a replacement executor paying a connection to a gone home meanwhile)."""
-    from eventhubs_spark.driver import QueryDriver
+    from eventhubs_spark.planning.partition_homes import QueryDriver
 
     service, worker = home_service
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventhubs_spark import channel
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.ranges import Home, RangeRequest, ReceiverConfig, new_query_key
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, ReceiverConfig, new_query_key
 
 from .sdk_helpers import send
 from .test_homes import home_service  # noqa: F401  (a fixture)
@@ -73,8 +73,8 @@ def test_past_1024_descriptors_the_receive_path_the_service_a_home_and_the_chann
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         assert listening.fileno() > 1024
-        assert channel.reaches(("127.0.0.1",), listening.getsockname()[1], timeout=5)
+        assert driver_channel.reaches(("127.0.0.1",), listening.getsockname()[1], timeout=5)
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         closed_port = unused.getsockname()[1]
-    assert not channel.reaches(("127.0.0.1",), closed_port, timeout=2)
+    assert not driver_channel.reaches(("127.0.0.1",), closed_port, timeout=2)

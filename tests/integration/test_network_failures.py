@@ -24,7 +24,7 @@ import websocket
 from azure.eventhub._pyamqp.error import AuthenticationException, ErrorCondition
 
 from eventhubs_spark.amqp import failures
-from eventhubs_spark.amqp.reach import network_failure
+from eventhubs_spark.amqp.network_errors import network_failure
 from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import NetworkError

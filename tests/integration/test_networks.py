@@ -12,14 +12,14 @@ import uuid
 import pytest
 
 from eventhubs_emulator import Emulator, tls
-from eventhubs_spark.amqp import engine
+from eventhubs_spark.amqp import receive_connections
 from eventhubs_spark.amqp.management import ManagementClient
 from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError
-from eventhubs_spark.executor.pool import read_here
-from eventhubs_spark.executor.runtime import current
+from eventhubs_spark.executor.receiver_pool import read_here
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
 from eventhubs_spark.options import read_options
-from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.process.runtime import current
 
 from ..conftest import free_port
 from .network_helpers import TRANSPORTS, network_options, sdk_kwargs
@@ -39,7 +39,7 @@ def read_rows(options: dict[str, str], partition: str, start: int, end: int, tim
 def tap_of(options: dict[str, str]):
     """The frame tap of the shared connection these options read through (after a read)."""
     settings = read_options(options, "batch").settings
-    connection = current().connections._by_key.get(engine.Connections.key(settings))
+    connection = current().connections._by_key.get(receive_connections.Connections.key(settings))
     assert connection is not None and connection._tap is not None
     return connection._tap
 
@@ -155,7 +155,7 @@ def test_a_websocket_ping_is_answered_and_the_read_goes_on(eventhub):
 
 
 def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_said_once(eventhub, monkeypatch, caplog):
-    from eventhubs_spark.amqp import tap as tap_module
+    from eventhubs_spark.amqp import frame_reader as tap_module
 
     original = tap_module.FrameTap.__init__
 
@@ -164,10 +164,10 @@ def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_sai
         self.unsupported, self._by_frame = "SomeFutureTransport", True
 
     monkeypatch.setattr(tap_module.FrameTap, "__init__", unknown_transport)
-    monkeypatch.setattr(engine, "_SLOW_PATH_LOGGED", False)
+    monkeypatch.setattr(receive_connections, "_SLOW_PATH_LOGGED", False)
     send(eventhub.connection_string, [f"f{i}" for i in range(500)], partition_id="1")
     options = {**network_options(eventhub, "websockets"), "eventhubs.prefetchCount": "97"}  # a connection of its own
-    with caplog.at_level(logging.WARNING, logger="eventhubs_spark.amqp.engine"):
+    with caplog.at_level(logging.WARNING, logger="eventhubs_spark.amqp.receive_connections"):
         rows = read_rows(options, "1", 0, 500)
         rows += read_rows({**options, "eventhubs.consumerGroup": "other"}, "1", 0, 10)
     assert [r["body"] for r in rows] == [f"f{i}".encode() for i in range(500)] + [f"f{i}".encode() for i in range(10)]
@@ -182,7 +182,7 @@ def test_a_transport_the_tap_cannot_read_directly_is_read_frame_by_frame_and_sai
 def test_websockets_through_a_proxy_with_and_without_credentials(eventhub, http_proxy, http_proxy_with_credentials):
     send(eventhub.connection_string, [f"p{i}" for i in range(200)], partition_id="2")
     ws_port = int(eventhub.websocket_endpoint.rsplit(":", 1)[-1])
-    from eventhubs_spark.executor.runtime import Runtime
+    from eventhubs_spark.process.runtime import Runtime
 
     for proxy in (http_proxy, http_proxy_with_credentials):
         before = proxy.connects_to(ws_port)
@@ -331,7 +331,7 @@ def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
     import os
     import shutil
 
-    from eventhubs_spark.executor.runtime import Runtime
+    from eventhubs_spark.process.runtime import Runtime
 
     local = tmp_path / "blockmgr-net"
     local.mkdir()
@@ -357,7 +357,7 @@ def test_bytes_tls_decrypted_but_not_yet_read_never_stall_a_read(eventhub, monke
     """With reads smaller than a TLS record, the rest of the record waits inside the TLS layer, where the
     socket's readiness does not show it: the tap must look there first, or each such read would wait for
     its time-out (0.2 s) while the data sits ready."""
-    from eventhubs_spark.amqp import tap as tap_module
+    from eventhubs_spark.amqp import frame_reader as tap_module
 
     monkeypatch.setattr(tap_module, "_CHUNK", 512)  # far below a TLS record (16 KiB)
     send(eventhub.connection_string, [f"r{i}" * 50 for i in range(2000)], partition_id="3")

@@ -100,7 +100,7 @@ def test_management_calls_failing_are_retried_then_fail_clearly(spark, eventhub)
     error that names the option, both on the client and through a Spark read."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
-    from eventhubs_spark.executor.runtime import current
+    from eventhubs_spark.process.runtime import current
 
     emulator = eventhub.emulator
     settings = parse_connection_string(eventhub.connection_string)
@@ -293,8 +293,8 @@ def test_one_partition_stalled(spark, eventhub):
     eventhubs.receiverTimeout with an error naming the partition and the option, also through Spark."""
     from eventhubs_spark.auth.settings import parse_connection_string
     from eventhubs_spark.errors import EventHubsTimeoutError
-    from eventhubs_spark.executor.runtime import current
-    from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+    from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+    from eventhubs_spark.process.runtime import current
 
     fill(eventhub, {p: 20 for p in range(4)}, "stall")
     settings = parse_connection_string(eventhub.connection_string)

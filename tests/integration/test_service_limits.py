@@ -19,8 +19,8 @@ from azure.eventhub import EventData, EventHubProducerClient
 from eventhubs_emulator import Emulator
 from eventhubs_emulator.metering import EGRESS_EVENTS
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor.runtime import Runtime
-from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.process.runtime import Runtime
 
 from .sdk_helpers import Receiver, receive, send
 
@@ -372,7 +372,7 @@ def _send_through_detaches(emu: Emulator, hub: str, connection: str, bodies: lis
 def test_a_geo_replicated_hub_names_events_by_segment_and_a_promotion_goes_on_from_the_last_event_kept(eventhub):
     """Opaque offsets, each event's replication segment, the capability offered back, partition properties
     with segments, sequence-number filters with a segment, and a forced promotion, proven with the SDK."""
-    from eventhubs_spark import segments
+    from eventhubs_spark.positions import geo_segments
 
     emulator = eventhub.emulator
     send(eventhub.connection_string, [f"a{i}" for i in range(10)], partition_id="0")
@@ -395,10 +395,10 @@ def test_a_geo_replicated_hub_names_events_by_segment_and_a_promotion_goes_on_fr
                       starting_position_inclusive=inclusive)  # fmt: skip
         return [e.body_as_str() for e in got]
 
-    assert bodies(segments.sdk_position(segments.pack(1, 5))) == ["a5", "a6", "b0", "b1", "b2", "b3", "b4"]
+    assert bodies(geo_segments.sdk_position(geo_segments.pack(1, 5))) == ["a5", "a6", "b0", "b1", "b2", "b3", "b4"]
     # a position the promotion lost: the new segment's first event (sequence number 7 again)
-    assert bodies(segments.sdk_position(segments.pack(1, 8))) == ["b0", "b1", "b2", "b3", "b4"]
-    assert bodies(segments.sdk_position(segments.pack(2, 9)), inclusive=False) == ["b3", "b4"]
+    assert bodies(geo_segments.sdk_position(geo_segments.pack(1, 8))) == ["b0", "b1", "b2", "b3", "b4"]
+    assert bodies(geo_segments.sdk_position(geo_segments.pack(2, 9)), inclusive=False) == ["b3", "b4"]
     assert bodies(9) == ["b2", "b3", "b4"]  # no segment: the current one
     offset = first[3].offset  # "1:..." offsets work as filters, exclusive or not
     assert bodies(offset, inclusive=False) == ["a4", "a5", "a6", "b0", "b1", "b2", "b3", "b4"]

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.executor import runtime
-from eventhubs_spark.executor.producer import LANES
-from eventhubs_spark.executor.runtime import Runtime
+from eventhubs_spark.executor.shared_producer import LANES
+from eventhubs_spark.process import runtime
+from eventhubs_spark.process.runtime import Runtime
 from eventhubs_spark.sink import EventSender, SinkLayout
 
 

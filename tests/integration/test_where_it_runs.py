@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventhubs_spark import channel
-from eventhubs_spark.channel import DriverChannel, Reach
-from eventhubs_spark.ranges import DriverAddress, new_query_key
-from eventhubs_spark.sealed import client_handshake
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.driver_channel import DriverChannel, Reach
+from eventhubs_spark.interprocess.sealed_socket import client_handshake
+from eventhubs_spark.interprocess.task_ranges import DriverAddress, new_query_key
 
 from .sdk_helpers import wait_until
 
@@ -47,7 +47,7 @@ class BlackHole:
 @pytest.fixture
 def reach(monkeypatch) -> Iterator[Reach]:
     fresh = Reach(recheck=0.5)
-    monkeypatch.setattr(channel, "REACH", fresh)
+    monkeypatch.setattr(driver_channel, "REACH", fresh)
     yield fresh
 
 
@@ -57,16 +57,18 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
     driver = DriverAddress(("127.0.0.1", "localhost"), hole.port)
     try:
         started = time.monotonic()
-        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
         first = time.monotonic() - started
         # a drop waits out the probe's time-out once, not once per address (nor the 15 s the caller allowed)
-        assert channel.PROBE_TIMEOUT * 0.9 <= first < channel.PROBE_TIMEOUT + 1.0, f"the first probe took {first:.1f} s"
+        assert driver_channel.PROBE_TIMEOUT * 0.9 <= first < driver_channel.PROBE_TIMEOUT + 1.0, (
+            f"the first probe took {first:.1f} s"
+        )
         assert not reach.reachable(driver) and reach.probes == 1
         started = time.monotonic()
         for _ in range(50):  # every later task: nothing to wait for
-            assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
-            assert channel.ask_kept(driver, query, {"kind": "read"}, timeout=2.0) is None
-            channel.tell(driver, query, {"kind": "coming"})
+            assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+            assert driver_channel.ask_kept(driver, query, {"kind": "read"}, timeout=2.0) is None
+            driver_channel.tell(driver, query, {"kind": "coming"})
         assert time.monotonic() - started < 0.5 and reach.probes == 1
     finally:
         hole.close()
@@ -75,7 +77,7 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
     heard = DriverChannel(query, lambda m: answers.append(m) or {"ok": True}, bind="127.0.0.1", ports=str(hole.port))
     try:
         wait_until(lambda: reach.reachable(driver), timeout=10, message="the driver reachable again")
-        assert channel.ask(driver, query, {"kind": "read", "ranges": []}) == {"ok": True}
+        assert driver_channel.ask(driver, query, {"kind": "read", "ranges": []}) == {"ok": True}
         assert answers == [{"kind": "read", "ranges": []}]
     finally:
         heard.close()
@@ -83,20 +85,20 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
 
 def test_a_probe_that_met_a_busy_host_is_corrected_in_seconds_not_a_recheck_later(monkeypatch):
     """A driver that answers, found unreachable all the same (a process starved of CPU past the probe's time-out, as
-    happened once under CI's load): the first background re-check comes within channel.CONFIRM_AFTER, not after
+    happened once under CI's load): the first background re-check comes within driver_channel.CONFIRM_AFTER, not after
     the minute between re-checks, so lag times and homes come back at once."""
     fresh = Reach(recheck=60.0)
-    monkeypatch.setattr(channel, "REACH", fresh)
+    monkeypatch.setattr(driver_channel, "REACH", fresh)
     query = new_query_key()
     heard = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1")
     driver = heard.address()
     try:
         fresh.failed(driver, "no answer within 2 s")
-        assert channel.ask(driver, query, {"kind": "read"}) is None  # remembered: nobody waits meanwhile
+        assert driver_channel.ask(driver, query, {"kind": "read"}) is None  # remembered: nobody waits meanwhile
         started = time.monotonic()
-        wait_until(lambda: fresh.reachable(driver), timeout=channel.CONFIRM_AFTER + 5, message="reachable again")
-        assert time.monotonic() - started < channel.CONFIRM_AFTER + 5
-        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+        wait_until(lambda: fresh.reachable(driver), timeout=driver_channel.CONFIRM_AFTER + 5, message="reachable again")
+        assert time.monotonic() - started < driver_channel.CONFIRM_AFTER + 5
+        assert driver_channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
     finally:
         heard.close()
 
@@ -113,9 +115,10 @@ def test_a_connection_made_while_the_prober_waited_for_a_cpu_counts(monkeypatch)
         calls["n"] += 1
         return real() + (3600.0 if calls["n"] > 1 else 0.0)
 
-    monkeypatch.setattr(channel, "time", types.SimpleNamespace(monotonic=late, sleep=time.sleep))  # this module's
+    # this module's clock only
+    monkeypatch.setattr(driver_channel, "time", types.SimpleNamespace(monotonic=late, sleep=time.sleep))
     try:
-        connected = channel.first_connect(("127.0.0.1",), port, 2.0)
+        connected = driver_channel.first_connect(("127.0.0.1",), port, 2.0)
         assert connected is not None and connected[0] == "127.0.0.1"
         connected[1].close()
     finally:
@@ -131,12 +134,12 @@ def test_an_executors_other_workers_do_not_pay_a_probe_one_of_them_paid(tmp_path
     query = new_query_key()
     driver = DriverAddress(("127.0.0.1",), hole.port)
     try:
-        monkeypatch.setattr(channel, "REACH", first)
-        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        monkeypatch.setattr(driver_channel, "REACH", first)
+        assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
         assert first.probes == 1 and list(tmp_path.iterdir()), "the worker that paid left a note"
-        monkeypatch.setattr(channel, "REACH", second)  # another worker of the same executor
+        monkeypatch.setattr(driver_channel, "REACH", second)  # another worker of the same executor
         started = time.monotonic()
-        assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
+        assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
         assert time.monotonic() - started < 0.5 and second.probes == 0, "it paid nothing"
     finally:
         hole.close()
@@ -144,7 +147,7 @@ def test_an_executors_other_workers_do_not_pay_a_probe_one_of_them_paid(tmp_path
     try:
         wait_until(lambda: first.reachable(driver) and second.reachable(driver), timeout=20, message="healed")
         wait_until(lambda: not list(tmp_path.iterdir()), timeout=10, message="the note gone")
-        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+        assert driver_channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
     finally:
         heard.close()
 
@@ -188,12 +191,12 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
     try:
         sent = 0
         while stranger.is_alive():
-            assert channel.ask(address, query, {"kind": "read", "n": sent}, timeout=5.0) == {"ok": True}
+            assert driver_channel.ask(address, query, {"kind": "read", "n": sent}, timeout=5.0) == {"ok": True}
             sent += 1
             time.sleep(0.02)
         stranger.join()
         assert opened == 1000 and sent >= 5
-        assert most_pending <= channel.MAX_PENDING
+        assert most_pending <= driver_channel.MAX_PENDING
         assert driver_channel.gate.turned_away > 0  # the flood was cut off, not served
         assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
         assert reach.probes == 0
@@ -206,7 +209,7 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
             raw.settimeout(5)
             assert raw.recv(1) == b""  # closed, not waiting for a gigabyte
         del sealed
-        assert channel.ask(address, query, {"kind": "read", "n": "after"}) == {"ok": True}
+        assert driver_channel.ask(address, query, {"kind": "read", "n": "after"}) == {"ok": True}
     finally:
         stop.set()
         stranger.join()
@@ -220,9 +223,9 @@ def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_backgrou
     import tempfile
 
     from eventhubs_spark.auth.settings import parse_connection_string
-    from eventhubs_spark.executor import client as client_module
-    from eventhubs_spark.executor.runtime import Runtime
-    from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+    from eventhubs_spark.executor import service_client as client_module
+    from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+    from eventhubs_spark.process.runtime import Runtime
 
     from .sdk_helpers import send
 
@@ -287,8 +290,8 @@ def test_a_receiver_service_killed_between_tasks_costs_the_next_task_nothing_and
     import tempfile
 
     from eventhubs_spark.auth.settings import parse_connection_string
-    from eventhubs_spark.executor.runtime import Runtime
-    from eventhubs_spark.ranges import RangeRequest, ReceiverConfig
+    from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+    from eventhubs_spark.process.runtime import Runtime
 
     from .sdk_helpers import send
 
@@ -375,18 +378,18 @@ def test_a_driver_port_nobody_listens_on_is_not_taken_for_a_firewall_and_a_resta
     port closed (refused at once, not dropped). That is no firewall: nothing is remembered, no note is left for the
     executor's other workers, and the new driver on that port is asked at once, not a recheck's minute later."""
     reach = Reach(recheck=60.0, shared_dir=str(tmp_path))
-    monkeypatch.setattr(channel, "REACH", reach)
+    monkeypatch.setattr(driver_channel, "REACH", reach)
     query = new_query_key()
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
     driver = DriverAddress(("127.0.0.1", "localhost"), port)
     started = time.monotonic()
-    assert channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None  # the old query's driver is gone
+    assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None  # the old query's driver is gone
     assert time.monotonic() - started < 1.0, "a refusal is answered at once"
     assert reach.reachable(driver) and reach.probes == 0 and not list(tmp_path.iterdir()), "nothing remembered"
     heard = DriverChannel(query, lambda m: {"ok": True}, bind="127.0.0.1", ports=str(port))  # the restarted query
     try:
-        assert channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
+        assert driver_channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
     finally:
         heard.close()

@@ -187,7 +187,7 @@ def add_in_batch(results: dict, event_log: str) -> None:
             result["in_batch_seconds"] = max(b for _, b in mine) - min(a for a, _ in mine)
 
 
-def tree_cpu(root: int | None = None, also: str = "eventhubs_spark.executor.service") -> float:
+def tree_cpu(root: int | None = None, also: str = "eventhubs_spark.executor.receiver_service") -> float:
     """CPU seconds used so far by ``root`` (this process) and every process below it (Linux ``/proc``), plus any
     process whose command line holds ``also`` (the connector's receiver service, which leaves its parent)."""
     import os

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.arrow import ARROW_SCHEMA
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.network import NetworkSettings
 from eventhubs_spark.avro import registry as registry_module
@@ -25,6 +24,7 @@ from eventhubs_spark.avro import types
 from eventhubs_spark.avro.decode import PERMISSIVE, AvroDecodeError, AvroReading, Decoder
 from eventhubs_spark.avro.encode import AvroWriting
 from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
+from eventhubs_spark.codec.schema import ARROW_SCHEMA
 from eventhubs_spark.errors import OptionError, SinkError
 from eventhubs_spark.options import read_options, write_options
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import SPECS, parse_duration, parse_options
-from eventhubs_spark.positions import parse_position, parse_positions
+from eventhubs_spark.positions.event_positions import parse_position, parse_positions
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
 STORE = {
@@ -252,7 +252,7 @@ def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
 def test_the_recommended_spark_settings_in_conf_are_the_ones_the_tests_and_demo_run_with():
     from pathlib import Path
 
-    from eventhubs_spark.localspark import spark_defaults
+    from eventhubs_spark.local_spark import spark_defaults
 
     recommended = spark_defaults(Path(__file__).resolve().parents[2] / "conf" / "spark-defaults.example.conf")
     assert recommended == {"spark.python.unix.domain.socket.enabled": "true"}
@@ -293,7 +293,7 @@ def test_a_query_schema_picks_columns_in_its_own_order_and_spelling() -> None:
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import BinaryType, LongType, MapType, StringType
 
-    from eventhubs_spark.arrow import ARROW_SCHEMA, projection
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA, projection
 
     assert projection(None) is None
     assert projection(from_arrow_schema(ARROW_SCHEMA)) is None  # the source's own: nothing to pick
@@ -343,7 +343,7 @@ def test_a_query_schema_that_does_not_fit_names_the_column_and_shows_one_that_wo
         TimestampType,
     )
 
-    from eventhubs_spark.arrow import projection
+    from eventhubs_spark.codec.schema import projection
 
     types = {"binary": BinaryType(), "string": StringType(), "timestamp": TimestampType(),
              "timestamp_ntz": TimestampNTZType(), "bigint": LongType(),

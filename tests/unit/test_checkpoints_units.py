@@ -216,8 +216,8 @@ def test_tenures_say_who_a_partition_was_taken_from_and_whether_it_was_ours():
 def test_takeover_waits_for_the_hand_over_or_the_expiry():
     from eventhubs_spark.checkpoints import Checkpoint
     from eventhubs_spark.checkpoints.balancer import Tenure
-    from eventhubs_spark.ownership import takeover_start
-    from eventhubs_spark.positions import Earliest, Offset, SequenceNumber
+    from eventhubs_spark.checkpoints.query_ownership import takeover_start
+    from eventhubs_spark.positions.event_positions import Earliest, Offset, SequenceNumber
 
     stolen = Tenure(since=1000.0, taken_from="a")
     plain = Checkpoint("ns", "hub", "$default", "0", 41, "4100", last_modified_time=1001.0)

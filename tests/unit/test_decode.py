@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Array, Described, Int, Symbol, Timestamp, UByte, UInt, ULong, UShort
 from eventhubs_spark.amqp.messages import RawEvents, Unsupported, sequence_number
-from eventhubs_spark.arrow import ARROW_SCHEMA
 from eventhubs_spark.codec.columns import Columns
 from eventhubs_spark.codec.layout import decode_batch, decode_spans
 from eventhubs_spark.codec.message import decode_message
+from eventhubs_spark.codec.schema import ARROW_SCHEMA
 
 from ..fresh import without_pandas
 
@@ -516,13 +516,13 @@ def test_an_amqp_char_decodes_as_its_utf8_on_both_paths():
     the fast path and the SDK path (its gap filled) both give its UTF-8, as they give strings."""
     from azure.eventhub._pyamqp._decode import decode_payload
 
-    from eventhubs_spark.amqp import sdk
+    from eventhubs_spark.amqp import sdk_internals
     from eventhubs_spark.amqp.messages import scalar
 
     for char in ("z", "é", "\U0001f600"):
         raw = b"\x73" + ord(char).to_bytes(4, "big")
         assert scalar(raw + b"\x40", 0) == (char.encode("utf-8"), 5)
-        sdk.fill_decoder_gaps()
+        sdk_internals.fill_decoder_gaps()
         # an application-properties section {"c": char} and a data body, as the SDK decodes a whole message
         props = b"\x00\x53\x74\xc1" + bytes([3 + len(raw), 2]) + b"\xa1\x01c" + raw
         message = decode_payload(memoryview(props + b"\x00\x53\x75\xa0\x01x"))

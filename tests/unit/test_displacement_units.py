@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from eventhubs_spark.amqp.engine import Connections
+from eventhubs_spark.amqp.frame_reader import LinkSink
 from eventhubs_spark.amqp.messages import RawEvents
-from eventhubs_spark.amqp.tap import LinkSink
+from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import ReceiverDisconnectedError
-from eventhubs_spark.executor.pool import ReceiverPool
-from eventhubs_spark.executor.receiver import PartitionReceiver
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+from eventhubs_spark.executor.receiver_pool import ReceiverPool
+from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
 
 from .test_reader_units import Clock, FakeReceiver
 
@@ -192,6 +192,6 @@ def test_ownership_closes_idle_receivers_of_partitions_the_owner_gave_up():
 
 
 def test_the_process_pool_reaps_on_a_thread():
-    from eventhubs_spark.executor.runtime import Runtime
+    from eventhubs_spark.process.runtime import Runtime
 
     assert Runtime().pool.reap_every > 0  # a process's runtime closes idle receivers even when no task comes

@@ -11,7 +11,7 @@ from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.codec.encode import encode_event
 
 texts = st.text(max_size=300)
@@ -58,12 +58,12 @@ def test_adding_encoded_events_fills_a_batch_as_add_does(events, key, limit) -> 
             fits = True
         except ValueError:
             fits = False
-        assert sdk.add_encoded(ours, encode_event(body, props, key)) is fits
+        assert sdk_internals.add_encoded(ours, encode_event(body, props, key)) is fits
         if not fits:
             break
     assert (ours._size, len(ours)) == (theirs._size, len(theirs))
     assert [bytes(m) for m in ours._message[5]] == [bytes(m) for m in theirs._message[5]]
-    assert sdk.missing_internals(batch=ours) == []
+    assert sdk_internals.missing_internals(batch=ours) == []
 
 
 def test_the_small_and_large_forms_switch_where_the_sdks_do() -> None:

@@ -6,8 +6,9 @@ import pickle
 
 import pytest
 
-from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.common.retry import RetryPolicy
 from eventhubs_spark.errors import (
     ERROR_TYPES,
     AuthenticationFailedError,
@@ -21,7 +22,6 @@ from eventhubs_spark.errors import (
     TransientError,
     data_loss_error,
 )
-from eventhubs_spark.retry import RetryPolicy
 
 STEADY = RetryPolicy(jitter=0.0)  # the waits as the policy's table says, without their random shortening
 
@@ -179,20 +179,20 @@ def _as_the_sdk_raises(inner: Exception) -> Exception:
 
 
 CONDITIONS = [  # (the error as pyamqp reports it, its condition, the connector's type, does a retry help)
-    (lambda: _link_error(b"amqp:link:stolen", "epoch '0'"), sdk.STOLEN, ReceiverDisconnectedError, False),
-    (lambda: _link_error(b"amqp:unauthorized-access"), sdk.UNAUTHORIZED, AuthenticationFailedError, False),
-    (lambda: _link_error(b"amqp:not-found"), sdk.NOT_FOUND, HubNotFoundError, False),
-    (lambda: _link_error(b"com.microsoft:argument-out-of-range"), sdk.OUT_OF_RANGE, EventHubsError, False),
-    (lambda: _link_error(b"amqp:link:message-size-exceeded"), sdk.TOO_LARGE, SinkError, False),
-    (lambda: _link_error(b"amqp:resource-limit-exceeded"), sdk.RESOURCE_LIMIT, TransientError, True),
-    (lambda: _connection_error(b"com.microsoft:server-busy"), sdk.SERVER_BUSY, TransientError, True),
-    (lambda: _link_error(b"com.microsoft:timeout"), sdk.TIMEOUT, TransientError, True),
-    (lambda: _link_error(b"amqp:link:detach-forced", "idle; an epoch receiver"), sdk.DETACH_FORCED, TransientError,
-     True),
-    (lambda: _connection_error(b"amqp:connection:forced"), sdk.CONNECTION_FORCED, TransientError, True),
-    (lambda: _connection_error(b"amqp:internal-error"), sdk.INTERNAL, TransientError, True),
-    (lambda: _token_refused(401), sdk.UNAUTHORIZED, AuthenticationFailedError, False),
-    (lambda: _token_refused(404), sdk.NOT_FOUND, HubNotFoundError, False),
+    (lambda: _link_error(b"amqp:link:stolen", "epoch '0'"), sdk_internals.STOLEN, ReceiverDisconnectedError, False),
+    (lambda: _link_error(b"amqp:unauthorized-access"), sdk_internals.UNAUTHORIZED, AuthenticationFailedError, False),
+    (lambda: _link_error(b"amqp:not-found"), sdk_internals.NOT_FOUND, HubNotFoundError, False),
+    (lambda: _link_error(b"com.microsoft:argument-out-of-range"), sdk_internals.OUT_OF_RANGE, EventHubsError, False),
+    (lambda: _link_error(b"amqp:link:message-size-exceeded"), sdk_internals.TOO_LARGE, SinkError, False),
+    (lambda: _link_error(b"amqp:resource-limit-exceeded"), sdk_internals.RESOURCE_LIMIT, TransientError, True),
+    (lambda: _connection_error(b"com.microsoft:server-busy"), sdk_internals.SERVER_BUSY, TransientError, True),
+    (lambda: _link_error(b"com.microsoft:timeout"), sdk_internals.TIMEOUT, TransientError, True),
+    (lambda: _link_error(b"amqp:link:detach-forced", "idle; an epoch receiver"), sdk_internals.DETACH_FORCED,
+     TransientError, True),
+    (lambda: _connection_error(b"amqp:connection:forced"), sdk_internals.CONNECTION_FORCED, TransientError, True),
+    (lambda: _connection_error(b"amqp:internal-error"), sdk_internals.INTERNAL, TransientError, True),
+    (lambda: _token_refused(401), sdk_internals.UNAUTHORIZED, AuthenticationFailedError, False),
+    (lambda: _token_refused(404), sdk_internals.NOT_FOUND, HubNotFoundError, False),
 ]  # fmt: skip
 
 
@@ -203,21 +203,23 @@ def test_an_error_means_what_its_amqp_condition_says(make, condition, kind, retr
     """By condition (or a put-token's status), never by text: a forced detach that mentions an epoch is not
     a stolen link; and the SDK's wrapping of the error says the same."""
     for error in (make(), _as_the_sdk_raises(make())):
-        assert sdk.condition(error) == condition, error
-        assert sdk.error_type(error) is kind and kind.retriable is retriable
-        assert sdk.is_stolen(error) is (condition == sdk.STOLEN)
+        assert sdk_internals.condition(error) == condition, error
+        assert sdk_internals.error_type(error) is kind and kind.retriable is retriable
+        assert sdk_internals.is_stolen(error) is (condition == sdk_internals.STOLEN)
 
 
 def test_an_error_without_a_condition_means_nothing_by_its_text():
-    assert sdk.condition(RuntimeError("amqp:link:stolen epoch")) is None
-    assert sdk.error_type(ValueError("x")) is None and not sdk.is_stolen("amqp:link:stolen")
+    assert sdk_internals.condition(RuntimeError("amqp:link:stolen epoch")) is None
+    assert sdk_internals.error_type(ValueError("x")) is None and not sdk_internals.is_stolen("amqp:link:stolen")
 
 
 def test_timeouts_are_told_by_type():
     import ssl
 
-    assert sdk.is_timeout(TimeoutError("The read operation timed out")) and sdk.is_timeout(ssl.SSLWantReadError())
-    assert not sdk.is_timeout(OSError("timed out"))  # text is no evidence
+    assert sdk_internals.is_timeout(TimeoutError("The read operation timed out")) and sdk_internals.is_timeout(
+        ssl.SSLWantReadError()
+    )
+    assert not sdk_internals.is_timeout(OSError("timed out"))  # text is no evidence
 
 
 def test_the_data_loss_error_names_hub_partition_range_count_and_the_option():

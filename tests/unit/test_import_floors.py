@@ -1,8 +1,9 @@
 """The package's imports, read from its source: no circles, and no arrow from a lower floor up.
 
-The floors are written down once, here (``shared/design.md``'s module map, lowest first): a module may
-import from its own floor and the floors below it, never above. Every import counts, also those inside
-functions and under ``TYPE_CHECKING``: an import put off to run time still ties the two modules together.
+The floors are written down once, here, lowest first, each a set of the package's folders (and the few modules at
+its root): a module may import from its own floor and the floors below it, never above. Every import counts, also
+those inside functions and under ``TYPE_CHECKING``: an import put off to run time still ties the two modules
+together.
 """
 
 from __future__ import annotations
@@ -16,29 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # eventhubs_spark's floors, lowest first: each entry is a top-level module or subpackage of the package
 FLOORS: tuple[tuple[str, ...], ...] = (
-    (
-        "errors",
-        "defaults",
-        "segments",
-        "partitions",
-        "positions",
-        "offsets",
-        "arrow",
-        "localspark",
-        "retry",
-        "placement",
-        "readiness",
-    ),  # pure
-    ("auth",),  # connection, network and identity settings as plain data; sign-in
-    ("amqp",),  # the SDK seam, the shared connection engine, the frame reader, what a failure means
+    ("errors", "defaults", "positions", "common", "local_spark"),  # plain data and pure helpers: no I/O of ours
+    ("auth",),  # where a hub is, how to sign in and reach it: settings as plain data, and the sign-in they describe
+    ("amqp",),  # the SDK seam, the receiving connections, the frame reader, what a failure means
     ("codec", "avro", "capture"),  # AMQP messages into Arrow columns and back; Avro bodies; Capture files
-    (
-        "ranges",
-        "sealed",
-        "channel",
-    ),  # a task's range and its receiver's settings: what the driver plans and an executor reads
-    ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client
-    ("lag", "resolve", "sign_in", "options", "checkpoints", "ownership", "driver"),  # the driver's planning
+    ("interprocess",),  # what crosses between a query's processes: task ranges, sealed sockets, the driver's channel
+    ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client, producers
+    ("process",),  # what one Spark process keeps across tasks, driver or executor: the runtime
+    ("planning", "checkpoints", "options"),  # the driver's planning, the checkpoint store, the options
     ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (

@@ -1,4 +1,4 @@
-"""Lag figures, worked out by the stream's driver at each trigger (lag.py), and where they are shown."""
+"""Lag figures, worked out by the stream's driver at each trigger (planning/lag.py), and where they are shown."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from eventhubs_spark import segments
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.lag import KEEP_FILES, LagFiles, LagReport, LagTracker, local_path
 from eventhubs_spark.options import STREAM, read_options
-from eventhubs_spark.partitions import PartitionInfo
+from eventhubs_spark.planning.lag import KEEP_FILES, LagFiles, LagReport, LagTracker, local_path
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.source import LAG_KEY, EventHubsStreamReader
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"
@@ -85,11 +85,11 @@ def test_a_batch_planned_to_a_partitions_end_knows_its_last_events_time_from_the
 
 def test_geo_replicated_positions_count_across_a_new_segment():
     lag, _ = tracker()
-    committed = segments.pack(1, 40)
-    latest_info = PartitionInfo("0", segments.pack(2, 0), segments.pack(2, 44), "2:900", at(9), False)
+    committed = geo_segments.pack(1, 40)
+    latest_info = PartitionInfo("0", geo_segments.pack(2, 0), geo_segments.pack(2, 44), "2:900", at(9), False)
     lag.read("0", committed, micros(at(5)))
     p = lag.observe({"0": committed}, {"0": latest_info}, True).partitions["0"]
-    assert p.events == segments.count(committed, segments.pack(2, 45)) == 5
+    assert p.events == geo_segments.count(committed, geo_segments.pack(2, 45)) == 5
     assert p.seconds == 4.0
     assert p.to_json()["committed"] == "1:40" and p.to_json()["latest"] == "2:45"
 
@@ -146,8 +146,8 @@ def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
     (back,) = files.reports()
     assert back == report and back.to_json() == json.loads(json.dumps(report.to_json()))
     assert files.reads() == {}
-    files.write_reads({"0": (5, micros(at(2))), "1": (segments.pack(3, 7), micros(at(4)))})
-    assert files.reads() == {"0": (5, micros(at(2))), "1": (segments.pack(3, 7), micros(at(4)))}
+    files.write_reads({"0": (5, micros(at(2))), "1": (geo_segments.pack(3, 7), micros(at(4)))})
+    assert files.reads() == {"0": (5, micros(at(2))), "1": (geo_segments.pack(3, 7), micros(at(4)))}
     assert len(files.reports()) == 1  # reads.json is no trigger's file
     for i in range(KEEP_FILES + 5):
         files.write(LagReport("hub", at(i), report.partitions))
@@ -252,8 +252,8 @@ def test_a_query_stores_its_options_without_secrets_and_the_lag_command_takes_th
     """`eventhubs-spark lag` given only the checkpoint location: the hub, namespace and options come from the
     query's source.json (secrets left out); the key, never stored, from the user, or a message saying so."""
     from eventhubs_spark.cli import _with_stored
-    from eventhubs_spark.lag import LocalFolder, stored_sources
     from eventhubs_spark.options import shareable_options
+    from eventhubs_spark.planning.lag import LocalFolder, stored_sources
 
     key = "k3y-TOPSECRET"
     raw = {"eventhubs.connectionString": f"Endpoint=sb://ns.example:5672;SharedAccessKeyName=a;SharedAccessKey={key}",

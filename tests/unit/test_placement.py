@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from eventhubs_spark.placement import homes, loads
+from eventhubs_spark.planning.partition_placement import homes, loads
 
 PARTS = [str(i) for i in range(16)]
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from eventhubs_spark.errors import DataLossError, OptionError
-from eventhubs_spark.partitions import PartitionCatalog, PartitionInfo
+from eventhubs_spark.positions.partition_catalog import PartitionCatalog, PartitionInfo
 from eventhubs_spark.source import EventHubsBatchReader, EventHubsStreamReader
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"

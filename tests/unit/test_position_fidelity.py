@@ -14,12 +14,12 @@ import datetime as dt
 
 import pytest
 
-from eventhubs_spark import resolve as resolve_module
 from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
 from eventhubs_spark.options import parse_options
-from eventhubs_spark.partitions import PartitionInfo
-from eventhubs_spark.positions import parse_position, selector
-from eventhubs_spark.ranges import ReceiverConfig
+from eventhubs_spark.planning import position_lookup as resolve_module
+from eventhubs_spark.positions.event_positions import parse_position, selector
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 # A partition of 10 events, sequence numbers 0..9. Offsets and times are placeholders filled per
 # partition: "O5" is event 5's offset, "T5" its enqueued time.

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.executor.pool import ReceiverPool
-from eventhubs_spark.executor.runtime import current
-from eventhubs_spark.offsets import Range, SourceOffset, rate_limit, split_ranges
+from eventhubs_spark.executor.receiver_pool import ReceiverPool
+from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
 from eventhubs_spark.options import SPECS, options_table, parse_duration, parse_options
-from eventhubs_spark.positions import (
+from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, rate_limit, split_ranges
+from eventhubs_spark.positions.event_positions import (
     Earliest,
     EnqueuedTime,
     Latest,
@@ -24,7 +24,7 @@ from eventhubs_spark.positions import (
     parse_position,
     parse_positions,
 )
-from eventhubs_spark.ranges import ReceiverConfig
+from eventhubs_spark.process.runtime import current
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
 
@@ -307,7 +307,7 @@ def test_a_pool_serving_1024_partitions_attaches_each_once_over_many_micro_batch
 
 
 def test_links_share_the_process_read_ahead_budget_without_changing_a_few_links_bounds():
-    from eventhubs_spark.amqp.tap import LinkSink, ReadAheadBudget
+    from eventhubs_spark.amqp.frame_reader import LinkSink, ReadAheadBudget
 
     links = [4]
     budget = ReadAheadBudget(lambda: links[0], total=256 << 20, floor=256 << 10)
@@ -348,7 +348,7 @@ def test_repositioning_a_receiver_hands_the_old_link_to_its_reader_thread_and_go
     """Closing a link is the connection's reader thread's work (a command), never the task's wait."""
     from types import SimpleNamespace
 
-    from eventhubs_spark.executor.receiver import PartitionReceiver
+    from eventhubs_spark.executor.partition_receiver import PartitionReceiver
 
     settings = parse_connection_string(
         "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=x;UseDevelopmentEmulator=true"
@@ -505,7 +505,7 @@ def in_spark_task():
 def test_a_workers_second_task_freezes_what_the_worker_holds_out_of_the_collections(monkeypatch, in_spark_task):
     import gc
 
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
     from eventhubs_spark.source import EventHubsPartition, read_partition
 
     monkeypatch.setattr(runtime, "_tasks_started", 0)
@@ -530,7 +530,7 @@ def test_nothing_is_frozen_outside_a_spark_task_or_when_the_environment_says_so(
 
     from pyspark import TaskContext
 
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     frozen: list[bool] = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
@@ -560,7 +560,7 @@ def test_a_misspelt_gc_freeze_setting_fails_each_task_naming_the_variable(monkey
     from pyspark import TaskContext
 
     from eventhubs_spark.errors import OptionError
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     monkeypatch.setattr(runtime, "_tasks_started", 0)
     monkeypatch.setenv(runtime.GC_FREEZE_ENV, "flase")
@@ -583,7 +583,7 @@ def test_a_misspelt_gc_freeze_setting_fails_each_task_naming_the_variable(monkey
 
 def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     from eventhubs_spark import sink
-    from eventhubs_spark.executor import runtime
+    from eventhubs_spark.process import runtime
 
     started: list[bool] = []
     monkeypatch.setattr(runtime, "task_started", lambda: started.append(True))
@@ -674,7 +674,7 @@ def test_the_demo_leaves_out_only_sparks_closed_socket_tracebacks_the_daemons_at
 def test_the_sdks_slow_decoder_is_said_once_per_partition_with_its_count(caplog):
     from eventhubs_spark import source
     from eventhubs_spark.auth.settings import parse_connection_string
-    from eventhubs_spark.ranges import RangeRequest
+    from eventhubs_spark.interprocess.task_ranges import RangeRequest
 
     settings = parse_connection_string(CONN)
     first = RangeRequest(settings, ReceiverConfig(consumer_group="slow-path"), "7", 100, 200, True)

@@ -7,7 +7,7 @@ import resource
 import socket
 import time
 
-from eventhubs_spark import readiness
+from eventhubs_spark.common import socket_waits
 
 
 def _high_pair() -> tuple[socket.socket, socket.socket]:
@@ -27,13 +27,13 @@ def test_readable_past_1024_waits_then_sees_bytes_and_a_hang_up():
     try:
         assert a.fileno() > 1024
         started = time.monotonic()
-        assert readiness.readable([a], 0.05) == []
+        assert socket_waits.readable([a], 0.05) == []
         assert time.monotonic() - started >= 0.04
         b.sendall(b"x")
-        assert readiness.readable([a, b], 1.0) == [a]
+        assert socket_waits.readable([a, b], 1.0) == [a]
         assert a.recv(1) == b"x"
         b.close()
-        assert readiness.readable([a], 1.0) == [a]  # the peer hung up: reading says so (b"")
+        assert socket_waits.readable([a], 1.0) == [a]  # the peer hung up: reading says so (b"")
         assert a.recv(1) == b""
     finally:
         a.close()
@@ -48,11 +48,11 @@ def test_writable_reports_a_refused_connect_as_ready_for_its_error_to_be_read():
     s.setblocking(False)
     s.connect_ex(("127.0.0.1", port))
     try:
-        assert readiness.writable([s], 2.0) == [s]
+        assert socket_waits.writable([s], 2.0) == [s]
         assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0
     finally:
         s.close()
 
 
 def test_nothing_to_wait_on_returns_at_once():
-    assert readiness.readable([], None) == []
+    assert socket_waits.readable([], None) == []

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from eventhubs_spark.auth.secret import Secret
-from eventhubs_spark.executor import wire
-from eventhubs_spark.ranges import QueryKey, new_query_key
-from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake, server_handshake
+from eventhubs_spark.interprocess import service_framing
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
+from eventhubs_spark.interprocess.task_ranges import QueryKey, new_query_key
 
 
 def _pair(server_knows: QueryKey | None, client_has: QueryKey):
@@ -43,14 +43,15 @@ def test_both_sides_prove_the_key_and_messages_cross_sealed():
     client, (server, query_id) = out["client"], out["server"]
     assert isinstance(client, SealedSocket) and query_id == query.query
     big = bytes(range(256)) * 5000
-    wire.send_messages(client, (wire.READ, (b"request",)))
-    assert wire.recv(server) == (wire.READ, bytearray(b"request"))
+    service_framing.send_messages(client, (service_framing.READ, (b"request",)))
+    assert service_framing.recv(server) == (service_framing.READ, bytearray(b"request"))
     sender = threading.Thread(
-        target=wire.send_messages, args=(server, (wire.RAW, (b"head", memoryview(big))), (wire.DONE, (b"{}",)))
+        target=service_framing.send_messages,
+        args=(server, (service_framing.RAW, (b"head", memoryview(big))), (service_framing.DONE, (b"{}",))),
     )
     sender.start()  # more than a socket pair holds: read while it is sent
-    assert wire.recv(client) == (wire.RAW, bytearray(b"head" + big))
-    assert wire.recv(client) == (wire.DONE, bytearray(b"{}"))
+    assert service_framing.recv(client) == (service_framing.RAW, bytearray(b"head" + big))
+    assert service_framing.recv(client) == (service_framing.DONE, bytearray(b"{}"))
     sender.join(5)
     a.close()
     b.close()
@@ -77,8 +78,8 @@ def test_what_crosses_is_not_readable_and_the_key_never_crosses():
     client = client_handshake(tap, query)
     thread.join(5)
     server, _ = result["s"]  # type: ignore[misc]
-    wire.send(client, wire.READ, b"partition 7 of hub telemetry")
-    assert wire.recv(server)[1] == bytearray(b"partition 7 of hub telemetry")
+    service_framing.send(client, service_framing.READ, b"partition 7 of hub telemetry")
+    assert service_framing.recv(server)[1] == bytearray(b"partition 7 of hub telemetry")
     assert b"telemetry" not in seen and query.key.reveal().encode() not in seen
 
 
@@ -112,7 +113,7 @@ def test_an_altered_frame_fails_its_check():
     frame = client._aead.encrypt(client._nonce(b"C", 0), b"\x00" * 20, None)  # type: ignore[union-attr]
     a.sendall(len(frame).to_bytes(4, "big") + bytes([frame[0] ^ 1]) + frame[1:])
     with pytest.raises(ConnectionError, match="tampered"):
-        wire.recv(server)
+        service_framing.recv(server)
     a.close()
     b.close()
 

@@ -17,9 +17,11 @@ import pytest
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.errors import DataLossError, OptionError
-from eventhubs_spark.executor import client, place, runtime, service, wire
-from eventhubs_spark.executor.runtime import Runtime
-from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.executor import receiver_service, service_client, service_files
+from eventhubs_spark.interprocess import service_framing
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.process import runtime
+from eventhubs_spark.process.runtime import Runtime
 
 SETTINGS = parse_connection_string(
     "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=TOPSECRET;EntityPath=hub;UseDevelopmentEmulator=true"
@@ -67,13 +69,15 @@ def running(tmp_path, monkeypatch):
     local = tmp_path / "blockmgr-x"
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    where = place.place()
+    where = service_files.place()
     assert where is not None
-    svc = service.ReceiverService(where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool)
+    svc = receiver_service.ReceiverService(
+        where.socket_path, str(local), None, idle_exit=600, pool=Runtime(reap_every=0).pool
+    )
     thread = threading.Thread(target=svc.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while client._try_connect(where.socket_path) is None:
+    while service_client._try_connect(where.socket_path) is None:
         assert time.monotonic() < deadline, "the service did not listen"
         time.sleep(0.02)
     worker = Runtime(reap_every=0)  # a worker of that executor: it finds the service by SPARK_LOCAL_DIRS
@@ -86,25 +90,26 @@ def test_the_socket_path_is_short_private_and_one_per_executor_directory(tmp_pat
     deep = tmp_path / ("d" * 100) / ("e" * 100) / "blockmgr-0f3c"
     deep.mkdir(parents=True)
     monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{deep},{tmp_path}")
-    where = place.place()
+    where = service_files.place()
     assert where is not None and len(where.socket_path.encode()) < 100
     assert where.local_dir == str(deep) and where.lock_path.startswith(str(deep))
     assert stat.S_IMODE(os.stat(os.path.dirname(where.socket_path)).st_mode) == 0o700
     other = tmp_path / "blockmgr-other"
     other.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(other))
-    assert place.place().socket_path != where.socket_path  # type: ignore[union-attr]
-    now = place.place().socket_path  # type: ignore[union-attr]
-    monkeypatch.setattr(place, "WIRE_VERSION", wire.WIRE_VERSION + 1)  # an upgrade in a running executor
-    assert place.place().socket_path != now, "workers of another wire format never reach this service"  # type: ignore[union-attr]
+    assert service_files.place().socket_path != where.socket_path  # type: ignore[union-attr]
+    now = service_files.place().socket_path  # type: ignore[union-attr]
+    # an upgrade in a running executor
+    monkeypatch.setattr(service_files, "WIRE_VERSION", service_framing.WIRE_VERSION + 1)
+    assert service_files.place().socket_path != now, "workers of another wire format never reach this service"  # type: ignore[union-attr]
     monkeypatch.delenv("SPARK_LOCAL_DIRS")
-    assert place.place() is None, "outside an executor there is no service"
+    assert service_files.place() is None, "outside an executor there is no service"
 
 
 def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypatch):
     where, _svc, worker = running
     read_here, starts = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     stats: dict = {}
     batches = list(worker.read(request(100, 135), True, stats))
     seqs = [s for b in batches for s in b.column("sequenceNumber").to_pylist()]
@@ -116,19 +121,19 @@ def test_a_range_comes_back_as_record_batches_with_its_counts(running, monkeypat
 def test_each_chunk_goes_as_it_is_read_and_the_last_with_the_ranges_end_in_one_write(running, monkeypatch):
     worker = running[2]
     read_here, _ = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     writes: list[list[bytes]] = []
-    send = wire.send_messages
+    send = service_framing.send_messages
 
     def recording(sock: object, *messages: tuple[bytes, tuple[bytes, ...]]) -> None:
         writes.append([kind for kind, _ in messages])
         send(sock, *messages)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(service, "send_messages", recording)
+    monkeypatch.setattr(receiver_service, "send_messages", recording)
     batches = list(worker.read(request(100, 135), True, {}))
     assert sum(b.num_rows for b in batches) == 35
-    service_writes = [w for w in writes if w != [wire.READ]]  # the worker's request goes the same way
-    assert service_writes == [[wire.RAW]] * 3 + [[wire.RAW, wire.DONE]]
+    service_writes = [w for w in writes if w != [service_framing.READ]]  # the worker's request goes the same way
+    assert service_writes == [[service_framing.RAW]] * 3 + [[service_framing.RAW, service_framing.DONE]]
 
 
 @pytest.mark.parametrize(
@@ -141,7 +146,7 @@ def test_each_chunk_goes_as_it_is_read_and_the_last_with_the_ranges_end_in_one_w
 def test_the_task_raises_the_services_error_as_itself(running, monkeypatch, error):
     worker = running[2]
     read_here, _ = scripted(fail_at=110, error=error)
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     got = []
     with pytest.raises(type(error)) as info:
         for batch in worker.read(request(100, 135), True, {}):
@@ -153,7 +158,7 @@ def test_the_task_raises_the_services_error_as_itself(running, monkeypatch, erro
 def test_an_unexpected_error_names_its_type_and_never_the_secret(running, monkeypatch):
     worker = running[2]
     read_here, _ = scripted(fail_at=100, error=KeyError("x-opt-sequence-number"))
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     from eventhubs_spark.errors import EventHubsError
 
     with pytest.raises(EventHubsError, match="KeyError") as info:
@@ -164,7 +169,7 @@ def test_an_unexpected_error_names_its_type_and_never_the_secret(running, monkey
 def test_when_the_service_dies_mid_range_the_task_reads_on_here_from_the_next_event(running, monkeypatch):
     _where, _svc, worker = running
     read_here, _starts = scripted(pause_at=120)
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     got: list[int] = []
     reader = worker.read(request(100, 150), True, {})
     for batch in reader:
@@ -186,8 +191,8 @@ def test_chunks_that_have_arrived_are_decoded_as_one_record_batch(running, monke
     chunk's decoding has a fixed cost, and so has each batch Spark takes), never past MERGE_EVENTS or MERGE_BYTES."""
     worker = running[2]
     read_here, _ = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
-    monkeypatch.setattr(client, "MERGE_EVENTS", 25)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
+    monkeypatch.setattr(service_client, "MERGE_EVENTS", 25)
     reader = worker.read(request(100, 160), True, {})
     first = next(reader)  # the first chunk is decoded as soon as it is here (the others may follow it)
     time.sleep(0.5)  # the rest of the range arrives meanwhile
@@ -196,7 +201,7 @@ def test_chunks_that_have_arrived_are_decoded_as_one_record_batch(running, monke
     assert seqs == list(range(100, 160)), "each event once, in order"
     assert max(b.num_rows for b in batches[1:]) == 30, "arrived chunks went together, up to the limit's chunk"
     assert len(batches) < 6
-    monkeypatch.setattr(client, "MERGE_BYTES", 1)  # large events: no more than one chunk's bytes at a time
+    monkeypatch.setattr(service_client, "MERGE_BYTES", 1)  # large events: no more than one chunk's bytes at a time
     reader = worker.read(request(100, 160), True, {})
     first = next(reader)
     time.sleep(0.5)
@@ -209,20 +214,20 @@ def test_a_service_lost_while_chunks_are_gathered_loses_none_of_them(running, mo
     gathered the next): the task reads on by itself from that chunk's first event, not from after it."""
     _where, _svc, worker = running
     read_here, _ = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
-    monkeypatch.setattr(client, "ready", lambda sock: True)
-    real_recv = client.recv
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
+    monkeypatch.setattr(service_client, "ready", lambda sock: True)
+    real_recv = service_client.recv
     raws = []
 
     def breaking(sock: object, *args: object) -> tuple[bytes, bytearray]:
         kind, payload = real_recv(sock, *args)  # type: ignore[arg-type]
-        if kind == wire.RAW:
+        if kind == service_framing.RAW:
             raws.append(kind)
             if len(raws) == 2:
                 raise ConnectionResetError("the service went away")
         return kind, payload
 
-    monkeypatch.setattr(client, "recv", breaking)
+    monkeypatch.setattr(service_client, "recv", breaking)
     read_here_again, starts_again = scripted()
     monkeypatch.setattr(runtime, "read_here", read_here_again)
     got = [s for b in worker.read(request(100, 150), True, {}) for s in b.column("sequenceNumber").to_pylist()]
@@ -244,25 +249,27 @@ def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     pool = Runtime(reap_every=0).pool
-    svc = service.ReceiverService(str(tmp_path / "a.sock"), str(tmp_path), gone.pid, idle_exit=600, pool=pool)
+    svc = receiver_service.ReceiverService(str(tmp_path / "a.sock"), str(tmp_path), gone.pid, idle_exit=600, pool=pool)
     farewells: list[str] = []
     svc.listener.farewell = lambda why, timeout=2.0: farewells.append(why) or 0  # type: ignore[method-assign]
     assert "has ended" in svc.run()
     assert len(farewells) == 1 and "has ended" in farewells[0], "its queries' drivers are told it goes"
     local = tmp_path / "blockmgr-y"
     local.mkdir()
-    svc = service.ReceiverService(str(tmp_path / "b.sock"), str(local), None, idle_exit=600, pool=pool)
+    svc = receiver_service.ReceiverService(str(tmp_path / "b.sock"), str(local), None, idle_exit=600, pool=pool)
     threading.Timer(0.5, local.rmdir).start()
     assert "is gone" in svc.run()
     assert not (tmp_path / "b.sock").exists(), "the socket is removed on exit"
-    assert "idle" in service.ReceiverService(str(tmp_path / "c.sock"), None, None, idle_exit=0.5, pool=pool).run()
+    assert (
+        "idle" in receiver_service.ReceiverService(str(tmp_path / "c.sock"), None, None, idle_exit=0.5, pool=pool).run()
+    )
 
 
 def test_raw_events_from_the_service_are_decoded_in_the_worker(running, monkeypatch):
     worker = running[2]
     """The service holds messages undecoded (its receivers' RawEvents); the task decodes them."""
     read_here, _ = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     stats: dict = {}
     rows = [r for b in worker.read(request(10, 40), True, stats) for r in b.to_pylist()]
     assert [r["sequenceNumber"] for r in rows] == list(range(10, 40))
@@ -306,16 +313,16 @@ def test_a_message_crosses_whole_in_one_write_when_small_and_in_pieces_when_the_
             return a.sendmsg(buffers)
 
     try:
-        wire.send(Counting(), b"R", b"head", memoryview(b"-mid-"), b"", pa.py_buffer(b"tail"))  # type: ignore[arg-type]
+        service_framing.send(Counting(), b"R", b"head", memoryview(b"-mid-"), b"", pa.py_buffer(b"tail"))  # type: ignore[arg-type]
         assert writes == [4]  # header and three parts (the empty one left out): one write, one wake-up
-        assert wire.recv(b) == (b"R", bytearray(b"head-mid-tail"))
+        assert service_framing.recv(b) == (b"R", bytearray(b"head-mid-tail"))
         a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a chunk larger than the socket holds
         a.settimeout(10)  # as the service's and the tasks' sockets: a write takes what fits and returns
         big = [os.urandom(300_000), pa.py_buffer(os.urandom(700_001)), os.urandom(3)]
         got: list[tuple[bytes, bytearray]] = []
-        reader = threading.Thread(target=lambda: got.append(wire.recv(b)))
+        reader = threading.Thread(target=lambda: got.append(service_framing.recv(b)))
         reader.start()
-        wire.send(Counting(), b"W", *big)  # type: ignore[arg-type]
+        service_framing.send(Counting(), b"W", *big)  # type: ignore[arg-type]
         reader.join(10)
         assert got == [(b"W", bytearray(big[0] + big[1].to_pybytes() + big[2]))]
         assert len(writes) > 2  # partial writes resumed where each stopped
@@ -325,13 +332,13 @@ def test_a_message_crosses_whole_in_one_write_when_small_and_in_pieces_when_the_
 
 
 def test_a_request_crosses_as_json_and_comes_back_equal():
-    from eventhubs_spark.executor import protocol
+    from eventhubs_spark.interprocess import service_protocol
 
     full = full_request()
-    wire = protocol.encode_request(full)
+    wire = service_protocol.encode_request(full)
     assert json.loads(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
-    assert protocol.decode_request(wire) == full
-    assert protocol.decode_request(protocol.encode_request(request(1, 2))) == request(1, 2)
+    assert service_protocol.decode_request(wire) == full
+    assert service_protocol.decode_request(service_protocol.encode_request(request(1, 2))) == request(1, 2)
 
 
 @pytest.mark.parametrize(
@@ -351,43 +358,43 @@ def test_a_request_crosses_as_json_and_comes_back_equal():
     ],
 )
 def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words):
-    from eventhubs_spark.executor import protocol
+    from eventhubs_spark.interprocess import service_protocol
 
-    data = json.loads(protocol.encode_request(full_request()))
+    data = json.loads(service_protocol.encode_request(full_request()))
     change(data)
     if words is None:
-        assert protocol.decode_request(json.dumps(data).encode()).owner is None
+        assert service_protocol.decode_request(json.dumps(data).encode()).owner is None
         return
-    with pytest.raises(protocol.ProtocolError) as info:
-        protocol.decode_request(json.dumps(data).encode())
+    with pytest.raises(service_protocol.ProtocolError) as info:
+        service_protocol.decode_request(json.dumps(data).encode())
     assert words in str(info.value)
     assert "S3CRET" not in str(info.value) and "TOPSECRET" not in str(info.value)
 
 
 @pytest.mark.parametrize("payload", [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
 def test_what_is_not_a_json_request_is_refused(payload):
-    from eventhubs_spark.executor import protocol
+    from eventhubs_spark.interprocess import service_protocol
 
-    with pytest.raises(protocol.ProtocolError):
-        protocol.decode_request(payload)
+    with pytest.raises(service_protocol.ProtocolError):
+        service_protocol.decode_request(payload)
 
 
 def test_errors_cross_as_json_with_their_type_example_and_retriability():
     from eventhubs_spark.errors import NetworkError
-    from eventhubs_spark.executor import protocol
+    from eventhubs_spark.interprocess import service_protocol
 
     for error in (
         NetworkError("refused", retriable=True),
         OptionError("eventhubs.x: bad", ".option('eventhubs.x', '1')"),
         DataLossError("gone"),
     ):
-        back = protocol.decode_error(protocol.encode_error(error))
+        back = service_protocol.decode_error(service_protocol.encode_error(error))
         assert type(back) is type(error) and str(back) == str(error)
         assert getattr(back, "example", None) == getattr(error, "example", None)
         assert back.retriable == error.retriable
-    assert "KeyError: 'k'" in str(protocol.decode_error(protocol.encode_error(KeyError("k"))))
-    with pytest.raises(protocol.ProtocolError):
-        protocol.decode_error(b"\x80\x04pickle")
+    assert "KeyError: 'k'" in str(service_protocol.decode_error(service_protocol.encode_error(KeyError("k"))))
+    with pytest.raises(service_protocol.ProtocolError):
+        service_protocol.decode_error(b"\x80\x04pickle")
 
 
 def _raw_exchange(path: str, kind: bytes, payload: bytes) -> bytes:
@@ -399,7 +406,7 @@ def _raw_exchange(path: str, kind: bytes, payload: bytes) -> bytes:
     sock.connect(path)
     got = b""
     try:
-        sock.sendall(wire.MESSAGE.pack(kind, len(payload)) + payload)
+        sock.sendall(service_framing.MESSAGE.pack(kind, len(payload)) + payload)
         while chunk := sock.recv(65536):
             got += chunk
     except (ConnectionResetError, BrokenPipeError):
@@ -423,7 +430,7 @@ def test_the_service_refuses_and_logs_a_request_it_does_not_allow_and_runs_nothi
 ):
     where, svc, worker = running
     read_here, starts = scripted()
-    monkeypatch.setattr(service, "read_here", read_here)
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
     with caplog.at_level("ERROR", logger="eventhubs_spark"):
         assert _raw_exchange(where.socket_path, kind, payload) == b"", "closed without an answer"
     assert starts == [] and svc.refused == 1
@@ -443,7 +450,7 @@ def test_the_service_refuses_a_peer_of_another_user():
     reachable = tempfile.mkdtemp(dir="/tmp")  # every directory above it may be entered by anyone
     os.chmod(reachable, 0o777)
     path = os.path.join(reachable, "svc.sock")
-    svc = service.ReceiverService(path, None, None, idle_exit=600, pool=Runtime(reap_every=0).pool)
+    svc = receiver_service.ReceiverService(path, None, None, idle_exit=600, pool=Runtime(reap_every=0).pool)
     thread = threading.Thread(target=svc.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -457,7 +464,7 @@ def test_the_service_refuses_a_peer_of_another_user():
         try:
             os.setgid(65534)
             os.setuid(65534)
-            code = 0 if _raw_exchange(path, b"R", service.protocol.encode_request(request(0, 5))) == b"" else 3
+            code = 0 if _raw_exchange(path, b"R", receiver_service.service_protocol.encode_request(request(0, 5))) == b"" else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(child, 0)
@@ -480,7 +487,7 @@ def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_f
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     worker = Runtime(reap_every=0)
     with pytest.raises(PermissionError, match="mode 0700"):
-        place.place()
+        service_files.place()
     read_here, starts = scripted()
     monkeypatch.setattr(runtime, "read_here", read_here)
     stats: dict = {}
@@ -504,14 +511,14 @@ def test_a_symlinked_socket_directory_is_refused_not_followed(tmp_path, monkeypa
     local.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     with pytest.raises(PermissionError, match="not a symbolic link"):
-        place.place()
+        service_files.place()
     assert list(target.iterdir()) == []
 
 
 def test_refusals_are_all_counted_and_said_at_most_once_a_minute_per_kind(caplog):
     import logging
 
-    from eventhubs_spark.channel import Refusals
+    from eventhubs_spark.interprocess.driver_channel import Refusals
 
     now = [0.0]
     refusals = Refusals(every=60.0, clock=lambda: now[0])

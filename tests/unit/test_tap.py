@@ -3,7 +3,7 @@ transfers (single or spread over frames) are kept once, in order, each message's
 number, with the SDK's counters moved.
 
 A real socket pair carries a stream of frames written in arbitrary pieces; the SDK side is a fake
-connection with the attributes the tap reads (see amqp/sdk.py).
+connection with the attributes the tap reads (see amqp/sdk_internals.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from eventhubs_emulator import amqp
 from eventhubs_emulator.amqp import Symbol, UInt
+from eventhubs_spark.amqp.frame_reader import FrameTap, LinkSink
 from eventhubs_spark.amqp.messages import RawEvents
-from eventhubs_spark.amqp.tap import FrameTap, LinkSink
 
 
 class FakeLink:
@@ -384,7 +384,7 @@ def test_frames_found_with_numpy_are_the_frames_found_one_by_one(
     the same frames, whatever follows them. Bodies that carry a whole transfer frame's bytes (what the numpy
     search looks for) may only end a run early (never empty); the next run, from where the true frame ends,
     goes on past them."""
-    from eventhubs_spark.amqp.tap import _cut_loop
+    from eventhubs_spark.amqp.frame_reader import _cut_loop
 
     stream = b""
     for i, (kind, body) in enumerate(kinds):

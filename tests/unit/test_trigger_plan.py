@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eventhubs_spark.offsets import plan_trigger
+from eventhubs_spark.planning.offset_ranges import plan_trigger
 
 BEGIN = {"0": 100, "1": 100}
 
@@ -87,7 +87,7 @@ def test_trigger_rules(case, latest, kwargs, end, skipped):
 
 
 def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
-    from eventhubs_spark.offsets import Range, pack_ranges
+    from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
 
     quiet = [Range(str(p), 10, 25) for p in range(32)]  # 15 events per partition
     tasks = pack_ranges(quiet, 100)

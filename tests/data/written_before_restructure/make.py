@@ -29,7 +29,7 @@ def main() -> None:
     from azure.storage.blob import ContainerClient
 
     from eventhubs_emulator import Emulator
-    from eventhubs_spark.localspark import local_session
+    from eventhubs_spark.local_spark import local_session
     from tests.conftest import Azurite
 
     azurite = Azurite()

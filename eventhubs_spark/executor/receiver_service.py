@@ -1,11 +1,12 @@
 """One receiver service per executor: receivers that outlive Spark's rotation of Python workers.
 
-An executor hands its tasks to its Python workers in turn (the worker idle the longest goes next),
-so a receiver kept in a worker is found again by that partition's next task only now and then, and
-every miss costs a link attach and the events it had read ahead. So the receivers live where every
-worker of the executor reaches them: this process, one per executor (where: :mod:`.place`; started
-by the first worker that reads: :mod:`.client`), serving ranges over a Unix socket (:mod:`.wire`,
-requests checked by :mod:`.protocol`):
+An executor hands its tasks to its Python workers in turn (the worker idle the longest goes next), so a receiver
+kept in a worker is found again by that partition's next task only now and then, and every miss costs a link attach
+and the events it had read ahead. So the receivers live where every worker of the executor reaches them: this
+process, one per executor (where: :mod:`eventhubs_spark.executor.service_files`; started by the first worker that
+reads: :mod:`eventhubs_spark.executor.service_client`), serving ranges over a Unix socket
+(:mod:`eventhubs_spark.interprocess.service_framing`, requests checked by
+:mod:`eventhubs_spark.interprocess.service_protocol`):
 
 * **What.** The service runs the same engine a worker would (one AMQP connection per namespace and
   credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release),
@@ -40,13 +41,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from eventhubs_spark import channel, readiness
-from eventhubs_spark.amqp.engine import Connections
-from eventhubs_spark.executor import protocol
-from eventhubs_spark.executor.listener import Listener
-from eventhubs_spark.executor.place import jvm_name
-from eventhubs_spark.executor.pool import ReceiverPool, read_here
-from eventhubs_spark.executor.wire import (
+from eventhubs_spark.amqp.receive_connections import Connections
+from eventhubs_spark.common import socket_waits
+from eventhubs_spark.executor.home_listener import Listener
+from eventhubs_spark.executor.receiver_pool import ReceiverPool, read_here
+from eventhubs_spark.executor.service_files import jvm_name
+from eventhubs_spark.interprocess import driver_channel, service_protocol
+from eventhubs_spark.interprocess.service_framing import (
     ALIVE,
     ALIVE_EVERY,
     DONE,
@@ -62,7 +63,7 @@ from eventhubs_spark.executor.wire import (
     send,
     send_messages,
 )
-from eventhubs_spark.ranges import RangeRequest, RangeResult
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -109,7 +110,7 @@ class ReceiverService:
         _LOG.info("receiver service %d listening on %s", os.getpid(), self.socket_path)
         try:
             while True:
-                readable = readiness.readable([server], 1.0)
+                readable = socket_waits.readable([server], 1.0)
                 if readable:
                     conn, _ = server.accept()
                     if not _same_user(conn):
@@ -157,8 +158,8 @@ class ReceiverService:
                     self.refused += 1
                     return
                 try:
-                    request: RangeRequest = protocol.decode_request(payload)
-                except protocol.ProtocolError as exc:
+                    request: RangeRequest = service_protocol.decode_request(payload)
+                except service_protocol.ProtocolError as exc:
                     _LOG.error("receiver service: refused a request that is not a valid range request (%s); "
                                "closing the worker's connection", exc)  # fmt: skip
                     self.refused += 1
@@ -169,7 +170,7 @@ class ReceiverService:
                     except OSError as exc:
                         _LOG.warning("receiver service %s: cannot serve other executors: %s", self.executor, exc)
                 if kind == HELLO:
-                    reaches = request.driver is None or channel.REACH.reachable(request.driver)
+                    reaches = request.driver is None or driver_channel.REACH.reachable(request.driver)
                     hello = {"executor": self.executor, "port": self.listener.port, "driver": reaches}
                     try:
                         send(conn, DONE, json.dumps(hello).encode())
@@ -197,10 +198,10 @@ class ReceiverService:
     def _read(self, conn: Conn, request: RangeRequest) -> bool:
         """Send one range; False when the worker went away (the receiver is then dropped, not reused).
 
-        Each chunk goes out as it is read, but the one that ends the range goes with the range's end in the
-        same write: the worker then wakes once for a quiet stream's whole range. Between chunks the service
-        says it is still at the range (:data:`.wire.ALIVE`), so a worker knows a stopped service from a slow
-        range."""
+        Each chunk goes out as it is read, but the one that ends the range goes with the range's end in the same
+        write: the worker then wakes once for a quiet stream's whole range. Between chunks the service says it is
+        still at the range (:data:`~eventhubs_spark.interprocess.service_framing.ALIVE`), so a worker knows a
+        stopped service from a slow range."""
         result = RangeResult()
         chunks = read_here(request, result, self.pool)
         held: list[Message] = []  # the range's last chunk, until the range's end goes with it
@@ -225,7 +226,7 @@ class ReceiverService:
         except Exception as exc:  # the range's own failure: raised again in the task, after what was read
             try:
                 sender.send(*held)
-                sender.send((ERROR, (protocol.encode_error(exc),)))
+                sender.send((ERROR, (service_protocol.encode_error(exc),)))
             except _WorkerGone:
                 return False
             return True
@@ -239,8 +240,10 @@ class _WorkerGone(Exception):
 
 
 class _RangeSender:
-    """One range's messages to its worker, and a thread that says :data:`.wire.ALIVE` whenever the range has
-    sent nothing for :data:`.wire.ALIVE_EVERY` seconds (waiting on Event Hubs, a link re-attaching). Sends
+    """One range's messages to its worker, and a thread that says
+    :data:`~eventhubs_spark.interprocess.service_framing.ALIVE` whenever the range has sent nothing for
+    :data:`~eventhubs_spark.interprocess.service_framing.ALIVE_EVERY` seconds (waiting on Event Hubs, a link
+    re-attaching). Sends
     take turns under a lock: a sealed connection's frames must not interleave."""
 
     def __init__(self, conn: Conn) -> None:
@@ -299,7 +302,7 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eventhubs_spark.executor.service", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eventhubs_spark.executor.receiver_service", description=__doc__)
     parser.add_argument("--socket", required=True)
     parser.add_argument("--local-dir")
     parser.add_argument("--watch-pid", type=int)

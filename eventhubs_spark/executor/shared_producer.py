@@ -3,7 +3,7 @@
 The SDK's producer client opens a connection per partition it sends to, so a Python worker writing to a
 1,024-partition hub held 1,028 sockets, and a namespace's connection quota refuses such a sink long before
 that. Here a :class:`SharedProducer` keeps ``lanes`` SDK clients (default 4), each with every one of its
-links on one connection (:class:`~eventhubs_spark.amqp.sdk.SendConnection`), as the other SDKs send to every
+links on one connection (:class:`~eventhubs_spark.amqp.sdk_internals.SendConnection`), as the other SDKs send to every
 partition over one connection. A partition (or a partition key) always goes to the same lane, so its
 batches stay in order; lanes send concurrently; one thread at a time uses a lane (the SDK's synchronous
 connection is read by the thread that sends on it).
@@ -16,14 +16,14 @@ import threading
 import zlib
 from typing import Any
 
-from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
 
 _LOG = logging.getLogger(__name__)
 
 LANES = 4  # connections per process and namespace (and hub, credential, network) for the sink
 # Refusals that concern one send or link, not the connection (the service answered): the lane keeps its connection.
-_LINK_ONLY = (sdk.SERVER_BUSY, sdk.TOO_LARGE, sdk.DETACH_FORCED)
+_LINK_ONLY = (sdk_internals.SERVER_BUSY, sdk_internals.TOO_LARGE, sdk_internals.DETACH_FORCED)
 
 
 class _Lane:
@@ -38,7 +38,7 @@ class _Lane:
         # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
         # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
         self.client = settings.producer(retry_total=0)
-        self.shared = sdk.share_send_connection(self.client)
+        self.shared = sdk_internals.share_send_connection(self.client)
 
 
 class SharedProducer:
@@ -72,16 +72,18 @@ class SharedProducer:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
         lane = self._lane(partition_id, partition_key)
         with lane.lock:
-            return sdk.create_batch(lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key)
+            return sdk_internals.create_batch(
+                lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key
+            )
 
     def send(self, batch: Any, timeout: float) -> None:
         """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
         lane = self._lane(batch._partition_id, batch._partition_key)
         with lane.lock:
             try:
-                sdk.send_once(lane.client, batch, timeout, lane.shared)
+                sdk_internals.send_once(lane.client, batch, timeout, lane.shared)
             except Exception as exc:
-                if sdk.condition(exc) not in _LINK_ONLY:
+                if sdk_internals.condition(exc) not in _LINK_ONLY:
                     # The SDK's own producers open a new connection after any failure; here every link of the
                     # lane shares one, which may be dead without saying so (a black hole): the lane starts over.
                     old = lane.client

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from eventhubs_spark import segments
 from eventhubs_spark.auth.storage import local_path
-from eventhubs_spark.partitions import PartitionInfo, by_number
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
 
 UTC = dt.timezone.utc
 KEEP_FILES = 100  # trigger files kept per hub (Spark keeps 100 batches of its own logs by default)
@@ -70,8 +70,8 @@ class PartitionLag:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "committed": segments.show(self.committed),
-            "latest": segments.show(self.latest),
+            "committed": geo_segments.show(self.committed),
+            "latest": geo_segments.show(self.latest),
             "eventsBehind": self.events,
             "secondsBehind": None if self.seconds is None else round(self.seconds, 6),
             "lastEnqueuedTime": None if self.last_enqueued is None else self.last_enqueued.isoformat(),
@@ -88,8 +88,8 @@ class PartitionLag:
         seconds = doc.get("secondsBehind")
         return cls(
             partition,
-            segments.parse(str(doc["committed"])),
-            segments.parse(str(doc["latest"])),
+            geo_segments.parse(str(doc["committed"])),
+            geo_segments.parse(str(doc["latest"])),
             int(doc["eventsBehind"]),
             None if seconds is None else float(seconds),
             when("lastEnqueuedTime"),
@@ -273,7 +273,7 @@ class LagTracker:
             if info is None:
                 continue
             latest = max(info.end, position)
-            events = segments.count(position, latest) if latest > position else 0
+            events = geo_segments.count(position, latest) if latest > position else 0
             last_enqueued = None if info.is_empty else info.last_enqueued_time
             with self._lock:
                 known = self._read.get(p)
@@ -408,7 +408,7 @@ class LagFiles:
         (``reads.json``): what the next trigger's file would say, for a command that looks before it comes
         (or after the query stopped)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        doc = {p: {"end": segments.show(end), "enqueuedTime": _time(micros).isoformat()}  # type: ignore[union-attr]
+        doc = {p: {"end": geo_segments.show(end), "enqueuedTime": _time(micros).isoformat()}  # type: ignore[union-attr]
                for p, (end, micros) in sorted(reads.items())}  # fmt: skip
         _write_whole(self.directory / "reads.json", json.dumps(doc, sort_keys=True))
 
@@ -423,7 +423,8 @@ class LagFiles:
         """What :meth:`write_reads` wrote last (empty when nothing was)."""
         try:
             doc = json.loads(self.folder.text(f"{self._sub}/reads.json"))
-            return {str(p): (segments.parse(str(v["end"])), _micros(dt.datetime.fromisoformat(str(v["enqueuedTime"]))))
+            return {str(p): (geo_segments.parse(str(v["end"])),
+                             _micros(dt.datetime.fromisoformat(str(v["enqueuedTime"]))))
                     for p, v in doc.items()}  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
@@ -480,7 +481,7 @@ def last_commit(folder: Folder, hub: str) -> SparkCommit | None:
         hubs.extend(str(k) for k in doc if not str(k).startswith("@"))
         found = {str(k).lower(): v for k, v in doc.items()}.get(hub.lower())
         if isinstance(found, dict):
-            positions = {str(p): segments.parse(str(v)) for p, v in found.items()}
+            positions = {str(p): geo_segments.parse(str(v)) for p, v in found.items()}
             return SparkCommit(batch, positions, folder.modified(f"commits/{batch}"))
     raise ValueError(f"the checkpoint at {folder.where!r} is of a query reading {sorted(hubs) or 'no hub'}, "
                      f"not {hub!r}: name the hub its query reads (EntityPath or eventhubs.name)")  # fmt: skip

@@ -1,8 +1,8 @@
 """A worker's side of its executor's receiver service: start it when it is not there, read through it.
 
 The first worker that reads starts the service for its executor (under the lock file of its
-:class:`~.place.Place`, so only one does), detached from the worker, as ``python -m
-eventhubs_spark.executor.service``; every worker then reads its ranges through it. When the service
+:class:`~eventhubs_spark.executor.service_files.Place`, so only one does), detached from the worker, as ``python -m
+eventhubs_spark.executor.receiver_service``; every worker then reads its ranges through it. When the service
 cannot start or goes away mid-range, :class:`ServiceGone` says from which sequence number the task
 reads on by itself.
 """
@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from eventhubs_spark.channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
 from eventhubs_spark.codec.layout import decode_spans
-from eventhubs_spark.executor import protocol
-from eventhubs_spark.executor.place import Place, executor_pid
-from eventhubs_spark.executor.wire import (
+from eventhubs_spark.executor.service_files import Place, executor_pid
+from eventhubs_spark.interprocess import service_protocol
+from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake
+from eventhubs_spark.interprocess.service_framing import (
     ALIVE,
     DONE,
     ERROR,
@@ -43,8 +44,7 @@ from eventhubs_spark.executor.wire import (
     recv,
     send,
 )
-from eventhubs_spark.ranges import Home, QueryKey, RangeRequest, RemoteRead
-from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake
+from eventhubs_spark.interprocess.task_ranges import Home, QueryKey, RangeRequest, RemoteRead
 
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen
 
@@ -88,7 +88,7 @@ class ServiceClient:
                 if sock is not None:
                     return sock
                 with open(self.place.log_path, "ab") as log:
-                    args = [sys.executable, "-m", "eventhubs_spark.executor.service", "--socket",
+                    args = [sys.executable, "-m", "eventhubs_spark.executor.receiver_service", "--socket",
                             self.place.socket_path, "--local-dir", self.place.local_dir]  # fmt: skip
                     pid = executor_pid()
                     if pid is not None:
@@ -119,7 +119,7 @@ class ServiceClient:
         except OSError as exc:
             raise ServiceGone(request.start, f"{type(exc).__name__}: {exc}") from exc
         request = dataclasses.replace(request, range_id=_range_id())
-        yield from _range(sock, READ, protocol.encode_request(request), request, stats, self.close)
+        yield from _range(sock, READ, service_protocol.encode_request(request), request, stats, self.close)
 
     def hello(self, request: RangeRequest) -> dict[str, Any]:
         """Register a stream's query with the service (it then serves it to other executors and the driver
@@ -127,7 +127,7 @@ class ServiceClient:
         try:
             sock = self._connect()
             sock.settimeout(30.0)
-            send(sock, HELLO, protocol.encode_request(request))
+            send(sock, HELLO, service_protocol.encode_request(request))
             kind, payload = recv(sock)
         except OSError:
             self.close()
@@ -201,20 +201,20 @@ def _range(
             elif kind == DONE:
                 done = json.loads(payload)
                 if done.pop("range", None) != request.range_id:
-                    raise protocol.ProtocolError(f"the end of another range where this task asked for range id "
+                    raise service_protocol.ProtocolError(f"the end of another range where this task asked for range id "
                                                  f"{request.range_id}")  # fmt: skip
                 stats.update(done)
                 stats["fallbacks"] = stats.get("fallbacks", 0) + decoded_here
                 return
             elif kind == ERROR:
-                raise protocol.decode_error(payload)
+                raise service_protocol.decode_error(payload)
             else:
                 raise OSError(f"unexpected message {kind!r} from the receiver service")
     except TimeoutError as exc:
         close()
         raise ServiceGone(next_seq, f"it said nothing for {SILENT_LIMIT:g} s (stopped, or a firewall drops what "
                           "it sends)") from exc  # fmt: skip
-    except (OSError, EOFError, protocol.ProtocolError) as exc:
+    except (OSError, EOFError, service_protocol.ProtocolError) as exc:
         close()
         raise ServiceGone(next_seq, f"{type(exc).__name__}: {exc}") from exc
     except GeneratorExit:
@@ -232,7 +232,7 @@ def _chunk(payload: bytearray, request: RangeRequest, next_seq: int) -> int:
     """A RAW message's checks (the task's range; it goes on from ``next_seq``): where the range goes on after it."""
     range_id, after, _n = SPANS.unpack_from(payload)
     if range_id != request.range_id or not next_seq < after <= request.end:
-        raise protocol.ProtocolError(
+        raise service_protocol.ProtocolError(
             f"a chunk of another range (range id {range_id}, up to {after}) where this task asked for "
             f"[{next_seq}, {request.end}) of partition {request.partition} (range id {request.range_id})"
         )
@@ -296,7 +296,7 @@ class HomeClient:
         except OSError as exc:
             raise ServiceGone(request.start, str(exc)) from exc
         request = dataclasses.replace(request, range_id=_range_id())
-        asked = protocol.encode_request(RemoteRead.of(request))
+        asked = service_protocol.encode_request(RemoteRead.of(request))
         yield from _range(conn, REMOTE_READ, asked, request, stats, self.close)
 
     def close(self) -> None:

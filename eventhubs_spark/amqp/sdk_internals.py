@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eventhubs_spark import segments
 from eventhubs_spark.errors import (
     AuthenticationFailedError,
     EventHubsError,
@@ -29,6 +28,7 @@ from eventhubs_spark.errors import (
     SinkError,
     TransientError,
 )
+from eventhubs_spark.positions import geo_segments
 
 _LOG = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def create_consumer(
     consumer it can pull a bounded number of events from, keep between tasks and close at will.
     """
     if type(position) is int:  # a position with a replication segment filters as '<segment>:<sequence number>'
-        position = segments.sdk_position(position)
+        position = geo_segments.sdk_position(position)
     return client._create_consumer(
         consumer_group,
         partition,
@@ -158,7 +158,7 @@ def has_connection(consumer: Any) -> bool:
 
 def attach_sink(consumer: Any, sink: Any) -> None:
     """Mark the consumer's link as one whose transfers a frame tap decodes into ``sink`` (an attribute
-    of ours on the SDK's link object, read by :class:`~eventhubs_spark.amqp.tap.FrameTap`)."""
+    of ours on the SDK's link object, read by :class:`~eventhubs_spark.amqp.frame_reader.FrameTap`)."""
     link = consumer_link(consumer)
     if link is not None and getattr(link, "eventhubs_sink", None) is not sink:
         link.eventhubs_sink = sink
@@ -660,7 +660,7 @@ def management_message(client: Any, properties: dict[str, str]) -> Any:
 # -- the contract ---------------------------------------------------------------------------------------
 
 # (what, attribute path) the functions above read; checked on live objects by missing_internals().
-# A consumer opened by the engine: on a shared connection, with a frame tap on it (amqp.engine, amqp.tap).
+# A consumer opened by the engine: on a shared connection, with a frame tap on it (amqp.receive_connections, amqp.frame_reader).
 CONSUMER_INTERNALS = (
     "_keep_alive",
     "_message_received",

@@ -2,15 +2,15 @@
 and what executors tell it.
 
 The stream runner process plans every micro-batch, so it keeps, for its query, a key
-(:class:`~eventhubs_spark.ranges.QueryKey`), a listening channel (:mod:`.channel`), and the receiver
-services that announced themselves over it (each again every few seconds). Each batch's ranges carry the
-key, where the driver listens, and the partition's home: :func:`eventhubs_spark.placement.homes` over the
-services heard from within :data:`EXPIRY` seconds, sorted by id, so a new executor's service takes its
-share and a gone one's partitions find a new home within the next trigger. The first batch is planned
-before any service exists; its tasks ask here once their own service has announced itself, and the
-answer waits until the services have settled (no new one for :data:`SETTLE` seconds), so the first
-batch already reads each partition at its home. In local mode (Spark's one executor lives in the
-driver's JVM, which each service names) no other service can come, and the answer does not wait.
+(:class:`~eventhubs_spark.interprocess.task_ranges.QueryKey`), a listening channel
+(:mod:`eventhubs_spark.interprocess.driver_channel`), and the receiver services that announced themselves over it
+(each again every few seconds). Each batch's ranges carry the key, where the driver listens, and the partition's
+home: :func:`eventhubs_spark.planning.partition_placement.homes` over the services heard from within :data:`EXPIRY`
+seconds, sorted by id, so a new executor's service takes its share and a gone one's partitions find a new home
+within the next trigger. The first batch is planned before any service exists; its tasks ask here once their own
+service has announced itself, and the answer waits until the services have settled (no new one for :data:`SETTLE`
+seconds), so the first batch already reads each partition at its home. In local mode (Spark's one executor lives in
+the driver's JVM, which each service names) no other service can come, and the answer does not wait.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eventhubs_spark.channel import DriverChannel, reaches
-from eventhubs_spark.executor.place import executor_pid, jvm_name
-from eventhubs_spark.partitions import by_number
-from eventhubs_spark.placement import homes
-from eventhubs_spark.ranges import DriverAddress, Home, QueryKey, new_query_key
+from eventhubs_spark.executor.service_files import executor_pid, jvm_name
+from eventhubs_spark.interprocess.driver_channel import DriverChannel, reaches
+from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, QueryKey, new_query_key
+from eventhubs_spark.planning.partition_placement import homes
+from eventhubs_spark.positions.partition_catalog import by_number
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -46,7 +46,7 @@ class QueryDriver:
         ports: str = "0",
     ) -> None:
         """``on_read(partition, end, enqueued_micros)``: a task read a range of the partition up to ``end``,
-        its last event enqueued then (the query's lag figures, :mod:`.lag`)."""
+        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.planning.lag`)."""
         self.hub = hub
         self.on_read = on_read
         self.clock = clock

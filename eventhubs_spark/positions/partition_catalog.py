@@ -23,7 +23,7 @@ _LOG = logging.getLogger("eventhubs_spark")
 class PartitionInfo:
     """A partition's properties; ``end`` is the next sequence number the partition will assign. On a
     geo-replicated hub the sequence numbers here are positions with their replication segment
-    (:mod:`.segments`); elsewhere positions are sequence numbers."""
+    (:mod:`eventhubs_spark.positions.geo_segments`); elsewhere positions are sequence numbers."""
 
     id: str
     beginning_sequence_number: int

@@ -2,8 +2,8 @@
 
 A receiver stands at a position (the next sequence number it hands out) on its own link of the
 process's shared connection; a range that starts there resumes, one that starts elsewhere reopens the
-link there. What the link read past a range is held for the next one (:mod:`.readahead`); where
-receivers are kept between tasks is the pool's job (:mod:`.pool`).
+link there. What the link read past a range is held for the next one (:mod:`eventhubs_spark.executor.read_ahead`); where
+receivers are kept between tasks is the pool's job (:mod:`eventhubs_spark.executor.receiver_pool`).
 
 The SDK's ``receive()`` retries some attach errors forever without raising, so progress is watched
 here: a range that makes no progress for ``eventhubs.receiverTimeout`` fails with an error that
@@ -26,14 +26,14 @@ import logging
 import time
 from collections.abc import Generator, Iterator
 
-from eventhubs_spark import segments
-from eventhubs_spark.amqp import failures, sdk
-from eventhubs_spark.amqp.engine import Connections, Link, LinkSpec, SharedConnection
+from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.amqp.receive_connections import Connections, Link, LinkSpec, SharedConnection
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
-from eventhubs_spark.executor.readahead import HeldEvents
-from eventhubs_spark.ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.executor.read_ahead import HeldEvents
+from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
+from eventhubs_spark.positions import geo_segments
 
 _LOG = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class PartitionReceiver:
         # Another owner-level receiver of the group (usually the driver's own lookup between micro-batches)
         # took the link, or the service closed an idle link or connection, while this receiver sat in the
         # pool: not an error, it reopens after what it holds.
-        if sdk.is_stolen(self._link_exception()):
+        if sdk_internals.is_stolen(self._link_exception()):
             self.displaced_idle += 1
         else:
             self.closed_idle += 1
@@ -144,11 +144,11 @@ class PartitionReceiver:
             if not chunk.seqs:
                 return expected
             seqs = chunk.seqs
-        if seqs[0] > expected and segments.segment_of(seqs[0]) > segments.segment_of(expected):
+        if seqs[0] > expected and geo_segments.segment_of(seqs[0]) > geo_segments.segment_of(expected):
             # a new replication segment (the secondary region was promoted): the partition goes on there, and
             # what the old segment lost in the promotion is not a gap in what this query can read
             _LOG.info("hub %s partition %s: a new replication segment begins at %s (after %s)", self.settings.hub,
-                      self.partition, segments.show(seqs[0]), segments.show(expected - 1))  # fmt: skip
+                      self.partition, geo_segments.show(seqs[0]), geo_segments.show(expected - 1))  # fmt: skip
             expected = seqs[0]
         if seqs[0] > expected:  # the events before this chunk are gone
             expected = self._lost(expected, min(seqs[0], end), fail_on_data_loss, result)
@@ -255,7 +255,7 @@ class _Recovery:
         error = r._link_error()
         if error is not None:
             error = r._raise_if_lasting(error)
-            if sdk.is_stolen(r._link_exception()):
+            if sdk_internals.is_stolen(r._link_exception()):
                 if self.reopened:
                     raise _link_failure(r, error, expected, self.end)
                 # Events handed out so far came before the detach; read on from the next one.
@@ -297,7 +297,7 @@ def _first_gap(seqs: list[int]) -> int | None:
     if seqs[-1] - seqs[0] == len(seqs) - 1:
         return None
     for i in range(1, len(seqs)):
-        if seqs[i] != seqs[i - 1] + 1 and segments.segment_of(seqs[i]) == segments.segment_of(seqs[i - 1]):
+        if seqs[i] != seqs[i - 1] + 1 and geo_segments.segment_of(seqs[i]) == geo_segments.segment_of(seqs[i - 1]):
             return i
     return None
 

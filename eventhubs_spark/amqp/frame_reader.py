@@ -7,10 +7,10 @@ most of the client's CPU. A :class:`FrameTap` takes the connection's reads over 
 ``receive_frame``, so every reader of the connection, the SDK's own included, goes through it):
 
 * the socket is read in large chunks and frames are cut from the buffer (TLS records read on while
-  there are more; WebSocket framing stripped, :mod:`.websocket`);
+  there are more; WebSocket framing stripped, :mod:`eventhubs_spark.amqp.websocket`);
 * a transfer on a link the connector reads (it carries a :class:`LinkSink`) goes straight into that
   sink: its message's bytes and sequence number, nothing else, for the task to decode a range at a
-  time column by column (:mod:`.layout`). The session's and link's counters move as the SDK moves
+  time column by column (:mod:`eventhubs_spark.codec.layout`). The session's and link's counters move as the SDK moves
   them, so flow control, credit and windows stay the SDK's;
 * the usual case, a run of one link's single-frame transfers sent settled back to back (a partition's
   backlog), is taken in one pass (:meth:`FrameTap._run`): the frames are found with numpy (where a
@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from eventhubs_spark import readiness, segments
-from eventhubs_spark.amqp import sdk
+from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.amqp.messages import (
     A_SEQUENCE_NUMBER,
     ANNOTATIONS_MAP8,
@@ -50,7 +49,9 @@ from eventhubs_spark.amqp.messages import (
     windows,
 )
 from eventhubs_spark.amqp.websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
+from eventhubs_spark.common import socket_waits
 from eventhubs_spark.errors import DecodeError
+from eventhubs_spark.positions import geo_segments
 
 _LOG = logging.getLogger(__name__)
 
@@ -242,20 +243,20 @@ class FrameTap:
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
-        self.transport = sdk.transport(connection)
+        self.transport = sdk_internals.transport(connection)
         # Over WebSockets the tap reads the TCP/TLS socket under websocket-client's WebSocket and strips
         # the framing itself; until websocket-client is between two frames, the SDK's reader goes on.
-        self.websocket = sdk.websocket_of(self.transport)
-        self.sock = self.transport.sock if self.websocket is None else sdk.websocket_socket(self.websocket)
+        self.websocket = sdk_internals.websocket_of(self.transport)
+        self.sock = self.transport.sock if self.websocket is None else sdk_internals.websocket_socket(self.websocket)
         self._stream = WebSocketStream() if self.websocket is not None else None
         # Frame by frame through the transport's own reader (raw frames, no SDK decoding), where the socket
         # cannot be read directly: a transport this tap does not know (for good, said once), or a
         # WebSocket that websocket-client is still in the middle of (until it is between two frames).
         self.unsupported = None if isinstance(self.sock, socket.socket) else type(self.transport).__name__
         self._by_frame = self.unsupported is not None or (
-            self.websocket is not None and not sdk.websocket_between_frames(self.websocket)
+            self.websocket is not None and not sdk_internals.websocket_between_frames(self.websocket)
         )
-        self._data = b"" if self._by_frame else sdk.take_buffered_bytes(self.transport)
+        self._data = b"" if self._by_frame else sdk_internals.take_buffered_bytes(self.transport)
         self._pos = 0
         self.transport_name = (
             "websocket" if self.websocket is not None else "tls" if isinstance(self.sock, ssl.SSLSocket) else "tcp"
@@ -273,7 +274,7 @@ class FrameTap:
         self.timeout = 0.2
         self.transfers = 0  # transfer frames taken here, not left to the SDK
         self._starts_of: tuple[bytes, bytes, np.ndarray] | None = None  # see _starts
-        sdk.set_receive_frame(self.transport, self.receive_frame)
+        sdk_internals.set_receive_frame(self.transport, self.receive_frame)
 
     # -- for the thread that drives the connection --
     def wake(self) -> None:
@@ -324,7 +325,7 @@ class FrameTap:
                                 return channel, _EMPTY
                             continue
                     self._routes.clear()  # attach, detach, end...: links may have come or gone
-                    return channel, sdk.decode_frame(memoryview(data)[body:frame_end])
+                    return channel, sdk_internals.decode_frame(memoryview(data)[body:frame_end])
             if decoded:
                 return 0, _EMPTY  # the SDK notes that frames arrived and asks again
             if not self._fill(size if end - pos >= 8 else 8):
@@ -334,9 +335,9 @@ class FrameTap:
         """Read more bytes; False when none came within the socket's time-out."""
         self.publish()  # nobody waits on events this thread holds while it waits itself
         if self._by_frame:
-            if self.unsupported is None and sdk.websocket_between_frames(self.websocket):
+            if self.unsupported is None and sdk_internals.websocket_between_frames(self.websocket):
                 self._by_frame = False  # the WebSocket's next byte starts a frame: read the socket from here on
-                self._data = self._data[self._pos :] + sdk.take_buffered_bytes(self.transport)
+                self._data = self._data[self._pos :] + sdk_internals.take_buffered_bytes(self.transport)
                 self._pos = 0
                 return True
             return self._fill_by_frame()
@@ -344,7 +345,7 @@ class FrameTap:
         tls = isinstance(sock, ssl.SSLSocket)
         if not (tls and sock.pending() > 0):  # bytes TLS decrypted but not handed out yet
             timeout = None if sock.gettimeout() is None else self.timeout  # None: the SDK asked to block
-            readable = readiness.readable([sock, self._wake_r], timeout)
+            readable = socket_waits.readable([sock, self._wake_r], timeout)
             if self._wake_r in readable:
                 try:
                     while self._wake_r.recv(256):
@@ -361,7 +362,7 @@ class FrameTap:
         try:
             received = sock.recv_into(view, want)
         except OSError as exc:
-            if sdk.is_timeout(exc):
+            if sdk_internals.is_timeout(exc):
                 return False
             raise
         if not received:
@@ -380,7 +381,7 @@ class FrameTap:
     def _fill_by_frame(self) -> bool:
         """One frame, raw, from the transport's own reader (``read``); False when none came in time."""
         try:
-            header, _channel, body = sdk.read_raw_frame(self.transport)
+            header, _channel, body = sdk_internals.read_raw_frame(self.transport)
         except TimeoutError:
             return False
         frame = bytes(header) + (bytes(body) if body is not None else b"")
@@ -395,7 +396,7 @@ class FrameTap:
         arrived ends the chunk (its bytes wait in the TLS layer, and ``pending`` sees them next time)."""
         while received < want:
             if sock.pending() <= 0:
-                readable = readiness.readable([sock], 0)
+                readable = socket_waits.readable([sock], 0)
                 if not readable:
                     break
             try:
@@ -413,7 +414,7 @@ class FrameTap:
         controls, self._stream.controls = self._stream.controls, []
         for opcode, payload in controls:
             if opcode == PING:
-                sdk.websocket_pong(self.websocket, payload)
+                sdk_internals.websocket_pong(self.websocket, payload)
             elif opcode == CLOSE:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
                 raise WebSocketClosed(f"the service closed the WebSocket connection (code {code})")
@@ -462,7 +463,7 @@ class FrameTap:
             return 0
         p = int(to[-1])
         self._pos = p
-        credit = sdk.count_transfers(session, link, n)
+        credit = sdk_internals.count_transfers(session, link, n)
         first, last = int(at[0]), p
         if 2 * (last - first) < len(data):  # keep only the run's span, not the whole read, past this call
             data = data[first:last]
@@ -474,7 +475,7 @@ class FrameTap:
         self.transfers += n
         self._touched.add(sink)
         if credit <= window >> 1 and sink.room_for_credit():
-            sdk.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
+            sdk_internals.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
         return n
 
     def _cut_vector(
@@ -571,8 +572,8 @@ class FrameTap:
             return self._leave(sink, data, payload, end)
         sink.received_bytes += end - payload
         window = sink.window()
-        if sdk.count_transfer(session, link, more) <= window >> 1 and sink.room_for_credit():
-            sdk.grant(link, window)  # topped up before it runs out, so the service never waits on it
+        if sdk_internals.count_transfer(session, link, more) <= window >> 1 and sink.room_for_credit():
+            sdk_internals.grant(link, window)  # topped up before it runs out, so the service never waits on it
         if more:
             if partial is None:
                 partial = sink.partial = bytearray()
@@ -633,12 +634,12 @@ class FrameTap:
     def _decode(self, sink: LinkSink, data: bytes, start: int, end: int) -> None:
         """Keep one message's bytes with its position (its sequence number, with its replication segment on a
         geo-replicated hub: the one thing read here): the task decodes its range's messages column by column
-        (:mod:`.layout`)."""
+        (:mod:`eventhubs_spark.codec.layout`)."""
         sink.received += 1
         sink.incoming.append(_position(data, start, end), data[start:end])
 
     def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
-        found = sdk.link_at(self.connection, channel, handle)
+        found = sdk_internals.link_at(self.connection, channel, handle)
         if found is None:
             return None
         session, link = found
@@ -679,7 +680,7 @@ def _position(data: bytes, start: int, end: int) -> int:
     ):  # fmt: skip
         segment = data[start + 36]
         seq = _Q(data, start + 61)[0]
-        return seq if segment >= 128 else segments.pack(segment, seq)  # a byte >= 128 is negative: none
+        return seq if segment >= 128 else geo_segments.pack(segment, seq)  # a byte >= 128 is negative: none
     return _one_sequence_number(data, start, end)
 
 
@@ -697,7 +698,7 @@ def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
     if n >= 2:
         first = _position(data, int(starts[0]), int(ends[0]))
         last = _position(data, int(starts[-1]), int(ends[-1]))
-        if last - first == n - 1 and segments.segment_of(first) == segments.segment_of(last):
+        if last - first == n - 1 and geo_segments.segment_of(first) == geo_segments.segment_of(last):
             return list(range(first, last + 1))
     if n < _VECTOR_MIN or len(data) < 69:
         return [_position(data, s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
@@ -710,8 +711,8 @@ def _sequences(data: bytes, starts: np.ndarray, ends: np.ndarray) -> list[int]:
     values = windows(buf, 8)[at + 61].view(">i8").astype(np.int64)
     segment = buf[at + 36].view(np.int8).astype(np.int64)
     geo = usual & (segment >= 0)
-    if geo.any():  # segments.pack, for the whole run
-        values = np.where(geo, ((segment + 1) << segments.SEQ_BITS) | values, values)
+    if geo.any():  # geo_segments.pack, for the whole run
+        values = np.where(geo, ((segment + 1) << geo_segments.SEQ_BITS) | values, values)
     found: list[int] = values.tolist()
     if not usual.all():
         for i in np.flatnonzero(~usual).tolist():
@@ -723,7 +724,7 @@ def _one_sequence_number(data: bytes, start: int, end: int) -> int:
     try:
         return sequence_number(data, start, end)
     except (Unsupported, IndexError, struct.error):
-        return _event_sequence_number(sdk.decode_message(data[start:end]))  # any other form: the SDK's
+        return _event_sequence_number(sdk_internals.decode_message(data[start:end]))  # any other form: the SDK's
 
 
 def _event_sequence_number(message: Any) -> int:
@@ -733,4 +734,4 @@ def _event_sequence_number(message: Any) -> int:
     seq = annotations.get(b"x-opt-sequence-number")
     if type(seq) is not int:
         raise DecodeError("a received message has no x-opt-sequence-number annotation")
-    return segments.of_event(annotations.get(b"x-opt-sequence-number-epoch"), seq)
+    return geo_segments.of_event(annotations.get(b"x-opt-sequence-number-epoch"), seq)

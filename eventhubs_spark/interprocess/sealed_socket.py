@@ -1,17 +1,16 @@
 """Connections between a streaming query's processes over the network: proven and sealed.
 
-Two kinds cross the network: a task away from its partition's home reads the range from the home's
-receiver service (:mod:`eventhubs_spark.executor.service`), and services and tasks tell the query's driver
-what it must know (:mod:`eventhubs_spark.channel`). Only the query may take part: both sides prove they
-hold the query's key (:class:`~eventhubs_spark.ranges.QueryKey`, made by the driver and sent with the
-tasks; a service learns it from its own executor's tasks over its private Unix socket) by an HMAC over
-the other's random challenge, so the key never crosses the wire and neither a stranger nor a stranger's
-server is believed. Everything after the handshake is sealed: AES-GCM with a key derived for this
-connection (HKDF over the query's key and both challenges) and a counter for each direction's nonces, so
-what crosses is neither readable nor alterable by whoever lacks the key. The key itself travels to the
-executors inside the pickled tasks, which Spark's RPC carries in clear text unless its own encryption
-(``spark.network.crypto.enabled`` or TLS) is on: on a network others can watch, the seal is as private as
-Spark's RPC, no more. What crosses is data only: never credentials or code.
+Two kinds cross the network: a task away from its partition's home reads the range from the home's receiver service
+(:mod:`eventhubs_spark.executor.receiver_service`), and services and tasks tell the query's driver what it must know
+(:mod:`eventhubs_spark.interprocess.driver_channel`). Only the query may take part: both sides prove they hold the
+query's key (:class:`~eventhubs_spark.interprocess.task_ranges.QueryKey`, made by the driver and sent with the
+tasks; a service learns it from its own executor's tasks over its private Unix socket) by an HMAC over the other's
+random challenge, so the key never crosses the wire and neither a stranger nor a stranger's server is believed.
+Everything after the handshake is sealed: AES-GCM with a key derived for this connection (HKDF over the query's key
+and both challenges) and a counter for each direction's nonces, so what crosses is neither readable nor alterable by
+whoever lacks the key. The key itself travels to the executors inside the pickled tasks, which Spark's RPC carries
+in clear text unless its own encryption (``spark.network.crypto.enabled`` or TLS) is on: on a network others can
+watch, the seal is as private as Spark's RPC, no more. What crosses is data only: never credentials or code.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from eventhubs_spark import readiness
 from eventhubs_spark.auth.secret import Secret
-from eventhubs_spark.ranges import QueryKey
+from eventhubs_spark.common import socket_waits
+from eventhubs_spark.interprocess.task_ranges import QueryKey
 
 MAGIC = b"EHS1"  # this protocol, version 1
 NONCE_BYTES = 32
@@ -54,7 +53,8 @@ def _session(key: Secret, client_nonce: bytes, server_nonce: bytes) -> bytes:
 
 
 class SealedSocket:
-    """A connected socket whose bytes are sealed (AES-GCM) each way; offers what :mod:`.wire` uses of a
+    """A connected socket whose bytes are sealed (AES-GCM) each way; offers what
+    :mod:`eventhubs_spark.interprocess.service_framing` uses of a
     socket (``sendmsg``, ``recv_into``), so messages cross it exactly as they cross the Unix socket."""
 
     def __init__(self, sock: socket.socket, session_key: bytes, is_client: bool) -> None:
@@ -115,7 +115,7 @@ class SealedSocket:
     def ready(self) -> bool:
         """True when reading will not wait for the other side to send: bytes opened and not yet read, or the
         next frame's first bytes on the socket."""
-        return bool(self._plain) or bool(readiness.readable([self.sock], 0))
+        return bool(self._plain) or bool(socket_waits.readable([self.sock], 0))
 
     def close(self) -> None:
         self.sock.close()

@@ -17,7 +17,7 @@ import socket
 import stat
 import tempfile
 
-from eventhubs_spark.executor.wire import WIRE_VERSION
+from eventhubs_spark.interprocess.service_framing import WIRE_VERSION
 
 
 @dataclasses.dataclass(frozen=True)

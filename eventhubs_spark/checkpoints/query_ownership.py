@@ -1,6 +1,6 @@
 """Ownership mode: several streaming queries (and Event Hubs processors) share one consumer group.
 
-Each query runs the processors' load-balancing cycle (:mod:`.checkpoints.balancer`) on a daemon
+Each query runs the processors' load-balancing cycle (:mod:`eventhubs_spark.checkpoints.balancer`) on a daemon
 thread of its long-lived stream runner process, and plans reads only for the partitions it owns.
 Spark never calls ``stop()`` (it ends the runner with SIGTERM), so a stopped or crashed query's
 partitions are not released: they lapse after ``ownershipExpiration`` and are taken over from the
@@ -28,11 +28,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from eventhubs_spark import segments
 from eventhubs_spark.checkpoints import Checkpoint, CheckpointStore
 from eventhubs_spark.checkpoints.balancer import BalancerConfig, OwnershipManager, Tenure
-from eventhubs_spark.partitions import PartitionInfo
-from eventhubs_spark.positions import Offset, Position, SequenceNumber
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.event_positions import Offset, Position, SequenceNumber
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -142,8 +142,8 @@ def checkpoint_position(checkpoint: Checkpoint | None, configured: Position) -> 
     geo-replicated hub the offset (``"<segment>:<offset>"``) says which replication segment the sequence
     number is in: after a promotion that lost events, the same number names another event."""
     if checkpoint is not None and checkpoint.sequence_number is not None:
-        segment = segments.of_offset(checkpoint.offset)
-        return SequenceNumber(segments.pack(segment, checkpoint.sequence_number + 1))  # the event after it
+        segment = geo_segments.of_offset(checkpoint.offset)
+        return SequenceNumber(geo_segments.pack(segment, checkpoint.sequence_number + 1))  # the event after it
     if checkpoint is not None and checkpoint.offset is not None:
         return Offset(str(checkpoint.offset), inclusive=False)  # the event after it
     return configured

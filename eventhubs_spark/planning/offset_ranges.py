@@ -1,9 +1,9 @@
 """The source offset, and planning of per-partition sequence-number ranges with rate limits.
 
-An offset is the **next sequence number to read** per partition, JSON ``{"<hub>": {"<partition>": n}}``
-(the shape azure-event-hubs-spark wrote, so a query resumes from its checkpoints). On a geo-replicated
-hub a partition's entry is ``"<replication segment>:<sequence number>"`` (:mod:`.segments`). A planned
-range is ``[start, end)``.
+An offset is the **next sequence number to read** per partition, JSON ``{"<hub>": {"<partition>": n}}`` (the shape
+azure-event-hubs-spark wrote, so a query resumes from its checkpoints). On a geo-replicated hub a partition's entry
+is ``"<replication segment>:<sequence number>"`` (:mod:`eventhubs_spark.positions.geo_segments`). A planned range is
+``[start, end)``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eventhubs_spark import segments
 from eventhubs_spark.errors import OptionError
+from eventhubs_spark.positions import geo_segments
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class SourceOffset:
         if not isinstance(positions, dict) or not all(str(p).isascii() and str(p).isdigit() for p in positions):
             raise OptionError(f"offset for {hub!r} must map partition ids to sequence numbers, e.g. {example}", example)
         try:
-            return SourceOffset(hub, {str(int(p)): segments.parse(v) for p, v in positions.items()})
+            return SourceOffset(hub, {str(int(p)): geo_segments.parse(v) for p, v in positions.items()})
         except ValueError:
             raise OptionError(f"offset for {hub!r} must map partition ids to sequence numbers (or, on a "
                               f"geo-replicated hub, \"<segment>:<sequence number>\"), e.g. {example}, got "
@@ -58,7 +58,7 @@ class SourceOffset:
 
 def _entry(position: int) -> int | str:
     """A partition's offset entry: its sequence number, or ``"segment:seq"`` on a geo-replicated hub."""
-    return position if segments.segment_of(position) < 0 else segments.show(position)
+    return position if geo_segments.segment_of(position) < 0 else geo_segments.show(position)
 
 
 def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: int | None) -> dict[str, int]:
@@ -67,7 +67,7 @@ def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: 
     Every partition with a backlog gets at least one event (so a small budget never starves a
     partition forever), which can exceed ``max_events`` when it is below the number of such partitions.
     """
-    backlog = {p: segments.count(start.get(p, latest[p]), latest[p]) for p in latest}
+    backlog = {p: geo_segments.count(start.get(p, latest[p]), latest[p]) for p in latest}
     total = sum(backlog.values())
     if max_events is None or total <= max_events:
         return {p: max(start.get(p, latest[p]), latest[p]) for p in latest}
@@ -93,7 +93,7 @@ def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: 
         if quota[p] < backlog[p]:
             quota[p] += 1
             leftover -= 1
-    return {p: segments.advance(start.get(p, latest[p]), quota[p], latest[p]) for p in latest}
+    return {p: geo_segments.advance(start.get(p, latest[p]), quota[p], latest[p]) for p in latest}
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def plan_trigger(
     if target is not None:
         capped = {pid: min(capped[pid], target.get(pid, begin[pid])) for pid in capped}
     capped = {pid: max(capped[pid], begin[pid]) for pid in capped}
-    backlog = sum(segments.count(begin[p], capped[p]) for p in capped)
+    backlog = sum(geo_segments.count(begin[p], capped[p]) for p in capped)
     if min_events and target is None and 0 < backlog < min_events and now - last_batch_at < max_trigger_delay:
         return TriggerPlan(dict(begin), capped, True, backlog)
     return TriggerPlan(rate_limit(begin, capped, max_events), capped, False, backlog)
@@ -147,7 +147,7 @@ class Range:
 
     @property
     def size(self) -> int:
-        return segments.count(self.start, self.end)
+        return geo_segments.count(self.start, self.end)
 
 
 def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
@@ -156,7 +156,7 @@ def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
         return ranges
     out = []
     for r in ranges:
-        if segments.segment_of(r.start) != segments.segment_of(r.end):
+        if geo_segments.segment_of(r.start) != geo_segments.segment_of(r.end):
             out.append(r)  # across a promotion: where the new segment begins is not known, so no split
             continue
         pieces = max(1, math.ceil(r.size / max_per_task))

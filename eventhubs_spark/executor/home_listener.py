@@ -1,14 +1,14 @@
 """A receiver service as a home: it serves other executors' tasks, and says where it is to the driver.
 
-Each partition of a streaming query has a home (:mod:`eventhubs_spark.placement`): the one receiver
+Each partition of a streaming query has a home (:mod:`eventhubs_spark.planning.partition_placement`): the one receiver
 service that reads it from Event Hubs for the whole cluster. A task that lands elsewhere reads its
 range from the home over TCP, so the namespace sends each event once however often Spark moves the task.
 This module is the home's side:
 
 * **What it serves.** The queries its own executor's tasks brought (their key and connection settings
   arrive over the private Unix socket): a remote connection must prove it belongs to one of them
-  (:mod:`eventhubs_spark.sealed`), and then asks for ranges by partition and sequence numbers only; the
-  home reads them with the query's settings, through the same pool, read-ahead and recovery as its own
+  (:mod:`eventhubs_spark.interprocess.sealed_socket`), and then asks for ranges by partition and sequence numbers
+  only; the home reads them with the query's settings, through the same pool, read-ahead and recovery as its own
   executor's tasks.
 * **Where.** A TCP port on every address of the host, from ``eventhubs.executorPorts`` (default: any
   free port, so two services on one host never clash), opened when the first streaming task arrives.
@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.channel import (
+from eventhubs_spark.interprocess import service_protocol
+from eventhubs_spark.interprocess.driver_channel import (
     HANDSHAKE_TIMEOUT,
     MAX_PENDING,
     MAX_THREADS,
@@ -39,10 +40,9 @@ from eventhubs_spark.channel import (
     host_addresses,
     open_server,
 )
-from eventhubs_spark.executor import protocol
-from eventhubs_spark.executor.wire import MAX_REQUEST, REMOTE_READ, recv
-from eventhubs_spark.ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
-from eventhubs_spark.sealed import RefusedError, SealedSocket, server_handshake
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
+from eventhubs_spark.interprocess.service_framing import MAX_REQUEST, REMOTE_READ, recv
+from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -218,11 +218,11 @@ class Listener:
             try:
                 kind, payload = recv(sealed, MAX_REQUEST)
                 if kind != REMOTE_READ:
-                    raise protocol.ProtocolError(f"a message of kind {kind!r}")
-                asked = protocol.decode_request(payload, RemoteRead)
+                    raise service_protocol.ProtocolError(f"a message of kind {kind!r}")
+                asked = service_protocol.decode_request(payload, RemoteRead)
             except (ConnectionError, OSError):
                 return  # the task went away: nothing in flight
-            except protocol.ProtocolError as exc:
+            except service_protocol.ProtocolError as exc:
                 _LOG.error("receiver service %s: refused a request from %s (%s)", self.executor, peer[0], exc)
                 self.refused += 1
                 return

@@ -1,15 +1,15 @@
 """Driver side: translate starting and ending positions into sequence numbers, all partitions at once.
 
-A position names one event (see :mod:`.positions`): a start reads from it, an end stops before it, so
-starts and ends translate the same way. Earliest, latest and sequence numbers come from partition
-properties. An offset or an enqueued time has no management call to translate it, so a short-lived
-receiver reads the first event its filter selects (concurrently for every partition that needs one);
-a position past the last event means the partition's end.
+A position names one event (see :mod:`eventhubs_spark.positions.event_positions`): a start reads from it, an end
+stops before it, so starts and ends translate the same way. Earliest, latest and sequence numbers come from
+partition properties. An offset or an enqueued time has no management call to translate it, so a short-lived
+receiver reads the first event its filter selects (concurrently for every partition that needs one); a position past
+the last event means the partition's end.
 
-Such a lookup is an owner-level receiver when the query's are (a plain one would be refused while
-they hold the partition), so it displaces the query's idle executor receiver of that partition,
-which reopens at its position at its next task (see :mod:`.executor.receiver`). Lookups run on the
-driver between micro-batches, never while the query's own tasks read.
+Such a lookup is an owner-level receiver when the query's are (a plain one would be refused while they hold the
+partition), so it displaces the query's idle executor receiver of that partition, which reopens at its position at
+its next task (see :mod:`eventhubs_spark.executor.partition_receiver`). Lookups run on the driver between
+micro-batches, never while the query's own tasks read.
 """
 
 from __future__ import annotations
@@ -20,13 +20,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from eventhubs_spark import segments
-from eventhubs_spark.amqp import failures, sdk
+from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import EventHubsTimeoutError
-from eventhubs_spark.partitions import PartitionInfo
-from eventhubs_spark.positions import Earliest, EnqueuedTime, Latest, Offset, Position, SequenceNumber, selector
-from eventhubs_spark.ranges import ReceiverConfig
+from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.event_positions import (
+    Earliest,
+    EnqueuedTime,
+    Latest,
+    Offset,
+    Position,
+    SequenceNumber,
+    selector,
+)
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 _LOG = logging.getLogger(__name__)
 
@@ -50,11 +58,11 @@ def resolve(
             out[pid] = info.end
         elif isinstance(pos, SequenceNumber):
             out[pid] = pos.first()  # may lie past the end: reading starts when the partition gets there
-            segment = segments.segment_of(info.end)
-            if segment >= 0 and segments.segment_of(out[pid]) < 0:
+            segment = geo_segments.segment_of(info.end)
+            if segment >= 0 and geo_segments.segment_of(out[pid]) < 0:
                 # a bare sequence number on a geo-replicated hub: in the partition's last replication segment,
                 # as the service reads a filter without one (a checkpoint's position carries its own)
-                out[pid] = segments.pack(segment, out[pid])
+                out[pid] = geo_segments.pack(segment, out[pid])
         elif _past_end(pos, info):
             out[pid] = info.end
         else:
@@ -95,7 +103,7 @@ def _first_sequence(
 def event_position(event: Any) -> int:
     """An SDK event's position: its sequence number, with its replication segment on a geo-replicated hub."""
     epoch = (event.system_properties or {}).get(b"x-opt-sequence-number-epoch")
-    return segments.of_event(epoch, int(event.sequence_number))
+    return geo_segments.of_event(epoch, int(event.sequence_number))
 
 
 def offset_of(settings: ConnectionSettings, config: ReceiverConfig, partition: str, sequence_number: int,
@@ -126,7 +134,7 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
     def collect(events: Any) -> None:
         got.extend(events or [])
 
-    consumer = sdk.create_consumer(
+    consumer = sdk_internals.create_consumer(
         client,
         consumer_group,
         partition,
@@ -162,7 +170,7 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
                 break
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             continue
-        error = sdk.link_error(consumer)
+        error = sdk_internals.link_error(consumer)
         if error is not None and _lasting(error):
             raise EventHubsTimeoutError(
                 f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
@@ -184,7 +192,7 @@ def _lasting(error: BaseException) -> bool:
     """A link error another attempt would meet again (by its AMQP condition): a higher owner level holds
     the partition, or the consumer group or the rights are missing. Anything else (a forced detach, a
     dropped connection) the SDK's next receive recovers from."""
-    meaning = sdk.error_type(error)
+    meaning = sdk_internals.error_type(error)
     return meaning is not None and not meaning.retriable
 
 

@@ -3,7 +3,7 @@
 The driver builds these (one :class:`RangeRequest` per input partition, with its
 :class:`ReceiverConfig`), the checkpoint mirror and the position lookups read the same config, and
 they travel to executors inside input partitions and across the receiver service's socket
-(:mod:`eventhubs_spark.executor.protocol`), so they live outside ``executor/``: nothing here opens a
+(:mod:`eventhubs_spark.interprocess.service_protocol`), so they live outside ``executor/``: nothing here opens a
 link or holds a client.
 """
 
@@ -57,7 +57,8 @@ class Home:
 
 @dataclass(frozen=True)
 class DriverAddress:
-    """Where a streaming query's driver listens for what its executors tell it (:mod:`.channel`)."""
+    """Where a streaming query's driver listens for what its executors
+    tell it (:mod:`eventhubs_spark.interprocess.driver_channel`)."""
 
     hosts: tuple[str, ...]
     port: int

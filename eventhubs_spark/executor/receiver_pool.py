@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventhubs_spark.amqp import failures
-from eventhubs_spark.amqp.engine import Connections
 from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.executor.receiver import PartitionReceiver
-from eventhubs_spark.ranges import RangeRequest, RangeResult, ReceiverConfig
+from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _LOG = logging.getLogger(__name__)
 # over. It was 64, and an executor serving more partitions than that evicted and re-attached every one of them
 # in every micro-batch (4,096 attaches in 4 micro-batches at 1,024 partitions). Idle receivers close after their
 # idle time-out anyway, and what their links hold ahead is bounded for the process as a whole
-# (:class:`~eventhubs_spark.amqp.tap.ReadAheadBudget`), so this bound is a backstop, not the memory's limit.
+# (:class:`~eventhubs_spark.amqp.frame_reader.ReadAheadBudget`), so this bound is a backstop, not the memory's limit.
 CAPACITY = 2048
 
 

@@ -22,18 +22,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from eventhubs_spark import channel
-from eventhubs_spark.amqp.engine import Connections
 from eventhubs_spark.amqp.management import ManagementClient
+from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.executor.client import HomeClient, ServiceClient, ServiceGone
-from eventhubs_spark.executor.place import executor_pid, jvm_name, place
-from eventhubs_spark.executor.pool import CAPACITY, ReceiverPool, read_here
-from eventhubs_spark.executor.producer import LANES, SharedProducer
-from eventhubs_spark.ranges import Home, RangeRequest, RangeResult
-from eventhubs_spark.sealed import RefusedError
+from eventhubs_spark.executor.receiver_pool import CAPACITY, ReceiverPool, read_here
+from eventhubs_spark.executor.service_client import HomeClient, ServiceClient, ServiceGone
+from eventhubs_spark.executor.service_files import executor_pid, jvm_name, place
+from eventhubs_spark.executor.shared_producer import LANES, SharedProducer
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.sealed_socket import RefusedError
+from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, RangeResult
 
 _LOG = logging.getLogger("eventhubs_spark")
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
@@ -87,11 +87,11 @@ class Runtime:
         self._fallback_logged = False
         self._homes: dict[tuple[Home, str], HomeClient] = {}  # kept connections to other executors' services
         # What this process found it may not use, each found out once (at a bounded cost) and checked again in the
-        # background every channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
+        # background every driver_channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
         self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
         self._said: set[tuple[str, str]] = set()  # (query, home executor): said once, here and to the driver
         self._service_down = False  # the executor's receiver service cannot start, or went away
-        self.recheck = channel.RECHECK
+        self.recheck = driver_channel.RECHECK
 
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
         """The process's kept-open management client for these settings (created on first use)."""
@@ -146,8 +146,8 @@ class Runtime:
 
     def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         """One range as record batches: from the partition's home when that is another executor's receiver
-        service (a stream's, :mod:`.listener`), else through this executor's service, else (or from wherever
-        the service or home stopped) in this process. ``stats`` gets the counts to log."""
+        service (a stream's, :mod:`eventhubs_spark.executor.home_listener`), else through this executor's service,
+        else (or from wherever the service or home stopped) in this process. ``stats`` gets the counts to log."""
         start = request.start
         if use_service:
             try:
@@ -200,18 +200,20 @@ class Runtime:
         known) as the driver says once this executor's service has told it that it exists."""
         if not request.homes or request.query is None or request.home is not None or request.driver is None:
             return request.home
-        if not channel.REACH.reachable(request.driver):
+        if not driver_channel.REACH.reachable(request.driver):
             return None  # found out before: no home to ask for (the task reads through its own service)
         # which executor this task runs in, before its service (which may be starting cold) tells the driver
         # it exists: the driver places no home before that service has come
         jvm = jvm_name(executor_pid())
         if jvm is not None:
-            channel.tell(request.driver, request.query, {"kind": "coming", "jvm": jvm})
+            driver_channel.tell(request.driver, request.query, {"kind": "coming", "jvm": jvm})
         hello = client.hello(request)  # this executor's service registers the query and tells the driver
         if hello.get("driver") is False:  # the service could not reach the driver: neither will this worker
-            channel.REACH.failed(request.driver, "this executor's receiver service could not reach it", probed=False)
+            driver_channel.REACH.failed(
+                request.driver, "this executor's receiver service could not reach it", probed=False
+            )
             return None
-        answer = channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
+        answer = driver_channel.ask(request.driver, request.query, {"kind": "home", "partition": request.partition},
                              timeout=_ASK_HOME_TIMEOUT)  # fmt: skip
         found = answer.get("home") if answer else None
         if not isinstance(found, dict):
@@ -255,7 +257,7 @@ class Runtime:
             self._said.add(key)
 
         def recheck() -> None:
-            channel.wait_until_reached(home.hosts, home.port, self.recheck)
+            driver_channel.wait_until_reached(home.hosts, home.port, self.recheck)
             with self._lock:  # reached again (or an hour gone by: a task may try it afresh, once)
                 self._unreachable.discard(key)
 
@@ -265,7 +267,7 @@ class Runtime:
             return
         why = f"the home of partition {request.partition}, executor {home.executor}, cannot serve it ({exc})"
         _LOG.warning("eventhubs: %s; reading in this worker without read-ahead", why)
-        channel.tell(request.driver, request.query, {"kind": "home_unreachable", "executor": home.executor,
+        driver_channel.tell(request.driver, request.query, {"kind": "home_unreachable", "executor": home.executor,
                      "host": socket.gethostname(), "why": why})  # fmt: skip
 
     def _fallback(self, message: str, request: RangeRequest) -> None:
@@ -274,7 +276,7 @@ class Runtime:
             self._fallback_logged = True
             _LOG.warning("eventhubs: %s", message)
             notice = {"kind": "worker_reads", "host": socket.gethostname(), "executor": executor_pid(), "why": message}
-            channel.tell(request.driver, request.query, notice)
+            driver_channel.tell(request.driver, request.query, notice)
 
 
 _CURRENT: Runtime | None = None

@@ -3,18 +3,18 @@
 Spark gives a Python source no way to report from a task to the driver (no task metrics, no
 accumulators) and no way to learn where its tasks run. So a streaming query's driver (its long-lived
 stream runner process) listens on a TCP port, and every input partition carries where
-(:class:`~eventhubs_spark.ranges.DriverAddress`) with the query's key. Over it:
+(:class:`~eventhubs_spark.interprocess.task_ranges.DriverAddress`) with the query's key. Over it:
 
 * receiver services announce themselves (``service``: their id and where other executors reach them),
   again every few seconds while they serve the query: the driver's list of live services, over which it
-  places each partition's home (:mod:`.placement`);
+  places each partition's home (:mod:`eventhubs_spark.planning.partition_placement`);
 * a task whose plan named no home yet (the query's first batch) asks for its partition's home (``home``);
 * a task tells what an operator must learn on the driver (``worker_reads``: a worker reads for itself;
   ``home_unreachable``: a home could not be reached), logged once per executor and kind.
 
-Each connection is proven and sealed (:mod:`.sealed`): the driver and the task or service both show
-they hold the query's key, and the messages (JSON objects of at most :data:`MAX_MESSAGE` bytes) cross
-encrypted. Asking is best effort: a task never fails because the driver cannot be reached.
+Each connection is proven and sealed (:mod:`eventhubs_spark.interprocess.sealed_socket`): the driver and the task or
+service both show they hold the query's key, and the messages (JSON objects of at most :data:`MAX_MESSAGE` bytes)
+cross encrypted. Asking is best effort: a task never fails because the driver cannot be reached.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from eventhubs_spark import readiness
-from eventhubs_spark.ranges import DriverAddress, QueryKey
-from eventhubs_spark.sealed import RefusedError, SealedSocket, client_handshake, server_handshake
+from eventhubs_spark.common import socket_waits
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
+from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey
 
 _LOG = logging.getLogger("eventhubs_spark")
 
@@ -387,7 +387,7 @@ def connect_or_refused(
     try:
         while pending and won is None:
             left = max(0.0, deadline - time.monotonic())
-            ready = readiness.writable(list(pending), left)
+            ready = socket_waits.writable(list(pending), left)
             if not ready and left == 0.0:
                 break  # one last look past the deadline: a connection made while this thread waited for a CPU counts
             for sock in ready:

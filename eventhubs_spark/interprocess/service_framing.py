@@ -1,15 +1,16 @@
 """The receiver service's framing: how messages cross its socket.
 
-Each message is a kind byte and a payload length (:data:`MESSAGE`), then the payload, sent with its
-parts gathered into as few writes as the socket takes. The kinds: :data:`READ` (a worker's range
-request, JSON: :mod:`.protocol`), :data:`RAW` (a chunk of the range: the next sequence number, the
-message count, each message's start and end, then the buffer the messages are in, the AMQP frames as
-they arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the
-range's counts, JSON), :data:`ERROR` (the range's failure, JSON: :func:`.protocol.encode_error`) and
-:data:`ALIVE` (nothing: the service is still at the range, sent when it has had nothing else to send for
-:data:`ALIVE_EVERY` seconds, so a worker tells a slow range from a service that stopped answering);
-:data:`HELLO` and :data:`REMOTE_READ` serve homes (:mod:`.listener`).
-The worker decodes the spans into the source's Arrow record batches (:mod:`eventhubs_spark.codec.layout`).
+Each message is a kind byte and a payload length (:data:`MESSAGE`), then the payload, sent with its parts gathered
+into as few writes as the socket takes. The kinds: :data:`READ` (a worker's range request, JSON:
+:mod:`eventhubs_spark.interprocess.service_protocol`), :data:`RAW` (a chunk of the range: the next sequence number,
+the message count, each message's start and end, then the buffer the messages are in, the AMQP frames as they
+arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the range's counts,
+JSON), :data:`ERROR` (the range's failure, JSON:
+:func:`~eventhubs_spark.interprocess.service_protocol.encode_error`) and :data:`ALIVE` (nothing: the service is
+still at the range, sent when it has had nothing else to send for :data:`ALIVE_EVERY` seconds, so a worker tells a
+slow range from a service that stopped answering); :data:`HELLO` and :data:`REMOTE_READ` serve homes
+(:mod:`eventhubs_spark.executor.home_listener`). The worker decodes the spans into the source's Arrow record batches
+(:mod:`eventhubs_spark.codec.layout`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import TypeAlias
 
 import pyarrow as pa
 
-from eventhubs_spark import readiness
-from eventhubs_spark.sealed import SealedSocket
+from eventhubs_spark.common import socket_waits
+from eventhubs_spark.interprocess.sealed_socket import SealedSocket
 
 WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
@@ -90,7 +91,7 @@ def ready(sock: Conn) -> bool:
     """True when the next message has begun to arrive: reading it does not wait for the other side."""
     if isinstance(sock, SealedSocket):
         return sock.ready()
-    return bool(readiness.readable([sock], 0))
+    return bool(socket_waits.readable([sock], 0))
 
 
 MAX_MESSAGE = 1 << 30  # bytes of one message of any kind: a length past it is not this protocol

@@ -1,7 +1,7 @@
 """What a partition's receiver has read ahead and not yet handed out.
 
 A receiver's link reads ahead of its tasks (its credit, bounded by ``eventhubs.readAheadEvents`` and
-``readAheadBytes``: :class:`~eventhubs_spark.amqp.engine.LinkSpec`), into the link's sink. A range takes
+``readAheadBytes``: :class:`~eventhubs_spark.amqp.receive_connections.LinkSpec`), into the link's sink. A range takes
 what it needs from there; the part of a chunk that lies past the range's end is held here, in order,
 for the partition's next range, so an idle receiver carries its read-ahead over from one micro-batch to
 the next. When the link ends, everything still held (here and in the sink) is kept, and the new link
@@ -10,8 +10,8 @@ opens after the last of it: nothing is read twice, nothing skipped.
 
 from __future__ import annotations
 
-from eventhubs_spark.amqp.engine import Link
 from eventhubs_spark.amqp.messages import RawEvents
+from eventhubs_spark.amqp.receive_connections import Link
 
 
 class HeldEvents:

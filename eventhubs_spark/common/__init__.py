@@ -1,0 +1,1 @@
+"""Small pure helpers every layer uses: the retry policy and waits on sockets."""

@@ -1,0 +1,1 @@
+"""The driver's planning: offset ranges and rate limits, positions looked up, partition homes and lag."""

@@ -1,0 +1,1 @@
+"""Where a stream is, as plain data: positions in a partition, geo-replication segments, the partition catalog."""
