@@ -42,7 +42,7 @@ except ImportError:  # Spark 4.0: the stream sink takes rows
     HAS_STREAM_ARROW_WRITER = False
     DataSourceStreamArrowWriter = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 COLUMNS_HELP = (
     "the eventhubs sink takes the columns body (string or binary, required), and optionally partitionKey "

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from eventhubs_spark.avro.decode import AvroReading
     from eventhubs_spark.capture.index import CaptureIndex
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 
 def _worker_logging() -> None:
@@ -58,11 +58,12 @@ def _worker_logging() -> None:
     in the executor log; nothing is configured when the application already has handlers.
     """
     level = os.environ.get("EVENTHUBS_SPARK_LOG_LEVEL")
-    if level and not _LOG.handlers and not logging.getLogger().handlers:
+    tree = logging.getLogger("eventhubs_spark")  # every module's logger is under it
+    if level and not tree.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        _LOG.addHandler(handler)
-        _LOG.setLevel(level.upper())
+        tree.addHandler(handler)
+        tree.setLevel(level.upper())
 
 
 # How long an idle owner-level receiver stays open on an executor, waiting for its partition's next

@@ -660,7 +660,8 @@ def management_message(client: Any, properties: dict[str, str]) -> Any:
 # -- the contract ---------------------------------------------------------------------------------------
 
 # (what, attribute path) the functions above read; checked on live objects by missing_internals().
-# A consumer opened by the engine: on a shared connection, with a frame tap on it (amqp.receive_connections, amqp.frame_reader).
+# A consumer opened on a shared connection, with the frame reader on it (amqp.receive_connections,
+# amqp.frame_reader).
 CONSUMER_INTERNALS = (
     "_keep_alive",
     "_message_received",

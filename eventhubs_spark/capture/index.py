@@ -29,7 +29,7 @@ from eventhubs_spark.capture.names import FileName, NameFormat
 from eventhubs_spark.capture.store import CaptureSource, CaptureStore, open_store
 from eventhubs_spark.codec import arrays
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 HEAD = 4096  # bytes read of a file to find its first sequence number (a header is about 600)
 
 

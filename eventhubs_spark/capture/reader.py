@@ -36,7 +36,7 @@ from eventhubs_spark.codec import arrays
 from eventhubs_spark.errors import DataLossError
 from eventhubs_spark.positions import geo_segments
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 
 def read_capture(capture: CaptureRead, settings: ConnectionSettings, partition: str, start: int, end: int,

@@ -29,7 +29,7 @@ from eventhubs_spark.positions.partition_catalog import PartitionInfo
 if TYPE_CHECKING:
     from eventhubs_spark.options import StoreOptions
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 _KNOWN_PER_PARTITION = 256
 
 

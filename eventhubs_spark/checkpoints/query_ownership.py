@@ -34,7 +34,7 @@ from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.event_positions import Offset, Position, SequenceNumber
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 
 def default_owner_id() -> str:

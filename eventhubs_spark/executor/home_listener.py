@@ -44,7 +44,7 @@ from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocke
 from eventhubs_spark.interprocess.service_framing import MAX_REQUEST, REMOTE_READ, recv
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between a service's announcements to each query's driver
 QUERY_IDLE = 600.0  # a query none of whose tasks came for this long is no longer announced or served

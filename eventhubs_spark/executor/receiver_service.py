@@ -65,7 +65,7 @@ from eventhubs_spark.interprocess.service_framing import (
 )
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 IDLE_EXIT = 300.0  # seconds without receivers or requests before the service exits
 # What the service may send ahead of a worker that is still decoding (or handing Spark) the last chunk, so

@@ -38,7 +38,7 @@ from eventhubs_spark.common import socket_waits
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 MAX_MESSAGE = 64 * 1024
 KEPT_IDLE = 600.0  # seconds the driver keeps an idle kept connection (ask_kept) open

@@ -27,7 +27,7 @@ from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, QueryK
 from eventhubs_spark.planning.partition_placement import homes
 from eventhubs_spark.positions.partition_catalog import by_number
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 
 EXPIRY = 30.0  # seconds without an announcement before a service is no longer a home
 SETTLE = 1.5  # a first batch's answer waits until no new service came for this long...

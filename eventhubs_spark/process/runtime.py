@@ -35,7 +35,7 @@ from eventhubs_spark.interprocess import driver_channel
 from eventhubs_spark.interprocess.sealed_socket import RefusedError
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, RangeResult
 
-_LOG = logging.getLogger("eventhubs_spark")
+_LOG = logging.getLogger(__name__)
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
 
 

@@ -464,7 +464,8 @@ def test_the_service_refuses_a_peer_of_another_user():
         try:
             os.setgid(65534)
             os.setuid(65534)
-            code = 0 if _raw_exchange(path, b"R", receiver_service.service_protocol.encode_request(request(0, 5))) == b"" else 3
+            asked = receiver_service.service_protocol.encode_request(request(0, 5))
+            code = 0 if _raw_exchange(path, b"R", asked) == b"" else 3
         finally:
             os._exit(code)
     _, status = os.waitpid(child, 0)
