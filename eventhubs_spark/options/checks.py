@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options.parsers import WRITE
 from eventhubs_spark.options.spec import example_of
 from eventhubs_spark.options.specs import BY_KEY, SPECS
-
-if TYPE_CHECKING:
-    pass
-
 
 # Habits from Spark's Kafka source (and so the Event Hubs Kafka endpoint): what each becomes here, with why.
 HABITS: dict[str, tuple[str, str]] = {

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from eventhubs_spark.options.parsers import BATCH, STREAM, WRITE, parse_size
 from eventhubs_spark.options.spec import Spec
 from eventhubs_spark.options.specs import SPECS
-
-if TYPE_CHECKING:
-    pass
-
 
 # The Options page's sections, in order: a title, a line on what the options do, and which keys belong (the first
 # section whose test takes a key has it; a key no section takes fails the generator, so a new option needs a home).

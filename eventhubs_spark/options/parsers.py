@@ -10,15 +10,10 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from eventhubs_spark.auth.settings import host_and_port
 from eventhubs_spark.auth.storage import local_path
 from eventhubs_spark.errors import OptionError
-
-if TYPE_CHECKING:
-    pass
-
 
 STREAM, BATCH, WRITE = "stream", "batch", "write"
 

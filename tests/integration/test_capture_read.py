@@ -170,8 +170,7 @@ def test_capture_in_a_blob_container_signed_in_with_a_connection_string(azurite,
 
 
 def test_a_long_history_is_read_by_a_task_per_run_of_files(captured, monkeypatch):
-    from eventhubs_spark import source
-    from eventhubs_spark.source import EventHubsBatchReader
+    from eventhubs_spark.source import EventHubsBatchReader, planner
 
     emu, folder = captured
     name, conn = hub(emu, 1)
@@ -179,7 +178,7 @@ def test_a_long_history_is_read_by_a_task_per_run_of_files(captured, monkeypatch
         _send(conn, [{"partition": "0", "body": f"f{i}-{j}"} for j in range(10)])
         emu.capture_flush()
     emu.trim(name, "0", 50)
-    monkeypatch.setattr(source, "CAPTURE_TASK_EVENTS", 20)
+    monkeypatch.setattr(planner, "CAPTURE_TASK_EVENTS", 20)
     options = {"eventhubs.connectionString": conn, "eventhubs.capture.location": folder,
                "eventhubs.capture.namespace": "emulator", "eventhubs.startingPosition": '{"seqNo": 5}'}  # fmt: skip
     splits = EventHubsBatchReader(options).partitions()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import random
 import threading
 import time
@@ -49,8 +50,12 @@ def write(root: Path, partition: str, minute: int, seqs: list[int], second: int 
     path = root / name
     path.parent.mkdir(parents=True, exist_ok=True)
     ms = int(start.timestamp() * 1000)
-    path.write_bytes(_file([_Event(s, ms + 1000 * i + 1, f"e{s}".encode(), key=f"k{s % 3}", props={"n": s})
-                            for i, s in enumerate(seqs)], codec))  # fmt: skip
+    data = _file([_Event(s, ms + 1000 * i + 1, f"e{s}".encode(), key=f"k{s % 3}", props={"n": s})
+                  for i, s in enumerate(seqs)], codec)  # fmt: skip
+    # whole or not at all, as Capture's blobs appear (a reader polling for a late file never sees half of it)
+    partial = root.parent / f".{root.name}-{partition}-{minute}-{second}.partial"
+    partial.write_bytes(data)
+    os.replace(partial, path)
     return name
 
 

@@ -1,0 +1,183 @@
+"""Executor side: one task's range of one partition read into Arrow record batches (Kafka's partition reader).
+
+The task reads through its executor's receiver service, or from its partition's home on another executor, or
+from Capture files; it tells the driver what it read, and raises the connector's own errors with one frame of
+traceback so a user sees the error, not the worker's machinery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from eventhubs_spark.capture.store import CaptureRead
+from eventhubs_spark.codec.schema import ARROW_SCHEMA, Projection
+from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess.task_ranges import RangeRequest
+from eventhubs_spark.process import runtime
+
+_LOG = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from eventhubs_spark.avro.decode import AvroReading
+
+
+def worker_logging() -> None:
+    """Spark's Python workers configure no logging, so the connector's lines would vanish there.
+
+    ``EVENTHUBS_SPARK_LOG_LEVEL`` (e.g. ``INFO``) sends them to the worker's stderr, which Spark keeps
+    in the executor log; nothing is configured when the application already has handlers.
+    """
+    level = os.environ.get("EVENTHUBS_SPARK_LOG_LEVEL")
+    tree = logging.getLogger("eventhubs_spark")  # every module's logger is under it
+    if level and not tree.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        tree.addHandler(handler)
+        tree.setLevel(level.upper())
+
+
+@dataclass(frozen=True)
+class EventHubsPartition(InputPartition):
+    """One Spark task: one range of an Event Hubs partition (or a few small ones, see
+    ``eventhubs.minEventsPerTask``), and where to read them. Plain data only."""
+
+    requests: tuple[RangeRequest, ...]
+    service: bool = True  # through the executor's receiver service (eventhubs.receiverService)
+    capture: CaptureRead | None = None  # the one range is read from these Capture files, not from the hub
+
+
+def read_partition(split: EventHubsPartition) -> Iterator[Any]:
+    """Executor side: read the task's ranges through the executor's receiver service (which sends the
+    undecoded frames' spans; they are decoded here into Arrow record batches), or in this worker when
+    there is none, and log what each took.
+
+    (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
+    the readers answer that with no rows.)
+    """
+    from pyspark import TaskContext
+
+    worker_logging()
+    ctx = TaskContext.get()
+    runtime.task_started()
+    retry = ctx is not None and ctx.attemptNumber() > 0
+    done: list[list[Any]] = []  # each range read: [partition, end, its last event's enqueued time (µs)]
+    for request in split.requests:
+        if request.end <= request.start:
+            continue
+        if retry:
+            request = dataclasses.replace(request, retry=True)
+        stats: dict[str, Any] = {}
+        started = time.monotonic()
+        last = None
+        try:
+            if split.capture is not None:
+                from eventhubs_spark.capture.reader import read_capture
+
+                reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
+                                     request.fail_on_data_loss, stats)  # fmt: skip
+            else:
+                reads = runtime.current().read(request, split.service, stats)
+            for last in reads:
+                yield last
+            if last is not None and last.num_rows:
+                done.append([request.partition, request.end, last.column(_ENQUEUED)[last.num_rows - 1].value])
+        finally:
+            if stats.get("fallbacks"):
+                slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
+            if _LOG.isEnabledFor(logging.INFO):
+                figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
+                _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
+                          request.settings.hub, request.partition, request.start, request.end,
+                          time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+    first = split.requests[0] if split.requests else None
+    if done and first is not None and first.driver is not None:
+        # The stream's driver works out how far behind the query is in time from each range's last event
+        # (planning/lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
+        driver_channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
+
+
+_ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")
+
+
+_TELL_READ_TIMEOUT = 2.0  # seconds a task waits to tell the driver what it read (best effort: never fails it)
+
+
+_SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()
+
+
+def slow_path_taken(request: RangeRequest, fallbacks: int, read: int) -> bool:
+    """Say once per query's hub, consumer group and partition (in this process) that messages were decoded
+    by the SDK's slow decoder (messages the connector's own decoders do not handle), with how many; the task
+    log line counts them every time (``fallbacks=``). Returns whether it said so now."""
+    key = (request.settings.namespace, request.settings.hub, request.config.consumer_group, request.partition)
+    if key in _SLOW_PATH_SAID:
+        return False
+    _SLOW_PATH_SAID.add(key)
+    _LOG.warning(
+        "eventhubs: hub %s partition %s (consumer group %s): %d of %d events in [%d, %d) were decoded by the "
+        "SDK's decoder, about 10x slower than the connector's own: their messages have a shape the fast decoders "
+        "do not handle. Said once per partition; each task's log line counts them (fallbacks=)",
+        request.settings.hub, request.partition, request.config.consumer_group, fallbacks, read, request.start,
+        request.end,
+    )  # fmt: skip
+    return True
+
+
+def read_batches(
+    partition: InputPartition, columns: Projection | None, avro: AvroReading | None = None
+) -> Iterator[Any]:
+    """A reader's ``read``: the task's batches (with the Avro bodies decoded into ``value``, when asked), with only
+    the columns the query asked for."""
+    if not isinstance(partition, EventHubsPartition):
+        return iter(())
+    batches = read_partition(partition)
+    if avro is not None:
+        batches = map(avro.apply, batches)
+    return said_first(batches if columns is None else map(columns.apply, batches))
+
+
+def said_first(batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches``, with the connector's own errors raised with a traceback of one frame (the whole chain goes to
+    the executor's log): Spark puts a task's Python traceback, then the error's message, into the exception a user
+    sees, so a deep traceback buried our one-line message at line 48 of 56 of a stream's failure. Anything else (a
+    bug) keeps its whole traceback."""
+    try:
+        yield from batches
+    except EventHubsError as exc:
+        _LOG.info("eventhubs: the task fails: %s", exc, exc_info=True)
+        raise exc.with_traceback(None) from None
+
+
+def source_schema(avro: AvroReading | None) -> pa.Schema:
+    """The source's columns: its own, then (reading Avro) ``value`` and the corrupt-record column."""
+    return ARROW_SCHEMA if avro is None else pa.schema([*ARROW_SCHEMA, *avro.fields()])
+
+
+# What a task logs of its read: the range's counts, then (pid: the process that read, the executor's
+# receiver service or the worker) that process's pool and links, so reuse can be followed across tasks.
+_LOGGED = (
+    "read",
+    "lost",
+    "fallbacks",
+    "pid",
+    "pool_hits",
+    "pool_repositions",
+    "pool_creates",
+    "pool_reuse_rate",
+    "link_attaches",
+    "displaced_idle",
+    "displaced_reading",
+    "closed_idle",
+    "reconnects",
+)

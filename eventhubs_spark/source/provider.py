@@ -1,0 +1,118 @@
+"""The data source ``eventhubs`` Spark registers: its schema, its readers and writers, and the readers that fail.
+
+Bad options raise when Spark first asks the source for something, naming the option and a valid example; a
+reader whose options failed raises the same error wherever Spark calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from eventhubs_spark.avro.registry import RegistryError
+from eventhubs_spark.codec.schema import SCHEMA_DDL
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.source.batch_reader import EventHubsBatchReader
+from eventhubs_spark.source.planner import avro_of_options
+from eventhubs_spark.source.stream_reader import EventHubsStreamReader
+
+
+class EventHubsDataSource(DataSource):
+    """The ``eventhubs`` data source. Options: see docs/pages/options.md (``eventhubs_spark.options``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eventhubs"
+
+    def schema(self) -> str:
+        # Spark calls this at .load(): the first place a bad option can be reported, before any query.
+        from eventhubs_spark.options import check_read_options
+
+        try:
+            avro = avro_of_options(check_read_options(self.options))
+        except OptionError as exc:
+            # Spark shows the traceback with the message: keep it to this one frame.
+            error: Exception = OptionError(str(exc), exc.example)
+        except RegistryError as exc:
+            error = RegistryError(str(exc), exc.retriable)
+        else:
+            return SCHEMA_DDL if avro is None else f"{SCHEMA_DDL}, {avro.ddl()}"
+        raise error
+
+    # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.
+    def reader(self, schema: Any) -> DataSourceReader:
+        try:
+            return EventHubsBatchReader(self.options, schema=schema)
+        except (OptionError, RegistryError) as exc:
+            return _FailingReader(exc)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        try:
+            return EventHubsStreamReader(self.options, schema=schema)
+        except (OptionError, RegistryError) as exc:
+            return _FailingStreamReader(exc)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        from eventhubs_spark.sink import batch_writer
+
+        _append_only(overwrite)
+        return batch_writer(self.options, schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        from eventhubs_spark.sink import stream_writer
+
+        _append_only(overwrite)
+        return stream_writer(self.options, schema)
+
+
+class _Failing:
+    """Reports an option error (or a Schema Registry that could not give the reader schema) from a reader's
+    first call.
+
+    PySpark's stream runner calls ``reader.stop()`` in a ``finally`` around ``streamReader()``: an
+    error raised there is replaced by ``UnboundLocalError: cannot access local variable 'reader'``.
+    Returning a reader that raises on use keeps our message the one the user sees.
+    """
+
+    def __init__(self, error: OptionError | RegistryError) -> None:
+        self.error = error
+
+    def fail(self) -> NoReturn:
+        error = self.error
+        if isinstance(error, OptionError):
+            raise OptionError(str(error), error.example) from None
+        raise RegistryError(str(error), error.retriable) from None
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self.fail()
+
+
+class _FailingStreamReader(_Failing, DataSourceStreamReader):
+    def initialOffset(self) -> dict[str, Any]:
+        self.fail()
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        self.fail()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        self.fail()
+
+    def stop(self) -> None:
+        """Nothing was opened."""
+
+
+class _FailingReader(_Failing, DataSourceReader):
+    def partitions(self) -> list[InputPartition]:
+        self.fail()
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError(
+            "an event hub is append-only: it keeps every event it is sent and cannot replace them, so Overwrite (which "
+            "Spark suggests beside Append when it refuses its default mode) does not apply. Write with "
+            ".mode('append') (a stream: .outputMode('append'))",
+            "mode('append')",
+        )

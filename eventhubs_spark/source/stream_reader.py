@@ -1,0 +1,413 @@
+"""The stream reader: offsets, rate limits and admission control, each micro-batch's tasks, lag and homes.
+
+Spark calls it on the driver (``latestOffset``, ``partitions``, ``commit``); on Spark 4.2+ it takes Spark's
+admission control and ``Trigger.AvailableNow``, on 4.0 and 4.1 it applies the same limits itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from eventhubs_spark import defaults
+from eventhubs_spark.codec.schema import projection
+from eventhubs_spark.interprocess.task_ranges import RangeRequest
+from eventhubs_spark.options import STREAM, shareable_options
+from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
+from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, plan_trigger
+from eventhubs_spark.planning.partition_homes import QueryDriver
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
+from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, source_schema, worker_logging
+from eventhubs_spark.source.planner import (
+    _LOG,
+    MAX_STREAM_IDLE_TIMEOUT,
+    MIN_STREAM_IDLE_TIMEOUT,
+    MetadataSource,
+    Planner,
+    QueryColumns,
+    avro_of_options,
+)
+
+LAG_FILE_EVERY = 60.0  # seconds: a quiet stream still writes its lag figures this often (the command shows their age)
+
+
+LAG_KEY = "@lag"  # where the progress's latestOffset carries the lag figures (Spark 4.2+)
+
+
+try:  # Spark 4.2+: admission control and Trigger.AvailableNow for Python streaming sources
+    from pyspark.sql.streaming.datasource import (
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_ADMISSION_CONTROL = True
+except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
+    HAS_ADMISSION_CONTROL = False
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in so the reader's class definition works on Spark 4.0 and 4.1."""
+
+    ReadMaxRows = None  # type: ignore[assignment,misc]
+
+
+UNHEARD_AFTER = 4  # the driver says no executor reached its channel when planning this batch (three ran before)
+
+
+class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("eventhubs")``."""
+
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        metadata: MetadataSource = None,
+        columns: QueryColumns = None,
+        schema: Any = None,
+    ) -> None:
+        worker_logging()  # the stream runner is a Python worker process too
+        self.planner = Planner(options, STREAM, metadata)
+        self.avro = avro_of_options(self.planner.options)
+        # the query's own schema, when it gave one (arrow.projection)
+        self.columns = columns if schema is None else projection(schema, source_schema(self.avro))
+        self.hub = self.planner.settings.hub
+        self._initial: dict[str, int] | None = None
+        self._last_end: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
+        self._target: dict[str, int] | None = None
+        self._infos: dict[str, PartitionInfo] = {}
+        self._last_batch_at = time.monotonic()
+        self._last_trigger_at: float | None = None
+        self._cadence: float | None = None  # seconds between this query's triggers, smoothed
+        self._mine: Any = None  # ownership mode: which partitions are this query's (ownership.OwnedPartitions)
+        self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
+        self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
+        self._no_driver = False  # it could not listen: not tried again
+        self._batches_planned = 0  # batches planned with the driver's channel open
+        typed = self.planner.options
+        self._lag = LagTracker(self.hub, typed.stalled_after_batches, typed.stalled_after)
+        self._lag_files = LagFiles(typed.checkpoint_location, self.hub) if typed.checkpoint_location else None
+        if self._lag_files is not None:  # what `eventhubs-spark lag` reads back, given only the location
+            settings = self.planner.settings
+            try:
+                self._lag_files.write_source(shareable_options(options, settings.namespace, self.hub,
+                                                               settings.emulator, settings.auth_method))  # fmt: skip
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: the query's options could not be written under %s: %s", self.hub,
+                             self._lag_files.directory, exc)  # fmt: skip
+        self._lag_report: LagReport | None = None  # this trigger's figures (reportLatestOffset shows them)
+        self._lag_written: tuple[Any, float] | None = None  # what the last lag file said, and when
+        self._planned_batch = False  # the last trigger planned a batch (a partition it left counts to a stall)
+        self._skipping = False  # the last trigger was skipped for minEventsPerTrigger
+
+    def _refresh(self) -> dict[str, PartitionInfo]:
+        self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
+        return self._infos
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self._initial is None:
+            infos = self._refresh()
+            if self.planner.options.ownership is not None:
+                self._initial = {}  # partitions join the offsets as this query gains them
+            else:
+                self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
+        return SourceOffset(self.hub, self._initial).to_json()
+
+    def getDefaultReadLimit(self) -> Any:
+        return ReadMaxRows(self._max_events())
+
+    def _max_events(self) -> int:
+        configured = self.planner.options.max_events_per_trigger
+        if configured:
+            return configured
+        count = len(self._infos) or len(self._refresh())
+        return defaults.EVENTS_PER_PARTITION * max(1, count)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Spark 4.2+: the run reads what is there now, in batches of the read limit (admission control);
+        eventhubs.triggerAvailableNow is not needed (the batches stay capped)."""
+        infos = self._refresh()
+        self._target = {pid: info.end for pid, info in infos.items()}
+        _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
+
+    def _note_trigger(self) -> None:
+        now = time.monotonic()
+        if self._last_trigger_at is not None:
+            gap = now - self._last_trigger_at
+            self._cadence = gap if self._cadence is None else 0.7 * self._cadence + 0.3 * gap
+        self._last_trigger_at = now
+
+    def idle_timeout(self) -> float:
+        """How long executors keep an idle receiver of this query: a few trigger intervals, bounded,
+        and in ownership mode at most one update interval, so a partition handed over is free in time."""
+        cadence = self._cadence if self._cadence is not None else MIN_STREAM_IDLE_TIMEOUT
+        timeout = min(max(MIN_STREAM_IDLE_TIMEOUT, 3 * cadence + 2), MAX_STREAM_IDLE_TIMEOUT)
+        ownership = self.planner.options.ownership
+        if ownership is not None:
+            timeout = min(timeout, ownership.update_interval)
+        return timeout
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        self._note_trigger()
+        infos = self._refresh()
+        latest = {pid: info.end for pid, info in infos.items()}
+        # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
+        # Spark 4.0/4.1 the same holds for this reader's previous answer.
+        if start is not None:
+            begin, completed = dict(SourceOffset.from_json(start, self.hub).positions), True
+        elif self._last_end is not None:
+            begin, completed = dict(self._last_end), True
+        else:
+            begin, completed = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions), False
+        fresh: dict[str, int] = {}
+        ownership = self.planner.ownership()
+        if ownership is not None:
+            if self._mine is None:
+                from eventhubs_spark.checkpoints.query_ownership import OwnedPartitions
+
+                self._mine = OwnedPartitions(ownership, self.planner.mirror, self.planner.configured_starts,
+                                             self.planner.resolve, self.hub)  # fmt: skip
+            begin, fresh = self._mine.plan(begin, infos)
+            latest = {pid: latest[pid] for pid in begin}
+        else:
+            for pid in latest:
+                begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
+        if completed:
+            self.planner.mirror.mirror(begin, infos)
+        report = self._lag_report = self._lag.observe(begin, infos, self._planned_batch, self._stall_cause)
+        if limit is None:
+            max_events = self._limit_without_admission_control()
+        elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            max_events = limit.max_rows
+        else:
+            max_events = None
+        now = time.monotonic()
+        plan = plan_trigger(
+            begin,
+            latest,
+            max_events=max_events,
+            target=self._target,
+            min_events=self.planner.options.min_events_per_trigger,
+            max_trigger_delay=self.planner.options.max_trigger_delay,
+            now=now,
+            last_batch_at=self._last_batch_at,
+        )
+        self._latest = plan.latest
+        self._skipping = plan.skipped
+        if plan.skipped:
+            _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger", self.hub,
+                      plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
+            self._last_end = begin
+            self._planned_batch = False
+            self._said_lag(report, 0)
+            return SourceOffset(self.hub, begin).to_json()
+        end = plan.end
+        if end != begin:
+            self._last_batch_at = now
+        end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
+        self._last_end = end
+        self._planned_batch = end != begin
+        self._lag.planned(end, infos)
+        self._said_lag(report, sum(geo_segments.count(begin[p], end[p]) for p in begin))
+        return SourceOffset(self.hub, end).to_json()
+
+    def _said_lag(self, report: LagReport, planned: int) -> None:
+        """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
+        file in the checkpoint location (when a batch is planned, the figures changed, or a minute passed)."""
+        _LOG.info("hub %s: planned %d events; %s", self.hub, planned, report.log_line())
+        for lag in self._lag.newly_stalled(report):
+            _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, lag.partition, lag.stalled)
+        if self._lag_files is None:
+            return
+        figures = tuple((p, v.events, v.seconds, v.stalled) for p, v in sorted(report.partitions.items()))
+        now = time.monotonic()
+        last = self._lag_written
+        if planned or last is None or last[0] != figures or now - last[1] >= LAG_FILE_EVERY:
+            try:
+                self._lag_files.write(report)
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: the lag figures could not be written under %s: %s", self.hub,
+                             self._lag_files.directory, exc)  # fmt: skip
+            self._lag_written = (figures, now)
+
+    def _stall_cause(self, partition: str) -> str | None:
+        """Why a partition with events waiting may not move, where the driver knows."""
+        if self._skipping:
+            return "the triggers are skipped: fewer events wait than minEventsPerTrigger (see maxTriggerDelay)"
+        options = self.planner.options
+        driver = self._driver
+        if driver is not None and options.receiver_service and options.partition_homes:
+            if not driver.live():
+                return ("no home executor: no executor's receiver service has told the driver it serves the query "
+                        "in the last 30 s (executors lost, or a firewall between them and the driver)")  # fmt: skip
+            gone = driver.unreachable()
+            if gone:
+                return f"executors {sorted(gone)} could not be reached as homes and were dropped"
+        return None
+
+    def _limit_without_admission_control(self) -> int | None:
+        """Spark 4.0/4.1 have no admission control for Python sources, and Trigger.AvailableNow there takes
+        the first answer of a run as the end of the whole run (Spark gives the source no sign of its trigger:
+        the calls are the same as for any other). So only an explicit maxEventsPerTrigger caps a batch; and
+        with eventhubs.triggerAvailableNow=true the run's first (and only) batch takes everything there is."""
+        options = self.planner.options
+        self._answers += 1
+        if not options.trigger_available_now:
+            return options.max_events_per_trigger
+        if self._answers == 1:
+            _LOG.info("hub %s: eventhubs.triggerAvailableNow=true on Spark without admission control: this run "
+                      "reads every event available now in one batch", self.hub)  # fmt: skip
+            return None
+        if self._answers == 2:
+            _LOG.warning("hub %s: eventhubs.triggerAvailableNow=true, but Spark plans another batch: this query's "
+                         "trigger is not Trigger.AvailableNow, and its first batch was not capped by "
+                         "maxEventsPerTrigger; remove the option for this query", self.hub)  # fmt: skip
+        return options.max_events_per_trigger
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The latest positions, as the progress's ``latestOffset`` (Spark 4.2+), with this trigger's lag figures
+        beside them under ``"@lag"`` (no hub can have that name): the one place in a progress report a Python
+        source can fill, since Spark gives it no metrics hook."""
+        if self._latest is None:
+            return None
+        shown = SourceOffset(self.hub, self._latest).to_json()
+        if self._lag_report is not None:
+            shown[LAG_KEY] = self._lag_report.progress()
+        return shown
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:
+        s = SourceOffset.from_json(start, self.hub).positions
+        e = SourceOffset.from_json(end, self.hub).positions
+        infos = self._infos if set(e) <= set(self._infos) else self._refresh()
+        self._last_end = dict(e)
+        ranges = []
+        from_capture: list[Range] = []
+        for pid in sorted(e, key=int):
+            first = s.get(pid)
+            if first is None and self.planner.options.ownership is not None:
+                first = e[pid]  # just gained: the offset records where it starts, read from the next batch
+            elif first is None:  # new partition: from its first retained event, no data loss to report
+                first = infos[pid].beginning_sequence_number if pid in infos else 0
+            elif pid in infos:
+                captured, first = self.planner.split(pid, first, e[pid], infos[pid])
+                if captured is not None:
+                    from_capture.append(captured)
+            ranges.append(Range(pid, first, e[pid]))
+        # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
+        # this query owns, so executors close idle receivers of partitions it gave up.
+        owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
+        planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
+        planned += self.planner.capture_partitions(from_capture, self.idle_timeout())
+        running: dict[str, tuple[int, int]] = {}
+        for r in ranges + from_capture:  # a partition's range may be split over tasks (maxEventsPerPartition)
+            known = running.get(r.partition, (r.start, r.end))
+            running[r.partition] = (min(known[0], r.start), max(known[1], r.end))
+        self._lag.running(running)
+        driver = self.query_driver()
+        if driver is None:
+            return planned
+        self._unheard(driver)
+        options = self.planner.options
+        # without homes each executor's service reads what it gets; the driver still hears what it must
+        homes = options.receiver_service and options.partition_homes
+        placed = driver.homes(e) if homes else {}
+        query, where = driver.query, driver.address()
+        ports, bind = options.executor_ports, options.executor_bind_address
+
+        def placed_request(r: RangeRequest, files: bool) -> RangeRequest:
+            home = None if files else placed.get(r.partition)  # Capture files are read where the task runs
+            return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
+
+        return [dataclasses.replace(split, requests=tuple(placed_request(r, split.capture is not None)
+                                                          for r in split.requests)) for split in planned]  # fmt: skip
+
+    def _unheard(self, driver: QueryDriver) -> None:
+        """Said once per query: batches ran, and not one of their tasks or services reached the driver's channel
+        (a firewall, or a sandbox, between the executors and the driver). They found that out themselves and
+        step aside; here the driver says what that turns off, and how to turn it off for good."""
+        options = self.planner.options
+        if not (options.receiver_service and options.partition_homes):
+            return  # without homes a quiet stream's tasks have nothing to tell: silence says nothing
+        self._batches_planned += 1
+        if self._batches_planned != UNHEARD_AFTER or driver.channel.proven:
+            return
+        where = driver.address()
+        _LOG.warning("eventhubs: hub %s: in %d micro-batches no executor reached the driver's channel (port %d on %s): "
+                     "a firewall or a sandbox between them? The executors found it out once each and step aside: "
+                     "partitions get no home (each executor's service reads what Spark gives it) and the lag figures "
+                     "have events but no seconds. Open that port to the executors (eventhubs.driverChannel.ports, "
+                     ".bindAddress), or set eventhubs.driverChannel=false to open none", self.hub, UNHEARD_AFTER - 1,
+                     where.port, ", ".join(where.hosts))  # fmt: skip
+
+    def query_driver(self) -> QueryDriver | None:
+        """This query's driver side (key, channel, live services, homes), opened at the first batch in the
+        stream runner process that plans every batch; None where it cannot listen (the query then reads as
+        on one executor: each executor's service opens its own links)."""
+        options = self.planner.options
+        if self._driver is None and not self._no_driver and not options.driver_channel:
+            self._no_driver = True
+            _LOG.info("eventhubs: hub %s: eventhubs.driverChannel=false: the driver opens no port and no task connects "
+                      "to it; partitions get no home (each executor's service reads what Spark gives it), and the "
+                      "lag figures have events but no seconds", self.hub)  # fmt: skip
+        if self._driver is None and not self._no_driver:
+            try:
+                self._driver = QueryDriver(self.hub, on_read=self._lag.read, bind=options.driver_bind_address,
+                                           ports=options.driver_ports)  # fmt: skip
+                threading.Thread(target=self._watch_batches, args=(self._driver,), name="eventhubs-lag-watch",
+                                 daemon=True).start()  # fmt: skip
+            except OSError as exc:
+                _LOG.warning("eventhubs: hub %s: the driver cannot listen (%s): partitions get no home, and what "
+                             "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip
+                self._no_driver = True
+        return self._driver
+
+    def _watch_batches(self, driver: QueryDriver) -> None:
+        """While the query's driver lives: say by name each partition whose range a running batch has not read
+        within eventhubs.lag.stalledAfter (such a batch never reaches the next trigger's lag figures); and keep
+        the times of what the tasks read in the lag files' reads.json, for the command."""
+        every = min(10.0, max(0.5, self._lag.stalled_after / 4))
+        written: dict[str, tuple[int, int]] = {}
+        while self._driver is driver:
+            time.sleep(every)
+            reads = self._lag.known_reads()
+            if self._lag_files is not None and reads != written:
+                with contextlib.suppress(OSError):
+                    self._lag_files.write_reads(reads)
+                    written = reads
+            stalled: dict[str, str] = {}
+            for partition, start, end, waited in self._lag.overdue():
+                why = self._stall_cause(partition) or (
+                    "cause unknown: no failure was reported for it (a slow or throttled read, or a task Spark cannot "
+                    "schedule?)"
+                )
+                stalled[partition] = (f"the batch reading [{geo_segments.show(start)}, {geo_segments.show(end)}) began "
+                                      f"{waited:.0f} s ago and no task has read that range; {why}")  # fmt: skip
+                _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, partition, stalled[partition])
+            last = self._lag_report
+            if stalled and last is not None and self._lag_files is not None:
+                marked = {p: dataclasses.replace(v, stalled=stalled.get(p, v.stalled))
+                          for p, v in last.partitions.items()}  # fmt: skip
+                with contextlib.suppress(OSError):
+                    self._lag_files.write(LagReport(self.hub, datetime.datetime.now(datetime.timezone.utc), marked))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_driver"] = None  # a listening socket stays in the process that opened it
+        return state
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_batches(partition, self.columns, self.avro)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        positions = SourceOffset.from_json(end, self.hub).positions
+        _LOG.info("hub %s: committed %s", self.hub, dict(positions))
+        self.planner.mirror.mirror(positions, self._infos)
+
+    def stop(self) -> None:
+        """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
