@@ -116,15 +116,15 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
             with path.open("rb") as f:
                 container.upload_blob(f"queries/q1/{path.relative_to(checkpoint)}", f)
     remote = f"{azurite.account_url}/lag{eventhub.name}/queries/q1"
-    from eventhubs_spark import cli
+    from eventhubs_spark.cli import reports
 
     opened: list[str] = []
 
-    def opening(location, storage=None, real=cli.checkpoint_folder):
+    def opening(location, storage=None, real=reports.checkpoint_folder):
         opened.append(location)
         return real(location, storage)
 
-    monkeypatch.setattr(cli, "checkpoint_folder", opening)
+    monkeypatch.setattr(reports, "checkpoint_folder", opening)
     assert main(["lag", "--checkpoint-location", remote, "--connection-string", eventhub.connection_string,
                  "--storage-connection-string", azurite.connection_string, "--json", "--watch", "0.1",
                  "--iterations", "2"]) == 0  # fmt: skip

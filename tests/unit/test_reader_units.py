@@ -640,7 +640,7 @@ def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warning
 def test_the_demo_leaves_out_only_sparks_closed_socket_tracebacks_the_daemons_at_any_time() -> None:
     import threading
 
-    from eventhubs_spark.cli import _ShutdownNoise
+    from eventhubs_spark.cli.demo import ShutdownNoise
 
     spark_noise = (
         "Traceback (most recent call last):\n"
@@ -657,7 +657,7 @@ def test_the_demo_leaves_out_only_sparks_closed_socket_tracebacks_the_daemons_at
     stopping = threading.Event()
 
     def through(text: str) -> str:
-        noise = _ShutdownNoise(stopping)
+        noise = ShutdownNoise(stopping)
         out = b"".join(noise.feed(line.encode()) for line in text.splitlines(keepends=True))
         return (out + noise.flush()).decode()
 
