@@ -9,6 +9,7 @@ link or holds a client.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -79,38 +80,14 @@ class RangeResult:
 
 
 @dataclass(frozen=True)
-class RangeRequest:
-    """One task's range: read ``[start, end)`` of ``partition``. Plain data: it travels to the
-    executor's receiver service too. ``idle_timeout``: how long the receiver may sit idle afterwards;
-    ``owner``/``owned`` (ownership mode): the query's owner id and the partitions it owns now;
-    ``retry``: the task is a retry (a pooled receiver is not trusted then); ``query``, ``driver`` and
-    ``home`` (streams): see :class:`QueryKey`, :class:`DriverAddress`, :class:`Home`."""
-
-    settings: ConnectionSettings
-    config: ReceiverConfig
-    partition: str
-    start: int
-    end: int
-    fail_on_data_loss: bool
-    idle_timeout: float | None = None
-    owner: str | None = None
-    owned: frozenset[str] | None = None
-    retry: bool = False
-    # A streaming query's (None for a batch read): its key, its driver, and the partition's home
-    query: QueryKey | None = None
-    driver: DriverAddress | None = None
-    home: Home | None = None
-    homes: bool = False  # the stream places partitions at homes (eventhubs.partitionHomes); None above: ask
-    ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
-    bind: str = "0.0.0.0"  # eventhubs.executorBindAddress: the address it listens on
-    range_id: int = 0  # the asker's name for this very request: every chunk of the answer carries it
-
-
-@dataclass(frozen=True)
 class RemoteRead:
-    """A range asked of another executor's receiver service (the partition's home): data only, no
-    credentials. The home reads with the settings its own executor's tasks gave it for the query the
-    connection proved it belongs to."""
+    """A range of one partition to read, and nothing else: what a task asks of another executor's receiver service
+    (the partition's home), so no credentials. The home reads it with the settings its own executor's tasks gave it
+    for the query the connection proved it belongs to.
+
+    ``idle_timeout``: how long the receiver may sit idle afterwards; ``owner``/``owned`` (ownership mode): the
+    query's owner id and the partitions it owns now; ``retry``: the task is a retry (a pooled receiver is not trusted
+    then); ``range_id``: the asker's name for this very request (every chunk of the answer carries it)."""
 
     config: ReceiverConfig
     partition: str
@@ -124,14 +101,28 @@ class RemoteRead:
     range_id: int = 0
 
     @classmethod
-    def of(cls, request: RangeRequest) -> RemoteRead:
-        """What a task asks of a home for ``request``: everything but the settings and the stream's own fields."""
-        return cls(request.config, request.partition, request.start, request.end, request.fail_on_data_loss,
-                   request.idle_timeout, request.owner, request.owned, request.retry,
-                   request.range_id)  # fmt: skip
+    def of(cls, request: RemoteRead) -> RemoteRead:
+        """What a task asks of a home for ``request``: its range alone (a :class:`RangeRequest`'s settings and
+        stream fields left out)."""
+        return RemoteRead(**{f.name: getattr(request, f.name) for f in dataclasses.fields(RemoteRead)})
 
     def request(self, settings: ConnectionSettings) -> RangeRequest:
         """The range the home reads, with the settings its own executor's tasks gave it."""
-        return RangeRequest(settings, self.config, self.partition, self.start, self.end, self.fail_on_data_loss,
-                            self.idle_timeout, self.owner, self.owned, self.retry,
-                            range_id=self.range_id)  # fmt: skip
+        return RangeRequest(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RemoteRead)},
+                            settings=settings)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RangeRequest(RemoteRead):
+    """One task's range (the fields of :class:`RemoteRead`) with the settings to read it by: plain data, it travels
+    to the executor's receiver service too. ``query``, ``driver`` and ``home`` (streams): see :class:`QueryKey`,
+    :class:`DriverAddress`, :class:`Home`."""
+
+    settings: ConnectionSettings = dataclasses.field(kw_only=True)
+    # A streaming query's (None for a batch read): its key, its driver, and the partition's home
+    query: QueryKey | None = None
+    driver: DriverAddress | None = None
+    home: Home | None = None
+    homes: bool = False  # the stream places partitions at homes (eventhubs.partitionHomes); None above: ask
+    ports: str = ""  # eventhubs.executorPorts: where a home listens ("": any free port)
+    bind: str = "0.0.0.0"  # eventhubs.executorBindAddress: the address it listens on

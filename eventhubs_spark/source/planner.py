@@ -238,8 +238,15 @@ class Planner:
         out = []
         for r in split_ranges(pieces, self.options.max_events_per_partition):
             files = self.capture.covering(r.partition, r.start, r.end)
-            request = RangeRequest(self.settings, self.config, r.partition, r.start, r.end,
-                                   self.options.fail_on_data_loss, idle_timeout)  # fmt: skip
+            request = RangeRequest(
+                self.config,
+                r.partition,
+                r.start,
+                r.end,
+                self.options.fail_on_data_loss,
+                idle_timeout,
+                settings=self.settings,
+            )
             out.append(EventHubsPartition((request,), False, CaptureRead(source, files)))
         return out
 
@@ -255,7 +262,7 @@ class Planner:
 
         def request(r: Range) -> RangeRequest:
             return RangeRequest(
-                self.settings, self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned
+                self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned, settings=self.settings
             )
 
         return [

@@ -162,7 +162,7 @@ def test_a_missing_consumer_group_is_named_not_taken_for_a_missing_hub(eventhub)
 
     settings = parse_connection_string(eventhub.connection_string)
     config = ReceiverConfig(consumer_group="nosuchgroup", receiver_timeout=10)
-    request = RangeRequest(settings, config, "0", 0, 1, True)
+    request = RangeRequest(config, "0", 0, 1, True, settings=settings)
     pool = ReceiverPool(current().connections)
     with pytest.raises(ConsumerGroupNotFoundError) as info:
         list(read_here(request, RangeResult(), pool))
@@ -258,7 +258,7 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
         config = ReceiverConfig(receiver_timeout=60)
         calls = {
             "planning": lambda: ManagementClient(settings, 60).partition_ids(),
-            "receiver": lambda: list(read_here(RangeRequest(settings, config, "0", 0, 1, True), RangeResult(),
+            "receiver": lambda: list(read_here(RangeRequest(config, "0", 0, 1, True, settings=settings), RangeResult(),
                                                current().pool)),
             "position lookup": lambda: first_event(settings, config, "0", SequenceNumber(0), 60),
             "sink": lambda: _write(write_options(options).settings, layout_for(StructType([StructField(

@@ -45,7 +45,9 @@ def test_a_home_serves_another_executors_task_only_with_the_querys_key(eventhub,
     send(eventhub.connection_string, [f"h{i}" for i in range(40)], partition_id="2")
     settings = parse_connection_string(eventhub.connection_string)
     query = new_query_key()
-    mine = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=query, homes=True)
+    mine = RangeRequest(
+        ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=query, homes=True, settings=settings
+    )
     client = worker.service()
     assert client is not None
     answer = client.hello(mine)  # this executor's task brings the query to its service
@@ -62,9 +64,10 @@ def test_a_home_serves_another_executors_task_only_with_the_querys_key(eventhub,
         assert service.listener.refused == 1
     assert any("refused a connection" in r.getMessage() for r in caplog.records)
     # ... and with the query's key: the range, read by the home with the settings its own task gave it
-    elsewhere = RangeRequest(parse_connection_string(eventhub.connection_string.replace(
-        "SharedAccessKey=", "SharedAccessKey=x")), ReceiverConfig(receiver_timeout=20), "2", 0, 40, True,
-        query=query, homes=True)  # fmt: skip  # credentials never cross: the home's own are used
+    # credentials never cross: the home's own are used
+    wrong_key = parse_connection_string(eventhub.connection_string.replace("SharedAccessKey=", "SharedAccessKey=x"))
+    elsewhere = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 40, True, query=query, homes=True,
+                             settings=wrong_key)  # fmt: skip
     stats: dict = {}
     rows = [s for b in HomeClient(home, query).read(elsewhere, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(40)) and stats["read"] == 40 and service.listener.served == 1
@@ -76,8 +79,17 @@ def test_a_task_whose_home_cannot_be_reached_reads_the_range_itself(eventhub, ho
     send(eventhub.connection_string, [f"u{i}" for i in range(30)], partition_id="1")
     settings = parse_connection_string(eventhub.connection_string)
     gone = Home("an-executor-that-is-gone", ("127.0.0.1",), free_port())
-    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "1", 0, 30, True, query=new_query_key(),
-                           home=gone, homes=True)  # fmt: skip
+    request = RangeRequest(
+        ReceiverConfig(receiver_timeout=20),
+        "1",
+        0,
+        30,
+        True,
+        query=new_query_key(),
+        home=gone,
+        homes=True,
+        settings=settings,
+    )
     stats: dict = {}
     with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
         rows = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
@@ -99,7 +111,7 @@ def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_nex
     settings = parse_connection_string(eventhub.connection_string)
     query = new_query_key()
     config = ReceiverConfig(receiver_timeout=20, prefetch=5)  # small chunks: the first is not the whole range
-    mine = RangeRequest(settings, config, "3", 0, 40, True, query=query, homes=True)
+    mine = RangeRequest(config, "3", 0, 40, True, query=query, homes=True, settings=settings)
     answer = worker.service().hello(mine)  # type: ignore[union-attr]
     real = service_module.read_here
 
@@ -110,8 +122,17 @@ def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_nex
         raise service_module._WorkerGone("the home's executor died")
 
     monkeypatch.setattr(service_module, "read_here", dies_after_one_chunk)
-    elsewhere = RangeRequest(settings, config, "3", 0, 40, True, query=query, homes=True,
-                             home=Home("another-executor", ("127.0.0.1",), int(answer["port"])))  # fmt: skip
+    elsewhere = RangeRequest(
+        config,
+        "3",
+        0,
+        40,
+        True,
+        query=query,
+        homes=True,
+        home=Home("another-executor", ("127.0.0.1",), int(answer["port"])),
+        settings=settings,
+    )
     stats: dict = {}
     rows = [s for b in worker.read(elsewhere, True, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(40)), rows
@@ -129,8 +150,17 @@ def test_a_home_whose_port_is_closed_under_it_listens_again_and_tells_the_driver
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
         settings = parse_connection_string(eventhub.connection_string)
-        mine = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
-                            driver=driver.address(), homes=True)  # fmt: skip
+        mine = RangeRequest(
+            ReceiverConfig(receiver_timeout=20),
+            "0",
+            0,
+            0,
+            True,
+            query=driver.query,
+            driver=driver.address(),
+            homes=True,
+            settings=settings,
+        )
         client = worker.service()
         assert client is not None
         with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
@@ -166,10 +196,10 @@ def test_a_home_at_a_slow_range_says_it_is_alive_and_a_silent_one_is_left_for_th
     settings = parse_connection_string(eventhub.connection_string)
     query = new_query_key()
     config = ReceiverConfig(receiver_timeout=30)
-    mine = RangeRequest(settings, config, "1", 0, 0, True, query=query, homes=True)
+    mine = RangeRequest(config, "1", 0, 0, True, query=query, homes=True, settings=settings)
     port = int(worker.service().hello(mine)["port"])  # type: ignore[union-attr]
     home = Home("another-executor", ("127.0.0.1",), port)
-    slow = RangeRequest(settings, config, "1", 0, 20, True, query=query, homes=True, home=home)
+    slow = RangeRequest(config, "1", 0, 20, True, query=query, homes=True, home=home, settings=settings)
     later = threading.Timer(6.0, send, args=(eventhub.connection_string, [f"s{i}" for i in range(20)]),
                             kwargs={"partition_id": "1"})  # fmt: skip
     later.start()
@@ -188,7 +218,7 @@ def test_a_home_at_a_slow_range_says_it_is_alive_and_a_silent_one_is_left_for_th
 
     monkeypatch.setattr(service_module, "read_here", stopped)
     monkeypatch.setattr(service_module._RangeSender, "_keep_alive", lambda self: None)
-    again = RangeRequest(settings, config, "1", 0, 20, True, query=query, homes=True, home=home)
+    again = RangeRequest(config, "1", 0, 20, True, query=query, homes=True, home=home, settings=settings)
     stats = {}
     started = time.monotonic()
     try:
@@ -214,8 +244,17 @@ def test_a_home_that_drops_packets_costs_a_worker_one_bounded_attempt_then_nothi
     hole = BlackHole()
     try:
         behind = Home("an-executor-behind-a-firewall", ("127.0.0.1",), hole.port)
-        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 20, True,
-                               query=new_query_key(), home=behind, homes=True)  # fmt: skip
+        request = RangeRequest(
+            ReceiverConfig(receiver_timeout=20),
+            "2",
+            0,
+            20,
+            True,
+            query=new_query_key(),
+            home=behind,
+            homes=True,
+            settings=settings,
+        )
         started = time.monotonic()
         first = [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
         paid = time.monotonic() - started
@@ -246,7 +285,7 @@ def test_a_chunk_of_another_range_is_refused_and_the_task_reads_on_exactly():
     from eventhubs_spark.interprocess.service_framing import RAW, READ, SPANS, recv, send
 
     settings = parse_connection_string("Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=a;SharedAccessKey=b;EntityPath=h")
-    request = RangeRequest(settings, ReceiverConfig(), "0", 10, 50, True, range_id=7)
+    request = RangeRequest(ReceiverConfig(), "0", 10, 50, True, range_id=7, settings=settings)
     for range_id, after in ((8, 20), (7, 60), (7, 10)):  # another range's; past the end; not past the start
         ours, theirs = socket.socketpair()
         closed = []
@@ -291,14 +330,32 @@ def test_without_homes_no_executor_listens_and_with_them_its_service_does(eventh
     pid = None
     try:
         stats: dict = {}
-        without = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 10, True, query=query,
-                               driver=driver.address(), homes=False)  # fmt: skip
+        without = RangeRequest(
+            ReceiverConfig(receiver_timeout=20),
+            "0",
+            0,
+            10,
+            True,
+            query=query,
+            driver=driver.address(),
+            homes=False,
+            settings=settings,
+        )
         rows = [s for b in worker.read(without, True, stats) for s in b.column("sequenceNumber").to_pylist()]
         assert rows == list(range(10)) and stats["via"] == "service"
         pid = int(stats["pid"])
         assert pid != os.getpid() and listening(pid) == [], "no port without homes"
-        with_homes = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 10, True,
-                                  query=new_query_key(), homes=True, bind="127.0.0.1")  # fmt: skip
+        with_homes = RangeRequest(
+            ReceiverConfig(receiver_timeout=20),
+            "0",
+            0,
+            10,
+            True,
+            query=new_query_key(),
+            homes=True,
+            bind="127.0.0.1",
+            settings=settings,
+        )
         assert [s for b in worker.read(with_homes, True, {}) for s in b.column("sequenceNumber").to_pylist()] == rows
         ports = listening(pid)
         assert len(ports) == 1 and "127.0.0.1:" in ports[0], ports  # eventhubs.executorBindAddress
@@ -318,8 +375,17 @@ def test_a_service_that_goes_tells_the_driver_which_drops_it_as_a_home_at_once(e
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
         settings = parse_connection_string(eventhub.connection_string)
-        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
-                               driver=driver.address(), homes=True)  # fmt: skip
+        request = RangeRequest(
+            ReceiverConfig(receiver_timeout=20),
+            "0",
+            0,
+            0,
+            True,
+            query=driver.query,
+            driver=driver.address(),
+            homes=True,
+            settings=settings,
+        )
         client = worker.service()
         assert client is not None
         client.hello(request)  # the service registers the query and announces itself to its driver

@@ -54,7 +54,7 @@ def test_past_1024_descriptors_the_receive_path_the_service_a_home_and_the_chann
     settings = parse_connection_string(eventhub.connection_string)
     query = new_query_key()
     config = ReceiverConfig(receiver_timeout=20, prefetch=7)  # several chunks: the tap waits on its socket often
-    mine = RangeRequest(settings, config, "1", 0, 30, True, query=query, homes=True)
+    mine = RangeRequest(config, "1", 0, 30, True, query=query, homes=True, settings=settings)
     client = worker.service()
     assert client is not None
     answer = client.hello(mine)  # the worker's service client (wire) over a socket numbered past 1,024
@@ -63,7 +63,7 @@ def test_past_1024_descriptors_the_receive_path_the_service_a_home_and_the_chann
     assert rows == list(range(30)) and stats["via"] == "service"
     # another executor's task: the channel's connect and the sealed socket to the home, the home's receive path
     home = Home("another-executor", ("127.0.0.1",), int(answer["port"]))
-    elsewhere = RangeRequest(settings, config, "1", 30, 60, True, query=query, homes=True, home=home)
+    elsewhere = RangeRequest(config, "1", 30, 60, True, query=query, homes=True, home=home, settings=settings)
     stats = {}
     rows = [s for b in worker.read(elsewhere, True, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(30, 60)) and stats["via"] == "home:another-executor", stats

@@ -29,7 +29,7 @@ from .sdk_helpers import receive, send
 def read_rows(options: dict[str, str], partition: str, start: int, end: int, timeout: float = 20.0) -> list[dict]:
     """Read ``[start, end)`` of a partition through the connector's receive path, in this process."""
     settings = read_options(options, "batch").settings
-    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=timeout), partition, start, end, True)
+    request = RangeRequest(ReceiverConfig(receiver_timeout=timeout), partition, start, end, True, settings=settings)
     rows: list[dict] = []
     for chunk in read_here(request, RangeResult(), current().pool):
         rows.extend(events_batch(chunk, partition)[0].to_pylist())
@@ -190,7 +190,7 @@ def test_websockets_through_a_proxy_with_and_without_credentials(eventhub, http_
         options = network_options(eventhub, "websockets", proxy)
         settings = read_options(options, "batch").settings
         assert settings.network.websockets
-        request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "2", 0, 200, True)
+        request = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 200, True, settings=settings)
         bodies = [
             b for chunk in read_here(request, RangeResult(), rt.pool) for b in events_batch(chunk, "2")[0]["body"]
         ]
@@ -339,7 +339,7 @@ def test_the_executors_receiver_service_reads_through_a_proxy_with_credentials(
     rt = Runtime(reap_every=0)  # a worker's, with this executor's service
     send(eventhub.connection_string, [f"s{i}" for i in range(300)], partition_id="0")
     settings = read_options(network_options(eventhub, "websockets", http_proxy_with_credentials), "stream").settings
-    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "0", 0, 300, True)
+    request = RangeRequest(ReceiverConfig(receiver_timeout=20), "0", 0, 300, True, settings=settings)
     stats: dict = {}
     try:
         batches = list(rt.read(request, True, stats))

@@ -164,7 +164,7 @@ def test_forced_detaches_of_every_link_lose_and_repeat_nothing(eventhub):
         for p in range(2):
             for start in range(0, 3000, 500):
                 stats: dict = {}
-                request = RangeRequest(settings, config, str(p), start, start + 500, True)
+                request = RangeRequest(config, str(p), start, start + 500, True, settings=settings)
                 seqs = [s for b in runtime.read(request, False, stats) for s in b.column("sequenceNumber").to_pylist()]
                 assert seqs == list(range(start, start + 500)), (p, start)
     finally:
@@ -184,7 +184,7 @@ def test_a_black_holed_connection_is_found_dead_by_its_idle_timeout_and_the_rang
     config = ReceiverConfig(receiver_timeout=60)
 
     def read(start: int, end: int, stats: dict) -> list[int]:
-        request = RangeRequest(settings, config, "0", start, end, True)
+        request = RangeRequest(config, "0", start, end, True, settings=settings)
         return [s for b in runtime.read(request, False, stats) for s in b.column("sequenceNumber").to_pylist()]
 
     assert read(0, 100, {}) == list(range(100))

@@ -246,7 +246,7 @@ def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_backgrou
     monkeypatch.setattr(client_module.subprocess, "Popen", popen)
     send(eventhub.connection_string, [f"s{i}" for i in range(15)], partition_id="3")
     settings = parse_connection_string(eventhub.connection_string)
-    request = RangeRequest(settings, ReceiverConfig(receiver_timeout=20), "3", 0, 15, True)
+    request = RangeRequest(ReceiverConfig(receiver_timeout=20), "3", 0, 15, True, settings=settings)
     worker = Runtime(reap_every=0)
     worker.recheck = 0.5
     pid = None
@@ -300,8 +300,14 @@ def test_a_receiver_service_killed_between_tasks_costs_the_next_task_nothing_and
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     send(eventhub.connection_string, [f"k{i}" for i in range(12)], partition_id="2")
-    request = RangeRequest(parse_connection_string(eventhub.connection_string), ReceiverConfig(receiver_timeout=20),
-                           "2", 0, 12, True)  # fmt: skip
+    request = RangeRequest(
+        ReceiverConfig(receiver_timeout=20),
+        "2",
+        0,
+        12,
+        True,
+        settings=parse_connection_string(eventhub.connection_string),
+    )
     worker = Runtime(reap_every=0)
     worker.recheck = 0.5
     pids: list[int] = []

@@ -677,11 +677,11 @@ def test_the_sdks_slow_decoder_is_said_once_per_partition_with_its_count(caplog)
     from eventhubs_spark.interprocess.task_ranges import RangeRequest
 
     settings = parse_connection_string(CONN)
-    first = RangeRequest(settings, ReceiverConfig(consumer_group="slow-path"), "7", 100, 200, True)
+    first = RangeRequest(ReceiverConfig(consumer_group="slow-path"), "7", 100, 200, True, settings=settings)
     with caplog.at_level("WARNING", logger="eventhubs_spark"):
         assert source.slow_path_taken(first, 12, 100)
-        assert not source.slow_path_taken(RangeRequest(settings, first.config, "7", 200, 300, True), 5, 100)
-        assert source.slow_path_taken(RangeRequest(settings, first.config, "8", 0, 10, True), 1, 10)
+        assert not source.slow_path_taken(RangeRequest(first.config, "7", 200, 300, True, settings=settings), 5, 100)
+        assert source.slow_path_taken(RangeRequest(first.config, "8", 0, 10, True, settings=settings), 1, 10)
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(said) == 2 and "partition 7" in said[0] and "12 of 100 events in [100, 200)" in said[0], said
     assert "partition 8" in said[1] and "TOPSECRET" not in " ".join(said)

@@ -29,7 +29,7 @@ SETTINGS = parse_connection_string(
 
 
 def request(start: int, end: int) -> RangeRequest:
-    return RangeRequest(SETTINGS, ReceiverConfig(receiver_timeout=5.0), "3", start, end, True)
+    return RangeRequest(ReceiverConfig(receiver_timeout=5.0), "3", start, end, True, settings=SETTINGS)
 
 
 def message(seq: int) -> bytes:
@@ -296,7 +296,7 @@ def full_request() -> RangeRequest:
         ),
     )
     config = ReceiverConfig("$Default", 300, 12.5, False, 7, 100, 1 << 20)
-    return RangeRequest(settings, config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True)
+    return RangeRequest(config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True, settings=settings)
 
 
 def test_a_message_crosses_whole_in_one_write_when_small_and_in_pieces_when_the_socket_is_full():
@@ -339,6 +339,22 @@ def test_a_request_crosses_as_json_and_comes_back_equal():
     assert json.loads(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
     assert service_protocol.decode_request(wire) == full
     assert service_protocol.decode_request(service_protocol.encode_request(request(1, 2))) == request(1, 2)
+
+
+def test_a_request_has_the_fields_it_had_before_a_remote_read_shared_them_and_a_remote_read_no_settings():
+    """RangeRequest takes RemoteRead's range fields once (it extends it), and the JSON that crosses the service's
+    socket keeps exactly the fields it had (the wire format is unchanged: a worker and a service of the code before
+    understand each other); what a task asks of a home carries the range alone."""
+    from eventhubs_spark.interprocess import service_protocol
+    from eventhubs_spark.interprocess.task_ranges import RemoteRead
+
+    before = {"settings", "config", "partition", "start", "end", "fail_on_data_loss", "idle_timeout", "owner",
+              "owned", "retry", "query", "driver", "home", "homes", "ports", "bind", "range_id"}  # fmt: skip
+    full = full_request()
+    assert set(json.loads(service_protocol.encode_request(full))) == before
+    remote = RemoteRead.of(full)
+    assert type(remote) is RemoteRead and "settings" not in json.loads(service_protocol.encode_request(remote))
+    assert remote.request(full.settings) == full
 
 
 @pytest.mark.parametrize(
