@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.unit.test_position_fidelity import COUNT, ROWS, fill
+from tests.unit.planning.test_position_lookup import ROWS
+from tests.unit.support.position_fidelity import COUNT, fill
 
 from .sdk_helpers import send
 

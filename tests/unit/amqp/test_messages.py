@@ -1,0 +1,84 @@
+"""Unit tests of :mod:`eventhubs_spark.amqp.messages`."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventhubs_spark.amqp.messages import RawEvents, Unsupported, sequence_number
+from eventhubs_spark.codec.layout import decode_spans
+from tests.unit.support.decode import both_ways, messages
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("one"), st.binary(max_size=40)),
+            st.tuples(st.just("run"), st.lists(st.binary(max_size=40), min_size=1, max_size=8), st.binary(max_size=5)),
+            st.tuples(st.just("take"), st.integers(0, 12)),
+        ),
+        max_size=30,
+    )
+)
+def test_raw_events_keep_every_message_in_order_however_runs_and_takes_interleave(steps: list[tuple]) -> None:
+    """Messages kept in place (runs of a buffer with gaps between them) or one by one, taken off the front
+    in any counts: what comes out, in pieces and as one buffer of spans, is the list of messages in order."""
+    import numpy as np
+
+    from eventhubs_spark.amqp.messages import RawEvents
+
+    events, model, taken_model = RawEvents(), [], []
+    taken = RawEvents()
+    seq = 0
+    for step in steps:
+        if step[0] == "one":
+            events.append(seq, step[1])
+            model.append((seq, step[1]))
+            seq += 1
+        elif step[0] == "run":
+            messages, gap = step[1], step[2]
+            buffer, starts, ends = b"", [], []
+            for m in messages:
+                buffer += gap
+                starts.append(len(buffer))
+                buffer += m
+                ends.append(len(buffer))
+            buffer += gap
+            events.add_run(
+                buffer, np.array(starts, np.int64), np.array(ends, np.int64), list(range(seq, seq + len(messages)))
+            )
+            model += [(seq + i, m) for i, m in enumerate(messages)]
+            seq += len(messages)
+        else:
+            head = events.take(step[1])
+            taken.extend(head)
+            taken_model += model[: step[1]]
+            model = model[step[1] :]
+        assert events.seqs == [s for s, _ in model] and events.payloads() == [m for _, m in model]
+        assert events.nbytes == sum(len(m) for _, m in model) + 64 * len(model)
+    assert taken.seqs == [s for s, _ in taken_model] and taken.payloads() == [m for _, m in taken_model]
+    buffer, starts, ends = taken.spans()
+    assert len(buffer) >= sum(len(m) for _, m in taken_model)
+    assert [bytes(buffer[s:e]) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)] == [
+        m for _, m in taken_model
+    ]
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(messages(compound_properties=True))
+def test_every_message_decodes_as_the_sdk_decodes_it(payload: bytes) -> None:
+    reference, fast, _ = both_ways(payload)
+    assert fast == reference
+    # the receiver service's way: only the sequence number read where it reads ahead, the rest decoded
+    # from a batch of raw messages in the worker
+    with contextlib.suppress(Unsupported):
+        assert sequence_number(payload, 0, len(payload)) == reference[0]["sequenceNumber"]
+    raw = RawEvents()
+    seq, size = reference[0]["sequenceNumber"], len(payload)
+    raw.add_run(b"\x00" + payload * 2, np.array([1, 1 + size]), np.array([1 + size, 1 + 2 * size]), [seq, seq])
+    raw.take(1)  # what is left starts inside its buffer
+    batch, _ = decode_spans(*raw.spans(), "3", min_rows=0)
+    assert batch.to_pylist() == reference

@@ -1,0 +1,112 @@
+"""Unit tests of :mod:`eventhubs_spark.interprocess.service_protocol`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eventhubs_spark.errors import DataLossError, OptionError
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from tests.unit.support.service import SETTINGS, request
+
+
+def full_request() -> RangeRequest:
+    """A request with every kind of field set: secrets, an Entra identity, a proxy, ownership."""
+    import dataclasses
+
+    from eventhubs_spark.auth.credentials import EntraSettings
+    from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
+    from eventhubs_spark.auth.secret import Secret
+
+    settings = dataclasses.replace(
+        SETTINGS,
+        entra=EntraSettings("servicePrincipal", "t", "c", Secret("client-S3CRET"), None, None, None, None, None, True),
+        network=NetworkSettings(
+            "amqpWebSockets", HttpProxy("proxy", 3128, "u", Secret("proxy-S3CRET")), "sb://gw:443", "/ca.pem"
+        ),
+    )
+    config = ReceiverConfig("$Default", 300, 12.5, False, 7, 100, 1 << 20)
+    return RangeRequest(config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True, settings=settings)
+
+
+def test_a_request_crosses_as_json_and_comes_back_equal():
+    from eventhubs_spark.interprocess import service_protocol
+
+    full = full_request()
+    wire = service_protocol.encode_request(full)
+    assert json.loads(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
+    assert service_protocol.decode_request(wire) == full
+    assert service_protocol.decode_request(service_protocol.encode_request(request(1, 2))) == request(1, 2)
+
+
+def test_a_request_has_the_fields_it_had_before_a_remote_read_shared_them_and_a_remote_read_no_settings():
+    """RangeRequest takes RemoteRead's range fields once (it extends it), and the JSON that crosses the service's
+    socket keeps exactly the fields it had (the wire format is unchanged: a worker and a service of the code before
+    understand each other); what a task asks of a home carries the range alone."""
+    from eventhubs_spark.interprocess import service_protocol
+    from eventhubs_spark.interprocess.task_ranges import RemoteRead
+
+    before = {"settings", "config", "partition", "start", "end", "fail_on_data_loss", "idle_timeout", "owner",
+              "owned", "retry", "query", "driver", "home", "homes", "ports", "bind", "range_id"}  # fmt: skip
+    full = full_request()
+    assert set(json.loads(service_protocol.encode_request(full))) == before
+    remote = RemoteRead.of(full)
+    assert type(remote) is RemoteRead and "settings" not in json.loads(service_protocol.encode_request(remote))
+    assert remote.request(full.settings) == full
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d.update(extra=1), "unknown field(s) 'extra' for RangeRequest"),
+        (lambda d: d["settings"].update(__reduce__="os.system"), "unknown field(s) '__reduce__'"),
+        (lambda d: d.pop("partition"), "missing field(s) partition"),
+        (lambda d: d.update(start="10"), "request.start: expected a whole number"),
+        (lambda d: d.update(start=True), "request.start: expected a whole number"),
+        (lambda d: d.update(retry=1), "request.retry: expected true or false"),
+        (lambda d: d["settings"].update(connection_string="plain text"), "connection_string: expected a secret"),
+        (lambda d: d["settings"].update(namespace=None), "settings.namespace: expected text"),
+        (lambda d: d.update(owner=None, idle_timeout=None), None),  # optional fields may be null
+        (lambda d: d.update(owned="3"), "request.owned: expected a list"),
+        (lambda d: d.update(config=[1, 2]), "request.config: expected an object of ReceiverConfig"),
+    ],
+)
+def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words):
+    from eventhubs_spark.interprocess import service_protocol
+
+    data = json.loads(service_protocol.encode_request(full_request()))
+    change(data)
+    if words is None:
+        assert service_protocol.decode_request(json.dumps(data).encode()).owner is None
+        return
+    with pytest.raises(service_protocol.ProtocolError) as info:
+        service_protocol.decode_request(json.dumps(data).encode())
+    assert words in str(info.value)
+    assert "S3CRET" not in str(info.value) and "TOPSECRET" not in str(info.value)
+
+
+@pytest.mark.parametrize("payload", [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
+def test_what_is_not_a_json_request_is_refused(payload):
+    from eventhubs_spark.interprocess import service_protocol
+
+    with pytest.raises(service_protocol.ProtocolError):
+        service_protocol.decode_request(payload)
+
+
+def test_errors_cross_as_json_with_their_type_example_and_retriability():
+    from eventhubs_spark.errors import NetworkError
+    from eventhubs_spark.interprocess import service_protocol
+
+    for error in (
+        NetworkError("refused", retriable=True),
+        OptionError("eventhubs.x: bad", ".option('eventhubs.x', '1')"),
+        DataLossError("gone"),
+    ):
+        back = service_protocol.decode_error(service_protocol.encode_error(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert getattr(back, "example", None) == getattr(error, "example", None)
+        assert back.retriable == error.retriable
+    assert "KeyError: 'k'" in str(service_protocol.decode_error(service_protocol.encode_error(KeyError("k"))))
+    with pytest.raises(service_protocol.ProtocolError):
+        service_protocol.decode_error(b"\x80\x04pickle")

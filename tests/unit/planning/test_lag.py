@@ -1,0 +1,52 @@
+"""Unit tests of :mod:`eventhubs_spark.planning.lag`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.options import read_options
+from eventhubs_spark.planning.lag import KEEP_FILES, LagFiles, LagReport, local_path
+from eventhubs_spark.positions import geo_segments
+from tests.unit.support.lag import CONN, at, info, micros, tracker
+
+
+def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
+    lag, _ = tracker()
+    files = LagFiles(f"file:{tmp_path}", "hub")
+    report = lag.observe({"0": 5}, {"0": info("0", 8, at(3))}, True)
+    files.write(report)
+    assert files.directory == tmp_path / "eventhubs-lag" / "hub"
+    (back,) = files.reports()
+    assert back == report and back.to_json() == json.loads(json.dumps(report.to_json()))
+    assert files.reads() == {}
+    files.write_reads({"0": (5, micros(at(2))), "1": (geo_segments.pack(3, 7), micros(at(4)))})
+    assert files.reads() == {"0": (5, micros(at(2))), "1": (geo_segments.pack(3, 7), micros(at(4)))}
+    assert len(files.reports()) == 1  # reads.json is no trigger's file
+    for i in range(KEEP_FILES + 5):
+        files.write(LagReport("hub", at(i), report.partitions))
+    kept = files.reports()
+    assert len(kept) == KEEP_FILES and kept[-1].at == at(KEEP_FILES + 4)
+
+
+def test_checkpoint_locations_in_azure_storage_name_their_container_and_path():
+    from eventhubs_spark.checkpoints.blob import blob_location
+
+    assert blob_location("abfss://cp@acct.dfs.core.windows.net/queries/q1") == ("cp", "queries/q1")
+    assert blob_location("wasbs://cp@acct.blob.core.windows.net/q1/") == ("cp", "q1")
+    assert blob_location("https://acct.blob.core.windows.net/cp/queries/q1") == ("cp", "queries/q1")
+    assert blob_location("http://127.0.0.1:10000/devstoreaccount1/cp/q1") == ("cp", "q1")  # Azurite: path-style
+    with pytest.raises(ValueError, match=r"e.g. abfss://checkpoints@ACCOUNT"):
+        blob_location("s3://bucket/q1")
+
+
+def test_checkpoint_locations_the_driver_can_write_and_a_clear_error_for_others():
+    assert local_path("/tmp/cp") == "/tmp/cp"
+    assert local_path("file:///tmp/cp") == "/tmp/cp"
+    assert local_path("dbfs:/checkpoints/q") == "/dbfs/checkpoints/q"
+    with pytest.raises(OptionError, match=r"eventhubs.checkpointLocation: 'abfss://c@a.dfs.core.windows.net/q'.*"
+                       r"Example: .*/dbfs/checkpoints"):  # fmt: skip
+        read_options({"eventhubs.connectionString": CONN,
+                      "eventhubs.checkpointLocation": "abfss://c@a.dfs.core.windows.net/q"}, "stream")  # fmt: skip

@@ -1,0 +1,162 @@
+"""Unit tests of :mod:`eventhubs_spark.planning.offset_ranges`."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, plan_trigger, rate_limit, split_ranges
+from eventhubs_spark.positions import geo_segments
+
+
+def test_offset_json_is_the_old_connector_shape():
+    offset = SourceOffset("hub", {"10": 5, "2": 7})
+    assert offset.to_json() == {"hub": {"2": 7, "10": 5}}
+    assert SourceOffset.from_json('{"hub": {"0": 12, "1": 3}}', "hub").positions == {"0": 12, "1": 3}
+    assert SourceOffset.from_json({"HUB": {"0": 1}}, "hub").positions == {"0": 1}
+    with pytest.raises(OptionError, match="new checkpoint location"):
+        SourceOffset.from_json({"other": {"0": 1}}, "hub")
+    with pytest.raises(OptionError):
+        SourceOffset.from_json("[", "hub")
+
+
+def test_rate_limit_is_proportional_to_backlog_and_starves_nobody():
+    start = {"0": 0, "1": 0, "2": 0, "3": 10}
+    latest = {"0": 900, "1": 90, "2": 10, "3": 10}
+    end = rate_limit(start, latest, 100)
+    taken = {p: end[p] - start[p] for p in end}
+    assert sum(taken.values()) == 100
+    assert taken["0"] > taken["1"] > 0 and taken["2"] >= 1 and taken["3"] == 0
+    assert rate_limit(start, latest, None) == latest
+    assert rate_limit(start, latest, 10_000) == latest
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 5000)), min_size=1, max_size=40),
+    st.integers(1, 20_000),
+)
+@example([(0, 1), (0, 1), (0, 4)], 3)  # the one-event minimum once overshot a budget it could meet
+def test_rate_limit_properties(pairs, budget):
+    start = {str(i): s for i, (s, _) in enumerate(pairs)}
+    latest = {str(i): s + n for i, (s, n) in enumerate(pairs)}
+    end = rate_limit(start, latest, budget)
+    with_data = sum(1 for s, n in pairs if n)
+    total = sum(end[p] - start[p] for p in end)
+    for p in end:
+        assert start[p] <= end[p] <= latest[p]
+        if latest[p] > start[p]:
+            assert end[p] > start[p]  # at least one event for every partition with data
+    assert total <= max(budget, with_data)
+    assert total == min(budget, sum(n for _, n in pairs)) or total == with_data
+
+
+def test_split_ranges():
+    pieces = split_ranges([Range("0", 0, 10), Range("1", 5, 6)], 4)
+    assert [(r.partition, r.start, r.end) for r in pieces] == [("0", 0, 4), ("0", 4, 8), ("0", 8, 10), ("1", 5, 6)]
+    assert split_ranges([Range("0", 0, 10)], None) == [Range("0", 0, 10)]
+
+
+def test_the_spark_offset_shows_segments_and_reads_back_both_forms():
+    offset = SourceOffset("telemetry", {"0": geo_segments.pack(2, 36), "1": 7})
+    doc = offset.to_json()
+    assert doc == {"telemetry": {"0": "2:36", "1": 7}}
+    assert SourceOffset.from_json(doc, "telemetry") == offset
+    with pytest.raises(OptionError, match="geo-replicated hub"):
+        SourceOffset.from_json({"telemetry": {"0": "two:36"}}, "telemetry")
+
+
+BEGIN = {"0": 100, "1": 100}
+
+
+@pytest.mark.parametrize(
+    ("case", "latest", "kwargs", "end", "skipped"),
+    [
+        ("no limit reads everything", {"0": 400, "1": 150}, {}, {"0": 400, "1": 150}, False),
+        (
+            "the admission limit is split by backlog",
+            {"0": 400, "1": 200},
+            {"max_events": 100},
+            {"0": 175, "1": 125},
+            False,
+        ),
+        ("nothing new: an empty batch", {"0": 100, "1": 100}, {"max_events": 10}, BEGIN, False),
+        (
+            "AvailableNow caps each partition at its end when the run began",
+            {"0": 900, "1": 900},
+            {"target": {"0": 300, "1": 120}},
+            {"0": 300, "1": 120},
+            False,
+        ),
+        (
+            "a partition the run did not know stays where it is",
+            {"0": 900, "1": 900},
+            {"target": {"0": 300}},
+            {"0": 300, "1": 100},
+            False,
+        ),
+        (
+            "latest never lies behind begin",
+            {"0": 50, "1": 120},
+            {},
+            {"0": 100, "1": 120},
+            False,
+        ),
+        (
+            "below minEventsPerTrigger the trigger is skipped",
+            {"0": 110, "1": 105},
+            {"min_events": 50, "now": 10.0, "last_batch_at": 0.0, "max_trigger_delay": 60.0},
+            BEGIN,
+            True,
+        ),
+        (
+            "until maxTriggerDelay has passed since the last batch",
+            {"0": 110, "1": 105},
+            {"min_events": 50, "now": 61.0, "last_batch_at": 0.0, "max_trigger_delay": 60.0},
+            {"0": 110, "1": 105},
+            False,
+        ),
+        (
+            "enough events: no skip",
+            {"0": 140, "1": 120},
+            {"min_events": 50, "now": 1.0, "last_batch_at": 0.0},
+            {"0": 140, "1": 120},
+            False,
+        ),
+        (
+            "no events at all is an empty batch, not a skip",
+            {"0": 100, "1": 100},
+            {"min_events": 50, "now": 1.0, "last_batch_at": 0.0},
+            BEGIN,
+            False,
+        ),
+        (
+            "AvailableNow never waits for minEventsPerTrigger",
+            {"0": 110, "1": 100},
+            {"min_events": 50, "target": {"0": 110, "1": 100}, "now": 1.0, "last_batch_at": 0.0},
+            {"0": 110, "1": 100},
+            False,
+        ),
+    ],
+)
+def test_trigger_rules(case, latest, kwargs, end, skipped):
+    plan = plan_trigger(BEGIN, latest, **{"max_events": None, **kwargs})
+    assert (plan.end, plan.skipped) == (end, skipped), case
+    assert all(plan.latest[p] >= BEGIN[p] for p in plan.latest), "latest is never behind begin"
+    assert all(BEGIN[p] <= plan.end[p] <= plan.latest[p] for p in plan.end), "a range stays within what exists"
+
+
+def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
+    from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
+
+    quiet = [Range(str(p), 10, 25) for p in range(32)]  # 15 events per partition
+    tasks = pack_ranges(quiet, 100)
+    assert [sum(r.size for r in t) for t in tasks] == [105, 105, 105, 105, 60]
+    assert [r for t in tasks for r in t] == sorted(quiet, key=lambda r: int(r.partition)), "each range once, in order"
+    busy = [Range(str(p), 0, 1000) for p in range(4)] + [Range("7", 0, 3)]
+    assert pack_ranges(busy, 100) == [[busy[0]], [busy[1]], [busy[2]], [busy[3]], [busy[4]]]
+    assert pack_ranges(quiet, 0) == [[r] for r in quiet], "0: one task per range"
+    assert pack_ranges([], 100) == []
+    split = [Range("0", s, s + 250) for s in range(0, 1000, 250)]  # maxEventsPerPartition=300 split these
+    assert pack_ranges(split, 500, 300) == [[r] for r in split], "what maxEventsPerPartition split stays split"

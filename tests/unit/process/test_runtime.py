@@ -1,0 +1,108 @@
+"""Unit tests of :mod:`eventhubs_spark.process.runtime`."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.executor import service_files
+from eventhubs_spark.process import runtime
+from eventhubs_spark.process.runtime import Runtime
+from tests.unit.support.service import request, scripted
+
+
+def test_the_process_pool_reaps_on_a_thread():
+    from eventhubs_spark.process.runtime import Runtime
+
+    assert Runtime().pool.reap_every > 0  # a process's runtime closes idle receivers even when no task comes
+
+
+def test_nothing_is_frozen_outside_a_spark_task_or_when_the_environment_says_so(monkeypatch):
+    import gc
+
+    from pyspark import TaskContext
+
+    from eventhubs_spark.process import runtime
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    TaskContext._setTaskContext(None)
+    for _ in range(3):
+        runtime.task_started()  # a direct call, as in these tests, not a Spark task
+    assert frozen == [] and runtime._tasks_started == 0
+    TaskContext(attemptNumber=0, partitionId=0, stageId=0, taskAttemptId=0)
+    try:
+        for value in ("false", "0", " Off "):
+            monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+            monkeypatch.setattr(runtime, "_tasks_started", 0)
+            for _ in range(3):
+                runtime.task_started()
+            assert frozen == [], value
+        monkeypatch.setenv(runtime.GC_FREEZE_ENV, "true")
+        monkeypatch.setattr(runtime, "_tasks_started", 0)
+        for _ in range(3):
+            runtime.task_started()
+        assert frozen == [True]
+    finally:
+        TaskContext._setTaskContext(None)
+
+
+def test_a_misspelt_gc_freeze_setting_fails_each_task_naming_the_variable(monkeypatch):
+    from pyspark import TaskContext
+
+    from eventhubs_spark.process import runtime
+
+    monkeypatch.setattr(runtime, "_tasks_started", 0)
+    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "flase")
+    TaskContext(attemptNumber=0, partitionId=0, stageId=0, taskAttemptId=0)
+    try:
+        for _ in range(2):  # not only the task that would freeze: every one
+            with pytest.raises(OptionError) as caught:
+                runtime.task_started()
+            message = str(caught.value)
+            assert "EVENTHUBS_SPARK_GC_FREEZE" in message and "'flase'" in message
+            assert "spark.executorEnv.EVENTHUBS_SPARK_GC_FREEZE=false" in message
+        for value, wanted in (("yes", True), (" ON ", True), ("1", True), ("no", False), ("0", False)):
+            monkeypatch.setenv(runtime.GC_FREEZE_ENV, value)
+            assert runtime.gc_freeze_wanted() is wanted, value
+        monkeypatch.delenv(runtime.GC_FREEZE_ENV)
+        assert runtime.gc_freeze_wanted() is True
+    finally:
+        TaskContext._setTaskContext(None)
+
+
+def test_without_a_service_the_worker_reads_for_itself(monkeypatch):
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    worker = Runtime(reap_every=0)
+    read_here, starts = scripted()
+    monkeypatch.setattr(runtime, "read_here", read_here)
+    stats: dict = {}
+    assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
+    assert stats["via"] == "worker" and starts == [0]
+
+
+def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_for_itself(
+    tmp_path, monkeypatch, caplog
+):
+    import tempfile
+
+    private = tmp_path / f"ehs-{os.getuid()}"
+    private.mkdir(mode=0o755)
+    os.chmod(private, 0o755)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    local = tmp_path / "blockmgr-z"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    worker = Runtime(reap_every=0)
+    with pytest.raises(PermissionError, match="mode 0700"):
+        service_files.place()
+    read_here, starts = scripted()
+    monkeypatch.setattr(runtime, "read_here", read_here)
+    stats: dict = {}
+    with caplog.at_level("WARNING", logger="eventhubs_spark"):
+        assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
+    assert stats["via"] == "worker" and starts == [0]
+    assert any("mode 0700" in r.getMessage() for r in caplog.records)

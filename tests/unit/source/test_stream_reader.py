@@ -1,0 +1,107 @@
+"""Unit tests of :mod:`eventhubs_spark.source.stream_reader`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+
+from eventhubs_spark.errors import DataLossError
+from eventhubs_spark.planning.lag import LagFiles
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
+from eventhubs_spark.source import LAG_KEY, EventHubsStreamReader
+from tests.unit.support.lag import CONN as lag_CONN
+from tests.unit.support.lag import at, info, micros
+from tests.unit.support.planning import CONN as planning_CONN
+from tests.unit.support.planning import Table as planning_Table
+from tests.unit.support.planning import ranges
+
+
+class Table:
+    """Partition id -> (next sequence number, last enqueued time)."""
+
+    def __init__(self, partitions: dict[str, tuple[int, dt.datetime]]) -> None:
+        self.partitions = partitions
+
+    def partition_ids(self) -> list[str]:
+        return sorted(self.partitions, key=int)
+
+    def partition_properties(self, ids: list[str]) -> dict[str, PartitionInfo]:
+        return {p: info(p, *self.partitions[p]) for p in ids}
+
+
+def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_stalled_partition(tmp_path, caplog):
+    table = lag_Table({"0": (100, at(10)), "1": (20, at(20))})
+    options = {
+        "eventhubs.connectionString": lag_CONN,
+        "eventhubs.startingPosition": '{"seqNo": 0}',
+        "maxEventsPerTrigger": "60",
+        "eventhubs.checkpointLocation": str(tmp_path),
+        "eventhubs.lag.stalledAfterBatches": "2",
+    }
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    start = reader.initialOffset()
+    caplog.set_level(logging.INFO, logger="eventhubs_spark")
+    end = reader.latestOffset(start, None)  # before any batch: the whole backlog is behind
+    assert end == {"hub": {"0": 50, "1": 10}}  # 60 split by backlog
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["eventsBehindLatest"] == {"0": 100, "1": 20} and shown["maxOffsetsBehindLatest"] == 100
+    assert shown["secondsBehindLatest"] == {"0": None, "1": None}  # nothing read yet: no time to go by
+    assert "behind latest: events total=120 max=100" in caplog.text
+    # the batch's tasks tell the driver the last event each read (0: event 49, enqueued at +6 s)
+    reader._lag.read("0", 50, micros(at(6)))
+    reader._lag.read("1", 10, micros(at(15)))
+    later = reader.latestOffset(end, None)
+    assert later == {"hub": {"0": 100, "1": 20}}
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["eventsBehindLatest"] == {"0": 50, "1": 10}
+    assert shown["secondsBehindLatest"] == {"0": 4.0, "1": 5.0}
+    assert not shown["stalledPartitions"]
+    # Spark runs the next batches, but partition 1 never gets past 10 (as when its tasks cannot read)
+    stuck = {"hub": {"0": 100, "1": 10}}
+    reader.latestOffset(stuck, None)
+    assert not reader.reportLatestOffset()[LAG_KEY]["stalledPartitions"]
+    assert "is stalled" not in caplog.text
+    reader.latestOffset(stuck, None)  # the second batch in a row that left it
+    shown = reader.reportLatestOffset()[LAG_KEY]
+    assert shown["stalledPartitions"] == ["1"] and shown["eventsBehindLatest"] == {"0": 0, "1": 10}
+    assert "hub hub partition 1 is stalled: 10 events waiting, no progress for 2 batches" in caplog.text
+    written = LagFiles(str(tmp_path), "hub").reports()
+    assert [r.partitions["0"].events for r in written] == [100, 50, 0, 0]
+    assert written[-1].partitions["1"].stalled and not written[-2].partitions["1"].stalled
+
+
+def test_a_stream_plans_ranges_by_backlog_and_picks_up_added_partitions():
+    table = planning_Table({"0": (0, 30), "1": (0, 10)})
+    options = {
+        "eventhubs.connectionString": planning_CONN,
+        "eventhubs.startingPosition": '{"seqNo": 0}',
+        "maxEventsPerTrigger": "20",
+        "eventhubs.partitionDiscoveryInterval": "0s",
+    }
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    start = reader.initialOffset()
+    assert start == {"hub": {"0": 0, "1": 0}}
+    end = reader.latestOffset()  # the no-argument form (Spark 4.0/4.1): maxEventsPerTrigger applies as it is
+    assert sum(end["hub"].values()) == 20 and end["hub"]["0"] > end["hub"]["1"] > 0
+    assert ranges(reader.partitions(start, end)) == [("0", 0, end["hub"]["0"]), ("1", 0, end["hub"]["1"])]
+    table.partitions["2"] = (5, 8)  # added to the hub: read from its first retained event
+    later = reader.latestOffset()
+    assert "2" in later["hub"]
+    assert ("2", 5, later["hub"]["2"]) in ranges(reader.partitions(end, later))
+
+
+def test_events_removed_before_they_were_read_fail_the_plan_naming_the_range():
+    table = planning_Table({"0": (0, 100)})
+    reader = EventHubsStreamReader({"eventhubs.connectionString": planning_CONN}, metadata=lambda: table)
+    table.partitions["0"] = (40, 100)  # retention removed [0, 40)
+    with pytest.raises(DataLossError, match=r"\[10, 40\)"):
+        reader.partitions({"hub": {"0": 10}}, {"hub": {"0": 60}})
+    quiet = EventHubsStreamReader(
+        {"eventhubs.connectionString": planning_CONN, "failOnDataLoss": "false"}, metadata=lambda: table
+    )
+    assert ranges(quiet.partitions({"hub": {"0": 10}}, {"hub": {"0": 60}})) == [("0", 40, 60)]
+
+
+lag_Table = Table

@@ -1,0 +1,1 @@
+"""Helpers several unit test files share, by the file they came from."""

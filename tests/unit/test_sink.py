@@ -1,0 +1,96 @@
+"""Unit tests of :mod:`eventhubs_spark.sink`."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventhubs_spark.errors import SinkError
+
+
+def test_writing_avro_takes_a_value_struct_instead_of_a_body_and_says_so():
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from eventhubs_spark.sink import layout_for
+
+    value = StructField("value", StructType([StructField("id", LongType())]))
+    layout = layout_for(StructType([StructField("partitionKey", StringType()), value]), avro=True)
+    assert (layout.body, layout.partition_key, layout.body_is_text) == (1, 0, False)
+    with pytest.raises(SinkError, match="column 'body' is not written when writing Avro"):
+        layout_for(StructType([value, StructField("body", BinaryType())]), avro=True)
+    with pytest.raises(SinkError, match="column 'value' must be a struct"):
+        layout_for(StructType([StructField("value", StringType())]), avro=True)
+    with pytest.raises(SinkError, match="no 'value' column"):
+        layout_for(StructType([StructField("partitionKey", StringType())]), avro=True)
+
+
+def test_links_share_the_process_read_ahead_budget_without_changing_a_few_links_bounds():
+    from eventhubs_spark.amqp.frame_reader import LinkSink, ReadAheadBudget
+
+    links = [4]
+    budget = ReadAheadBudget(lambda: links[0], total=256 << 20, floor=256 << 10)
+    sink = LinkSink(credit=500, max_events=2000, max_bytes=8 << 20, budget=budget)
+    assert sink.bytes_bound() == 8 << 20  # 4 links: each keeps its own bound
+    links[0] = 32
+    assert sink.bytes_bound() == 8 << 20
+    links[0] = 1024
+    assert sink.bytes_bound() == 256 << 10  # 1,024 links: 256 MiB in all
+    links[0] = 100_000
+    assert sink.bytes_bound() == 256 << 10  # never below the floor
+    sink.received, sink.received_bytes = 100, 100 * 10_000  # 10 KB events: the window follows the bound
+    assert sink.window() == (256 << 10) // 10_000
+
+
+def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
+    from eventhubs_spark import sink
+    from eventhubs_spark.process import runtime
+
+    started: list[bool] = []
+    monkeypatch.setattr(runtime, "task_started", lambda: started.append(True))
+
+    class Sender:
+        report = sink.SendReport()
+
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sink, "EventSender", Sender)
+    assert sink._write(None, None, 1.0, iter(()), arrow=True) is Sender.report  # type: ignore[arg-type]
+    assert started == [True]
+
+
+def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warnings(caplog) -> None:
+    import logging
+    import types
+
+    from eventhubs_spark import sink
+
+    writer = sink.EventHubsStreamRowWriter.__new__(sink.EventHubsStreamRowWriter)
+    writer.settings = types.SimpleNamespace(hub="orders")  # type: ignore[assignment]
+    reports = [
+        sink.SendReport(by_partition={"0": 5, "10": 2}, by_key=1, batches=2, throttled=1, throttled_wait=0.5),
+        None,  # a task that sent nothing reports nothing
+        sink.SendReport(by_partition={"0": 3, "2": 4}, batches=1, throttled=2, throttled_wait=1.25, resent=3),
+    ]
+    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+        writer.commit(reports, 7)
+    said = [r.getMessage() for r in caplog.records]
+    assert [m for m in said if "sent again" in m] == [
+        "eventhubs sink hub=orders batch=7: 3 events were sent again after a send of theirs went unanswered (for "
+        "eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have been stored "
+        "all the same, so the hub may hold them twice (delivery is at least once)"
+    ]
+    (throttling,) = [m for m in said if "throttling" in m]
+    assert "refused 3 sends as busy, and the tasks waited 1.8 s in all" in throttling
+    assert (
+        "eventhubs sink hub=orders batch=7 sent 15 events (per partition: 0:8, 2:4, 10:2; routed by partition key: 1)"
+        in said
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+        writer.abort(reports, 8)
+    assert [r.getMessage() for r in caplog.records] == [
+        "eventhubs sink hub=orders batch=8 aborted after 15 events were sent; Spark re-runs it (at least once)"
+    ]
