@@ -81,8 +81,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
     from pyspark.sql import SparkSession
 
     from eventhubs_emulator import Emulator
-
-    from .sdk_helpers import send
+    from tests.integration.sdk_helpers import send
 
     nft("add", "table", "inet", "firewall")
     nft("add", "chain", "inet", "firewall", "input", "{ type filter hook input priority 0; }")

@@ -1,5 +1,5 @@
 """The old Scala connector (azure-event-hubs-spark 2.3.22) at work on its own Spark 3.5, for
-tests/integration/test_old_connector.py and bench jvm (issue 47): ``.venv-spark3.5/bin/python tests/jvm/old_app.py
+tests/integration/peers/test_old_connector.py and bench jvm (issue 47): ``.venv-spark3.5/bin/python tests/jvm/old_app.py
 PLAN.json OUT.json``. It imports nothing of this project (it runs where only pyspark 3.5 is installed).
 
 The plan (JSON) names the connection string (the emulator's, over TLS on 5671: the old connector knows no other

@@ -1,5 +1,5 @@
 """Writes this folder's fixtures with the code of the day: a Spark checkpoint and the blob checkpoint store's blobs
-of one query, read later by ``tests/integration/test_checkpoints_across_releases.py`` with newer code.
+of one query, read later by ``tests/integration/spark/test_checkpoints_across_releases.py`` with newer code.
 
 Run from the project root, on the release whose checkpoints are to be kept (it was run on commit ``ec3507b``, the
 code before the package was reorganised by folder)::

@@ -1,0 +1,1 @@
+"""Spark runs the connector: streams, batches, clusters, Spark Connect, notebooks and pipelines."""
