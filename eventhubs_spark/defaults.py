@@ -1,7 +1,9 @@
-"""Every default of an option, once: the option table (:mod:`eventhubs_spark.options`) shows and applies
-them, and the plain-data configs that carry an option's value (the receivers', the load balancer's)
-default to the same constant, so a config built without the options never disagrees with the table.
-Nothing here is read from the environment: what differs per query comes in through the options."""
+"""Every default of an option, once.
+
+The option table (:mod:`eventhubs_spark.options`) shows and applies them, and the plain-data configs that carry
+an option's value (the receivers', the load balancer's) default to the same constant, so a config built without
+the options never disagrees with the table. Nothing here is read from the environment: what differs per query
+comes in through the options."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Microsoft Entra ID identities as plain data, with the
-credentials each process builds from them (one per identity and process)."""
+"""Microsoft Entra ID identities as plain data, and the credentials each process builds from them.
+
+One credential per identity and process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""How a namespace is reached over the network: the transport, an HTTP proxy, a custom endpoint and the
-certificates to trust, and what a failure to get through means.
+"""How a namespace is reached over the network: transport, HTTP proxy, custom endpoint, certificates.
+
+And what a failure to get through means.
 
 Every real namespace is reached over TLS: AMQPS on port 5671, or AMQP over WebSockets on 443, the one
 way out of networks that allow only HTTPS, often through an HTTP proxy (CONNECT). A private endpoint or

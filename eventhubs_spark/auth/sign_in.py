@@ -1,6 +1,8 @@
-"""Which sign-in the options describe: the connection and ``eventhubs.auth`` options, checked together,
-become the typed connection settings (:class:`~eventhubs_spark.auth.settings.ConnectionSettings`) that
-everything below the options receives; every secret stays wrapped.
+"""Which sign-in the options describe, checked together into the typed connection settings.
+
+The connection and ``eventhubs.auth`` options become the
+:class:`~eventhubs_spark.auth.settings.ConnectionSettings` everything below the options receives; every secret
+stays wrapped.
 
 Every combination that would leave an option unused, or a method without what it needs, is an error
 naming the options: a credential mix-up found on the driver costs nothing; found by a failing executor

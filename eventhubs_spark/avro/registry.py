@@ -1,5 +1,4 @@
-"""The namespace's Schema Registry, as the connector uses it: writer schemas by id (read), a schema's id in a
-group (write).
+"""The namespace's Schema Registry as the connector uses it: writer schemas by id, a schema's id in a group.
 
 Calls go through the official ``azure-schemaregistry`` client (its REST contract, retries, proxy and TLS
 settings), signed in with Microsoft Entra ID: the registry takes no SAS key. A schema's id names one

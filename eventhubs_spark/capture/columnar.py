@@ -1,5 +1,7 @@
-"""A Capture file decoded straight into the source's Arrow columns: one pass over its records that only notes where
-each field lies (and the few values a hop needs anyway), then each column made at once from those positions.
+"""A Capture file decoded straight into the source's Arrow columns.
+
+One pass over its records only notes where each field lies (and the few values a hop needs anyway); then each
+column is made at once from those positions.
 
 A Capture record is ``SequenceNumber`` (long), ``Offset`` and ``EnqueuedTimeUtc`` (strings), two maps of unions
 and ``Body`` (null or bytes). Records differ in length, so finding where each begins is a walk through the file;

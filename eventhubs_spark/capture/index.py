@@ -1,5 +1,6 @@
-"""The driver's view of a hub's Capture files: which files hold a partition's range of sequence numbers, where
-a partition's captured history begins, and where an enqueued time falls in it.
+"""The driver's view of a hub's Capture files: which files hold a partition's range of sequence numbers.
+
+Also where a partition's captured history begins, and where an enqueued time falls in it.
 
 A file's name gives its partition and its window's start, not its sequence numbers; the first sequence number
 is read from the file's first bytes (a ranged read of a few KB, remembered: a written file does not change).

@@ -1,5 +1,6 @@
-"""Capture file names: ``archiveNameFormat`` compiled to a pattern, so a listing says which partition and
-window each file holds without opening it.
+"""Capture file names: ``archiveNameFormat`` compiled to a pattern that says each file's partition and window.
+
+A listing so tells which files matter without opening any.
 
 The service names each file from its window's start (UTC) with nine tokens, all required, in any order, with or
 without delimiters (``../shared/facts/capture.md``); the default is

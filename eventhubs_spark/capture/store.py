@@ -1,6 +1,7 @@
-"""Where Capture's files are: a local folder (a path or ``file:``), or a blob container in Azure Storage
-(``abfss://``, ``wasbs://``, ``https://``, Azurite's path-style ``http://``), listed by name prefix and read
-whole or by their first bytes.
+"""Where Capture's files are: a local folder or a blob container, listed by prefix and read whole or in part.
+
+A local folder is a path or ``file:``; a container is ``abfss://``, ``wasbs://``, ``https://`` or Azurite's
+path-style ``http://``.
 
 Storage sign-in is the checkpoint store's: a storage connection string (``eventhubs.capture.connectionString``),
 a SAS token (``eventhubs.capture.sasToken``), else the hub's Microsoft Entra identity (its ``eventhubs.entra.*``

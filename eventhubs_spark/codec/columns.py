@@ -1,5 +1,7 @@
-"""Events column by column: the containers decoded events are gathered in, and the mapping of an SDK-decoded
-message (or ``EventData``) to the source's columns, which the fast decoders agree with.
+"""Events column by column: the containers decoded events are gathered in, and the SDK's mapping to columns.
+
+The mapping of an SDK-decoded message (or ``EventData``) to the source's columns is the reference the fast
+decoders agree with.
 
 Values are kept as the SDK's decoder gives them (AMQP strings, symbols and binaries as ``bytes``,
 timestamps as milliseconds, property maps as lists of pairs); the text every map value, offset and key

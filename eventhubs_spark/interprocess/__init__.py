@@ -1,2 +1,1 @@
-"""What crosses between a query's processes: task ranges, the sealed socket, the driver's channel, and the
-receiver service's framing and messages."""
+"""What crosses between a query's processes: ranges, sealed sockets, the driver's channel, service messages."""

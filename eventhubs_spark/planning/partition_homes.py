@@ -1,5 +1,6 @@
-"""A streaming query's driver side between batches: the live receiver services, each partition's home,
-and what executors tell it.
+"""A streaming query's driver side between batches: the live receiver services and each partition's home.
+
+And what executors tell the driver.
 
 The stream runner process plans every micro-batch, so it keeps, for its query, a key
 (:class:`~eventhubs_spark.interprocess.task_ranges.QueryKey`), a listening channel

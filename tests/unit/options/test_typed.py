@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 import sys
 from pathlib import Path
 
@@ -11,12 +10,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from eventhubs_emulator import capture as writer
-from eventhubs_spark.capture.store import account_url
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import (
     SPECS,
-    STREAM,
     parse_options,
     read_options,
     write_options,
@@ -25,12 +21,9 @@ from eventhubs_spark.positions.event_positions import (
     Earliest,
     Latest,
 )
-from tests.unit.support.capture_read import CONN as capture_read_CONN
 from tests.unit.support.network import CONN as network_CONN
-from tests.unit.support.network import net
 from tests.unit.support.position_fidelity import CONN as position_fidelity_CONN
 from tests.unit.support.reader import CONN as reader_CONN
-from tests.unit.support.service_credential import BASE
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
 
@@ -201,39 +194,6 @@ AUTH_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("option", "raw"), AUTH_CASES, ids=[f"{i}-{c[0]}" for i, c in enumerate(AUTH_CASES)])
-def test_bad_sign_in_options_name_the_option_and_show_an_example(option, raw):
-    with pytest.raises(OptionError) as info:
-        parse_options(raw, "stream")
-    message = str(info.value)
-    assert option.lower() in message.lower(), message
-    assert info.value.example and info.value.example in message, f"no example in: {message}"
-    assert "TOPSECRET" not in message
-
-
-def test_sign_in_methods_are_implied_by_the_options_given():
-    from eventhubs_spark.auth.secret import Secret
-
-    def method(raw):
-        return parse_options(raw, "batch").settings.auth_method
-
-    assert method({"eventhubs.connectionString": bad_input_CONN}) == "connectionString"
-    assert method({**NS, "eventhubs.sasToken": LIVE_SAS}) == "sasToken"
-    assert method({**NS, **SP, "eventhubs.entra.clientSecret": "s"}) == "servicePrincipal"
-    assert method({**NS, **SP, "eventhubs.entra.certificatePath": "/c.pem"}) == "servicePrincipal"
-    assert method({**NS, "eventhubs.entra.federatedTokenFile": "/t"}) == "workloadIdentity"
-    assert method({**NS}) == "defaultAzureCredential"
-    assert method({**NS, "eventhubs.auth": "MANAGEDIDENTITY"}) == "managedIdentity"
-    sas = LIVE_SAS.removeprefix("SharedAccessSignature ")
-    settings = parse_options({**NS, "eventhubs.sasToken": sas}, "batch").settings
-    assert settings.sas_token == Secret(LIVE_SAS)  # the prefix is added when left out
-    # The checkpoint store by account URL without a SAS token signs in with the Entra identity too.
-    settings = parse_options({"eventhubs.connectionString": bad_input_CONN, **SP, "eventhubs.entra.clientSecret": "s",
-                                 "eventhubs.checkpointStore.accountUrl": "https://a.blob.core.windows.net",
-                                 "eventhubs.checkpointStore.container": "c"}, "stream").settings  # fmt: skip
-    assert settings.auth_method == "connectionString" and settings.entra.method == "servicePrincipal"
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -290,68 +250,6 @@ def test_digits_that_are_not_ascii_and_malformed_addresses_are_refused(option, r
     assert "TOPSECRET" not in str(info.value)
 
 
-def test_did_you_mean_goes_by_edit_distance_and_kafka_habits_name_our_option():
-    """Issue 49: the most common option's typos suggested it (they got maxEventsPerPartition before); Spark's Kafka
-    source's keys get our equivalent, not an unrelated example."""
-    from eventhubs_spark.options import STREAM, read_options
-
-    conn = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
-    for typo, meant in (("maxEventPerTrigger", "maxEventsPerTrigger"), ("maxEventsPerTriger", "maxEventsPerTrigger"),
-                        ("consumerGroup", "eventhubs.consumerGroup"), ("eventhubs.startingPositon",
-                        "eventhubs.startingPosition")):  # fmt: skip
-        with pytest.raises(OptionError, match=f"did you mean '{meant}'"):
-            read_options({"eventhubs.connectionString": conn, typo: "1"}, STREAM)
-    for kafka, ours in (("startingOffsets", "eventhubs.startingPosition"), ("maxOffsetsPerTrigger",
-                        "maxEventsPerTrigger"), ("kafka.bootstrap.servers", "eventhubs.connectionString"),
-                        ("subscribe", "eventhubs.name")):  # fmt: skip
-        with pytest.raises(OptionError, match=f"that is Spark's Kafka source; here it is '{ours}'"):
-            read_options({"eventhubs.connectionString": conn, kafka: "x"}, STREAM)
-
-
-def test_capture_options_are_checked_with_examples():
-    base = {"eventhubs.connectionString": capture_read_CONN}
-    options = read_options({**base, "eventhubs.capture.location": "abfss://cap@acct.dfs.core.windows.net/x"}, "stream")
-    assert options.capture is not None and options.capture.namespace == "ns" and options.capture.hub == "hub"
-    assert options.capture.late_file_wait == 60.0
-    with pytest.raises(OptionError, match=r"eventhubs.capture.location 's3://b/x': a local path.*abfss://"):
-        read_options({**base, "eventhubs.capture.location": "s3://b/x"}, "batch")
-    with pytest.raises(OptionError, match=r"eventhubs.capture.sasToken goes with eventhubs.capture.location"):
-        read_options({**base, "eventhubs.capture.sasToken": "sig=1"}, "batch")
-    with pytest.raises(OptionError, match=r"nameFormat.*no \{Second\}"):
-        read_options(
-            {
-                **base,
-                "eventhubs.capture.location": "/x",
-                "eventhubs.capture.nameFormat": writer.DEFAULT_NAME_FORMAT.replace("/{Second}", ""),
-            },
-            "batch",
-        )
-    with pytest.raises(OptionError, match="did you mean"):
-        read_options({**base, "eventhubs.capture.lateFileWiat": "1s"}, "batch")
-    from eventhubs_spark.capture.store import local_root
-
-    assert [local_root(x) for x in ("/c", "file:///c", "dbfs:/mnt/c", "abfss://cap@acct.dfs.core.windows.net/x")] == [
-        "/c", "/c", "/dbfs/mnt/c", None]  # fmt: skip
-    assert account_url("abfss://cap@acct.dfs.core.windows.net/x") == "https://acct.blob.core.windows.net"
-    assert account_url("http://127.0.0.1:10000/devstoreaccount1/cap/x") == "http://127.0.0.1:10000/devstoreaccount1"
-    assert "TOPSECRET" not in repr(read_options({**base, "eventhubs.capture.location": "/x",
-                                                 "eventhubs.capture.sasToken": "TOPSECRET"}, "batch"))  # fmt: skip
-
-
-def test_proxy_credentials_go_in_pairs_and_the_password_never_shows():
-    base = {"eventhubs.httpProxy.hostname": "proxy.corp", "eventhubs.httpProxy.port": "3128"}
-    with pytest.raises(OptionError, match="username and eventhubs.httpProxy.password"):
-        net(**base, **{"eventhubs.httpProxy.username": "svc"})
-    options = read_options(
-        {"eventhubs.connectionString": network_CONN, **base, "eventhubs.httpProxy.username": "svc",
-         "eventhubs.httpProxy.password": "pr0xy-S3CRET"}, "stream",
-    )  # fmt: skip
-    assert "pr0xy-S3CRET" not in repr(options) and "pr0xy-S3CRET" not in str(options.settings)
-    assert options.settings.network.proxy is not None and options.settings.network.proxy.username == "svc"
-    revived = pickle.loads(pickle.dumps(options.settings))  # travels to executors and the receiver service
-    assert revived.network == options.settings.network and revived.pool_key() == options.settings.pool_key()
-
-
 def test_network_options_apply_to_writes_too():
     options = write_options({"eventhubs.connectionString": network_CONN, "eventhubs.transportType": "amqpWebSockets"})
     assert options.settings.network.websockets
@@ -372,18 +270,6 @@ def test_the_batch_default_start_differs_from_the_old_connector():
     stream = parse_options({"eventhubs.connectionString": conn}, "stream")
     assert batch.default_start.to_json() == {"offset": "-1"}
     assert stream.default_start.to_json() == {"offset": "@latest"}
-
-
-def test_the_old_max_events_key_is_an_alias():
-    options = parse_options(
-        {"eventhubs.connectionString": position_fidelity_CONN, "eventhubs.maxEventsPerTrigger": "42"}, "stream"
-    )
-    assert options.max_events_per_trigger == 42
-    from eventhubs_spark.errors import OptionError
-
-    with pytest.raises(OptionError, match="another name for maxEventsPerTrigger"):
-        parse_options({"eventhubs.connectionString": position_fidelity_CONN, "eventhubs.maxEventsPerTrigger": "42",
-                       "maxEventsPerTrigger": "7"}, "stream")  # fmt: skip
 
 
 def test_read_options_on_a_write_are_ignored_with_one_warning_and_typos_still_fail(caplog):
@@ -453,27 +339,6 @@ def test_bad_options(raw, mode, message):
         raw = {"eventhubs.connectionString": reader_CONN, **raw}
     with pytest.raises(OptionError, match=message):
         parse_options(raw, mode)
-
-
-def test_entra_settings_travel_as_plain_data_and_build_one_credential_per_process():
-    """What goes to executors pickles without any azure-identity object; each process builds its own."""
-    import pytest
-
-    pytest.importorskip("azure.identity")
-    settings = parse_options(
-        {"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub",
-         "eventhubs.entra.tenantId": "t", "eventhubs.entra.clientId": "c", "eventhubs.entra.clientSecret": "TOPSECRET"},
-        "stream",
-    ).settings  # fmt: skip
-    data = pickle.dumps(settings)
-    assert b"azure.identity" not in data and b"TOPSECRET" in data  # the secret travels, in a Secret
-    assert "TOPSECRET" not in repr(settings)
-    copy = pickle.loads(data)
-    credential = copy.entra.credential()
-    assert type(credential).__name__ == "ClientSecretCredential"
-    assert copy.entra.credential() is credential  # one token cache per process
-    assert settings.entra.credential() is credential  # equal settings, same credential
-    assert copy.pool_key() == settings.pool_key()
 
 
 def test_every_read_option_lands_in_the_typed_options_or_the_sign_in(monkeypatch):
@@ -577,21 +442,6 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in(monkeypatch
             except OptionError:  # the option is needed beside the others: compare with a plain read
                 before = by_namespace if spec.key == "eventhubs.connectionString" else by_connection
             assert parse_options(before, mode) != parse_options(after, mode), f"{spec.key} ({mode}) changes nothing"
-
-
-def test_the_service_credential_is_the_whole_sign_in(standin):
-    for extra, named in (({"eventhubs.entra.clientId": "x"}, "eventhubs.entra.clientId"),
-                         ({"eventhubs.auth": "managedIdentity"}, "eventhubs.auth=managedIdentity"),
-                         ({"eventhubs.sasToken": "SharedAccessSignature sr=a&sig=b&se=1900000000&skn=c"},
-                          "eventhubs.sasToken")):  # fmt: skip
-        with pytest.raises(OptionError, match=f"databricks.serviceCredential signs in on its own: drop {named}"):
-            read_options({**BASE, **extra}, STREAM)
-    with pytest.raises(OptionError, match="databricks.serviceCredential.scope goes with databricks.serviceCredential"):
-        read_options({"eventhubs.namespace": "ns.servicebus.windows.net", "eventhubs.name": "hub",
-                      "databricks.serviceCredential.scope": "x"}, STREAM)  # fmt: skip
-    settings = read_options(dict(BASE), STREAM).settings
-    assert settings.auth_method == "serviceCredential"
-    assert "eventhubs-reader" not in repr(settings)  # the name is kept like a secret
 
 
 avro_CONN = CONN
