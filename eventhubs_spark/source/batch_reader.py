@@ -7,29 +7,20 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from eventhubs_spark.codec.schema import projection
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import BATCH
 from eventhubs_spark.planning.offset_ranges import Range
 from eventhubs_spark.positions.event_positions import Latest
-from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, source_schema
-from eventhubs_spark.source.planner import MetadataSource, Planner, QueryColumns, avro_of_options
+from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches
+from eventhubs_spark.source.planner import MetadataSource, QueryColumns, plan_reading
 
 
 class EventHubsBatchReader(DataSourceReader):
     """``spark.read.format("eventhubs")``: from the starting to the ending positions, then done."""
 
-    def __init__(
-        self,
-        options: Mapping[str, str],
-        metadata: MetadataSource = None,
-        columns: QueryColumns = None,
-        schema: Any = None,
-    ) -> None:
-        self.planner = Planner(options, BATCH, metadata)
-        self.avro = avro_of_options(self.planner.options)
-        # the query's own schema, when it gave one (arrow.projection)
-        self.columns = columns if schema is None else projection(schema, source_schema(self.avro))
+    def __init__(self, options: Mapping[str, str], metadata: MetadataSource = None,
+                 columns: QueryColumns = None, schema: Any = None) -> None:  # fmt: skip
+        self.planner, self.avro, self.columns = plan_reading(options, BATCH, metadata, columns, schema)
 
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner

@@ -18,7 +18,7 @@ from eventhubs_spark.avro import reading as avro_reading
 from eventhubs_spark.avro.decode import AvroReading
 from eventhubs_spark.capture.store import CaptureRead
 from eventhubs_spark.checkpoints.mirror import CheckpointMirror
-from eventhubs_spark.codec.schema import Projection
+from eventhubs_spark.codec.schema import Projection, projection
 from eventhubs_spark.errors import OptionError, data_loss_error
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
 from eventhubs_spark.options import ReadOptions, read_options
@@ -28,7 +28,7 @@ from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.event_positions import Earliest, EnqueuedTime, Position
 from eventhubs_spark.positions.partition_catalog import PartitionCatalog, PartitionInfo, PartitionMetadata
 from eventhubs_spark.process import runtime
-from eventhubs_spark.source.partition_reader import EventHubsPartition
+from eventhubs_spark.source.partition_reader import EventHubsPartition, source_schema
 
 if TYPE_CHECKING:
     from eventhubs_spark.capture.index import CaptureIndex
@@ -294,3 +294,13 @@ def avro_of_options(options: ReadOptions) -> AvroReading | None:
     """How a read of these options decodes Avro (None: it does not); the reader schema fetched when named by id."""
     return avro_reading(options.settings, options.avro_registry, options.avro_schema, options.avro_schema_id,
                         options.avro_mode, options.avro_corrupt_column)  # fmt: skip
+
+
+def plan_reading(
+    options: Mapping[str, str], mode: str, metadata: MetadataSource, columns: QueryColumns, schema: Any
+) -> tuple[Planner, AvroReading | None, QueryColumns]:
+    """What both readers start from: the read's planner, how it decodes Avro, and the columns the query's own
+    schema picks (``schema``, when it gave one: :func:`~eventhubs_spark.codec.schema.projection`)."""
+    planner = Planner(options, mode, metadata)
+    avro = avro_of_options(planner.options)
+    return planner, avro, columns if schema is None else projection(schema, source_schema(avro))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -17,7 +18,6 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from eventhubs_spark import defaults
-from eventhubs_spark.codec.schema import projection
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
@@ -25,16 +25,16 @@ from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, plan_tri
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
-from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, source_schema, worker_logging
+from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, worker_logging
 from eventhubs_spark.source.planner import (
-    _LOG,
     MAX_STREAM_IDLE_TIMEOUT,
     MIN_STREAM_IDLE_TIMEOUT,
     MetadataSource,
-    Planner,
     QueryColumns,
-    avro_of_options,
+    plan_reading,
 )
+
+_LOG = logging.getLogger(__name__)
 
 LAG_FILE_EVERY = 60.0  # seconds: a quiet stream still writes its lag figures this often (the command shows their age)
 
@@ -64,18 +64,10 @@ UNHEARD_AFTER = 4  # the driver says no executor reached its channel when planni
 class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("eventhubs")``."""
 
-    def __init__(
-        self,
-        options: Mapping[str, str],
-        metadata: MetadataSource = None,
-        columns: QueryColumns = None,
-        schema: Any = None,
-    ) -> None:
+    def __init__(self, options: Mapping[str, str], metadata: MetadataSource = None,
+                 columns: QueryColumns = None, schema: Any = None) -> None:  # fmt: skip
         worker_logging()  # the stream runner is a Python worker process too
-        self.planner = Planner(options, STREAM, metadata)
-        self.avro = avro_of_options(self.planner.options)
-        # the query's own schema, when it gave one (arrow.projection)
-        self.columns = columns if schema is None else projection(schema, source_schema(self.avro))
+        self.planner, self.avro, self.columns = plan_reading(options, STREAM, metadata, columns, schema)
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
