@@ -4,7 +4,7 @@ noise (issue 50).
 
 ``python -m bench ab_read`` compares ``codec/layout.py`` before issue 50's first change (commit 062aa17: a map every
 event shares made text per row) with today's; ``EVENTHUBS_AB_BEFORE`` and ``EVENTHUBS_AB_PATHS`` (comma-separated,
-relative to the repository) name another commit and other files. Each run is a Spark ``local[2]`` of its own (two
+relative to the repository; ``*`` for the whole tree) name another commit and other files. Each run is a Spark ``local[2]`` of its own (two
 warm-up reads of 200,000 events, then one read of every event of the hub: 4 partitions, 200 B), in a process whose
 ``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services too. When the files compared
 include the emulator's (``eventhubs_emulator/...``), each variant reads from its own tree's emulator, filled with the
@@ -53,12 +53,14 @@ def one(conn: str, warm: str, events: int) -> None:
 
 
 def worktrees(where: Path, before: str = BEFORE, paths: list[str] = PATHS) -> dict[str, Path]:
-    """A (HEAD with ``paths`` as at ``before``) and B (HEAD), as worktrees under ``where`` (see remove_worktrees)."""
+    """A (HEAD with ``paths`` as at ``before``) and B (HEAD), as worktrees under ``where`` (see remove_worktrees).
+    ``paths`` of ``["*"]``: A is the whole tree as at ``before`` (a change that moved files, as issue 66's)."""
     trees = {"A": where / "A", "B": where / "B"}
-    for tree in trees.values():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), "HEAD"], check=True,
+    for name, tree in trees.items():
+        commit = before if name == "A" and paths == ["*"] else "HEAD"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(tree), commit], check=True,
                        capture_output=True)  # fmt: skip
-    for path in paths:
+    for path in [] if paths == ["*"] else paths:
         old = subprocess.run(["git", "-C", str(ROOT), "show", f"{before}:{path}"], check=True, capture_output=True)
         (trees["A"] / path).write_bytes(old.stdout)
     return trees
@@ -107,7 +109,7 @@ def run() -> None:
     def median(variant: str, key: str) -> float:
         return statistics.median(x[key] for x in runs[variant])
 
-    rows = [{"code": f"A: {', '.join(PATHS)} as at {BEFORE}" if v == "A" else "B: as now", "events": EVENTS,
+    rows = [{"code": f"A: {', '.join(PATHS) if PATHS != ['*'] else 'the whole tree'} as at {BEFORE}" if v == "A" else "B: as now", "events": EVENTS,
              "whole query (s)": round(median(v, "whole"), 3), "in the batch (s)": round(median(v, "batch"), 3),
              "executor Python CPU (µs/event)": round(median(v, "cpu_us"), 2),
              "of it, the receiver service's (µs/event)": round(median(v, "service_us"), 2),
