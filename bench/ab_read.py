@@ -4,12 +4,12 @@ noise (issue 50).
 
 ``python -m bench ab_read`` compares ``codec/layout.py`` before issue 50's first change (commit 062aa17: a map every
 event shares made text per row) with today's; ``EVENTHUBS_AB_BEFORE`` and ``EVENTHUBS_AB_PATHS`` (comma-separated,
-relative to the repository; ``*`` for the whole tree) name another commit and other files. Each run is a Spark ``local[2]`` of its own (two
-warm-up reads of 200,000 events, then one read of every event of the hub: 4 partitions, 200 B), in a process whose
-``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services too. When the files compared
-include the emulator's (``eventhubs_emulator/...``), each variant reads from its own tree's emulator, filled with the
-same events, and the result is recorded as ``read_ab_emulator``: the emulator shares the machine's two cores with
-the reader.
+relative to the repository; ``*`` for the whole tree) name another commit and other files. Each run is a Spark
+``local[2]`` of its own (two warm-up reads of 200,000 events, then one read of every event of the hub: 4 partitions,
+200 B), in a process whose ``PYTHONPATH`` puts that variant's tree first, for its executors and receiver services
+too. When the files compared include the emulator's (``eventhubs_emulator/...``), each variant reads from its own
+tree's emulator, filled with the same events, and the result is recorded as ``read_ab_emulator``: the emulator
+shares the machine's two cores with the reader.
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def run() -> None:
     def median(variant: str, key: str) -> float:
         return statistics.median(x[key] for x in runs[variant])
 
-    rows = [{"code": f"A: {', '.join(PATHS) if PATHS != ['*'] else 'the whole tree'} as at {BEFORE}" if v == "A" else "B: as now", "events": EVENTS,
+    compared = "the whole tree" if PATHS == ["*"] else ", ".join(PATHS)
+    rows = [{"code": f"A: {compared} as at {BEFORE}" if v == "A" else "B: as now", "events": EVENTS,
              "whole query (s)": round(median(v, "whole"), 3), "in the batch (s)": round(median(v, "batch"), 3),
              "executor Python CPU (µs/event)": round(median(v, "cpu_us"), 2),
              "of it, the receiver service's (µs/event)": round(median(v, "service_us"), 2),
