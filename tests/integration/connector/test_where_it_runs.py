@@ -158,8 +158,8 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
     caplog.set_level(logging.WARNING, logger="eventhubs_spark")
     query = new_query_key()
     answered = []
-    driver_channel = DriverChannel(query, lambda m: answered.append(m) or {"ok": True}, bind="127.0.0.1")
-    address = DriverAddress(("127.0.0.1",), driver_channel.port)
+    server = DriverChannel(query, lambda m: answered.append(m) or {"ok": True}, bind="127.0.0.1")
+    address = DriverAddress(("127.0.0.1",), server.port)
     stop = threading.Event()
     opened = 0
     most_pending = 0
@@ -170,14 +170,14 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
         deadline = time.monotonic() + 30
         while opened < 1000 and not stop.is_set() and time.monotonic() < deadline:
             try:
-                sock = socket.create_connection(("127.0.0.1", driver_channel.port), timeout=2)
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=2)
             except OSError:
                 continue
             opened += 1
             if opened % 10 == 0:
                 sock.sendall(b"EHS1" + b"\0" * 16 + b"\1" * 32)  # a handshake for a query it does not know
             held.append(sock)
-            most_pending = max(most_pending, driver_channel.gate.pending)
+            most_pending = max(most_pending, server.gate.pending)
             if len(held) > 200:  # a stranger's file descriptors are finite too
                 for old in held[:100]:
                     old.close()
@@ -196,13 +196,13 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
         stranger.join()
         assert opened == 1000 and sent >= 5
         assert most_pending <= driver_channel.MAX_PENDING
-        assert driver_channel.gate.turned_away > 0  # the flood was cut off, not served
+        assert server.gate.turned_away > 0  # the flood was cut off, not served
         assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
         assert reach.probes == 0
         said = [r for r in caplog.records if "refused a connection to the query's driver" in r.getMessage()]
-        assert 1 <= len(said) <= 3 and len(said) < driver_channel.refused, (driver_channel.refused, len(said))
+        assert 1 <= len(said) <= 3 and len(said) < server.refused, (server.refused, len(said))
         # a proven peer that announces a frame larger than the driver takes is cut off before anything is read
-        with socket.create_connection(("127.0.0.1", driver_channel.port)) as raw:
+        with socket.create_connection(("127.0.0.1", server.port)) as raw:
             sealed = client_handshake(raw, query)
             raw.sendall(struct.pack(">I", 1 << 30))
             raw.settimeout(5)
@@ -212,7 +212,7 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
     finally:
         stop.set()
         stranger.join()
-        driver_channel.close()
+        server.close()
 
 
 def test_a_receiver_service_that_cannot_start_is_tried_once_then_in_the_background(eventhub, tmp_path, monkeypatch):
