@@ -4,26 +4,8 @@ The SDK reads a connection frame by frame: two ``recv`` calls per frame, its own
 tuple of fields per performative and a ``Message`` per transfer, then a walk through the connection,
 the session and the link before the message reaches a buffer. For the events a receiver reads that is
 most of the client's CPU. A :class:`FrameTap` takes the connection's reads over (the transport's
-``receive_frame``, so every reader of the connection, the SDK's own included, goes through it):
-
-* the socket is read in large chunks and frames are cut from the buffer (TLS records read on while
-  there are more; WebSocket framing stripped, :mod:`eventhubs_spark.amqp.websocket`);
-* a transfer on a link the connector reads (it carries a :class:`LinkSink`) goes straight into that
-  sink: its message's bytes and sequence number, nothing else, for the task to decode a range at a
-  time column by column (:mod:`eventhubs_spark.codec.layout`). The session's and link's counters move as the SDK moves
-  them, so flow control, credit and windows stay the SDK's;
-* the usual case, a run of one link's single-frame transfers sent settled back to back (a partition's
-  backlog), is taken in one pass (:meth:`FrameTap._run`): the frames are found with numpy (where a
-  transfer's first bytes are in the socket read, then the chain of frames from one to the next), so no
-  Python step is made per frame; the sequence numbers are read together with numpy, the counters move
-  once for the run, and the messages stay where they arrived, as spans of the socket read
-  (:class:`~eventhubs_spark.amqp.messages.RawEvents`), until the task decodes them;
-* every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
-  goes to the SDK as it would have, decoded by the SDK.
-
-Events wait in the sink's ``incoming`` on the thread that reads; they are handed to
-readers in bulk (:meth:`LinkSink.publish`) whenever the buffer runs dry and before any wait, so a
-reader never waits behind a frame that was already read.
+``receive_frame``, so every reader of the connection, the SDK's own included, goes through it) and does far less
+per event: how, :class:`FrameTap` says.
 """
 
 from __future__ import annotations
@@ -239,7 +221,27 @@ class LinkSink:
 
 
 class FrameTap:
-    """Reads one SDK connection's socket; see the module docstring. Lives as long as the connection."""
+    """Reads one SDK connection's socket in place of the SDK's reader, as long as the connection lives:
+
+    * the socket is read in large chunks and frames are cut from the buffer (TLS records read on while
+      there are more; WebSocket framing stripped, :mod:`eventhubs_spark.amqp.websocket`);
+    * a transfer on a link the connector reads (it carries a :class:`LinkSink`) goes straight into that
+      sink: its message's bytes and sequence number, nothing else, for the task to decode a range at a
+      time column by column (:mod:`eventhubs_spark.codec.layout`). The session's and link's counters move as the
+      SDK moves them, so flow control, credit and windows stay the SDK's;
+    * the usual case, a run of one link's single-frame transfers sent settled back to back (a partition's
+      backlog), is taken in one pass (:meth:`FrameTap._run`): the frames are found with numpy (where a
+      transfer's first bytes are in the socket read, then the chain of frames from one to the next), so no
+      Python step is made per frame; the sequence numbers are read together with numpy, the counters move
+      once for the run, and the messages stay where they arrived, as spans of the socket read
+      (:class:`~eventhubs_spark.amqp.messages.RawEvents`), until the task decodes them;
+    * every other frame (attach, flow, detach, CBS and management replies, transfers of other links)
+      goes to the SDK as it would have, decoded by the SDK.
+
+    Events wait in the sink's ``incoming`` on the thread that reads; they are handed to
+    readers in bulk (:meth:`LinkSink.publish`) whenever the buffer runs dry and before any wait, so a
+    reader never waits behind a frame that was already read.
+    """
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection

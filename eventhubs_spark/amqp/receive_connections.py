@@ -7,11 +7,6 @@ the process, every receiving link of every hub and consumer group is opened on i
 again when their tokens are due, granting credit, and reading frames through a :class:`FrameTap`,
 which keeps each link's messages (bytes and sequence numbers) in its :class:`LinkSink`. Tasks only wait on
 sinks.
-
-Because the reader runs between tasks too, a link reads ahead: it keeps granting credit while what
-it holds stays under its bounds (events and bytes), so the next range is often in memory before its
-task starts. Nothing of the SDK is touched from any other thread, so nothing needs a lock but the
-sinks' hand-over and the queue of commands.
 """
 
 from __future__ import annotations
@@ -289,7 +284,13 @@ def _slow_path(transport: str) -> None:
 
 
 class Connections:
-    """The process's shared connections, by namespace and credential."""
+    """The process's shared connections, by namespace and credential.
+
+    Because the reader runs between tasks too, a link reads ahead: it keeps granting credit while what
+    it holds stays under its bounds (events and bytes), so the next range is often in memory before its
+    task starts. Nothing of the SDK is touched from any other thread, so nothing needs a lock but the
+    sinks' hand-over and the queue of commands.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

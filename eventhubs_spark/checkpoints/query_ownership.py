@@ -5,18 +5,6 @@ thread of its long-lived stream runner process, and plans reads only for the par
 Spark never calls ``stop()`` (it ends the runner with SIGTERM), so a stopped or crashed query's
 partitions are not released: they lapse after ``ownershipExpiration`` and are taken over from the
 last checkpoint in the store.
-
-Handing a partition over between two live queries is exactly once, which plain processors are not:
-
-1. The thief steals the partition but does not read it yet (its :class:`Tenure` names the victim).
-2. The victim stops planning the partition at its next trigger. Every batch that read it has then
-   completed (Spark plans one batch at a time), so it writes that position as the partition's
-   checkpoint with a ``releasedby`` marker naming itself.
-3. The thief starts just after the marked checkpoint. A victim that never writes one (crashed, or an
-   SDK processor) is waited for until the ownership expiration has passed since the steal.
-
-An unowned partition keeps no position in the query's offsets; a partition gained begins with an
-empty range ending at its start, so a re-run batch reads exactly what it read the first time.
 """
 
 from __future__ import annotations
@@ -44,7 +32,20 @@ def default_owner_id() -> str:
 
 
 class QueryOwnership:
-    """The ownership cycle of one query, renewed on a daemon thread between (and during) batches."""
+    """The ownership cycle of one query, renewed on a daemon thread between (and during) batches.
+
+    Handing a partition over between two live queries is exactly once, which plain processors are not:
+
+    1. The thief steals the partition but does not read it yet (its :class:`Tenure` names the victim).
+    2. The victim stops planning the partition at its next trigger. Every batch that read it has then
+       completed (Spark plans one batch at a time), so it writes that position as the partition's
+       checkpoint with a ``releasedby`` marker naming itself.
+    3. The thief starts just after the marked checkpoint. A victim that never writes one (crashed, or an
+       SDK processor) is waited for until the ownership expiration has passed since the steal.
+
+    An unowned partition keeps no position in the query's offsets; a partition gained begins with an
+    empty range ending at its start, so a re-run batch reads exactly what it read the first time.
+    """
 
     def __init__(
         self,

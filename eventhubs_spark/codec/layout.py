@@ -1,31 +1,10 @@
 """A batch of received messages decoded column by column, by the layout they share.
 
-Event Hubs messages of one partition are nearly all built alike: the same annotations in the same
-order with the same encodings (a long sequence number, a str8 offset, a timestamp), the same
-application property names and value types from one producer, one data section. Only the values and
-the lengths of the variable parts differ. Decoding them one by one in Python walks the same structure
-again for every event (:mod:`eventhubs_spark.codec.message`: 3-5 µs each); here the structure is walked once per batch:
-
-1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
-   must be the same in every message of that shape (section descriptors, map sizes' positions, keys,
-   value constructors) and where the values are (fixed width, or a length prefix and its bytes). The
-   layout learnt last is tried first on the next batch (a stream's chunks are alike), so most batches
-   learn nothing.
-2. :func:`_match` checks every other message of the batch against it at once with numpy: each length
-   prefix followed, each map's declared size checked against what it holds, the layout must end exactly
-   where the message ends, and every constant run of every message compared in one call of Arrow's
-   equality (:func:`_constants`). A message that passes was parsed exactly as the
-   sequential decoder parses it; one that does not is left for the next layout.
-3. The values become Arrow columns without a Python object per event: fixed-width integers read from
-   a gathered byte matrix, variable parts (bodies, offsets, string values) cut from the batch's one
-   data buffer in C (:func:`spans`). A batch of one layout (the usual case) takes its columns straight
-   from the slots, and columns no message has (keys, publishers, system properties, often) cost
-   nothing per batch: the fixed cost of a batch is what makes large chunks pay (about 0.3 ms).
-
-What the layout does not describe (a properties section, floats, UUIDs, lists and maps among the
-properties, value or sequence bodies, several data sections, duplicate keys, text that is not UTF-8),
-and batches too small to be worth it, go through the per-message decoder, which falls back to the SDK's
-own where it must. A property test holds both ways to the SDK's decoding, row by row.
+Event Hubs messages of one partition are nearly all built alike: the same annotations in the same order with the
+same encodings (a long sequence number, a str8 offset, a timestamp), the same application property names and value
+types from one producer, one data section. Only the values and the lengths of the variable parts differ. Decoding
+them one by one in Python walks the same structure again for every event (:mod:`eventhubs_spark.codec.message`: 3-5
+µs each); here the structure is walked once per batch (how: :func:`decode_spans`).
 """
 
 from __future__ import annotations
@@ -652,7 +631,29 @@ def decode_spans(
 ) -> tuple[pa.RecordBatch, int]:
     """The source schema's record batch of the messages ``buffer[starts[i]:ends[i]]`` (in order; the bytes
     between them are not looked at, so a buffer of frames as they arrived will do), and how many of them
-    the SDK's decoder made. See the module docstring."""
+    the SDK's decoder made. See the module docstring.
+
+    1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
+       must be the same in every message of that shape (section descriptors, map sizes' positions, keys,
+       value constructors) and where the values are (fixed width, or a length prefix and its bytes). The
+       layout learnt last is tried first on the next batch (a stream's chunks are alike), so most batches
+       learn nothing.
+    2. :func:`_match` checks every other message of the batch against it at once with numpy: each length
+       prefix followed, each map's declared size checked against what it holds, the layout must end exactly
+       where the message ends, and every constant run of every message compared in one call of Arrow's
+       equality (:func:`_constants`). A message that passes was parsed exactly as the
+       sequential decoder parses it; one that does not is left for the next layout.
+    3. The values become Arrow columns without a Python object per event: fixed-width integers read from
+       a gathered byte matrix, variable parts (bodies, offsets, string values) cut from the batch's one
+       data buffer in C (:func:`spans`). A batch of one layout (the usual case) takes its columns straight
+       from the slots, and columns no message has (keys, publishers, system properties, often) cost
+       nothing per batch: the fixed cost of a batch is what makes large chunks pay (about 0.3 ms).
+
+    What the layout does not describe (a properties section, floats, UUIDs, lists and maps among the
+    properties, value or sequence bodies, several data sections, duplicate keys, text that is not UTF-8),
+    and batches too small to be worth it, go through the per-message decoder, which falls back to the SDK's
+    own where it must. A property test holds both ways to the SDK's decoding, row by row.
+    """
     n = len(starts)
     if not isinstance(buffer, pa.Buffer):
         buffer = pa.py_buffer(buffer)

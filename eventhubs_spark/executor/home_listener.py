@@ -3,18 +3,7 @@
 Each partition of a streaming query has a home (:mod:`eventhubs_spark.planning.partition_placement`): the one receiver
 service that reads it from Event Hubs for the whole cluster. A task that lands elsewhere reads its
 range from the home over TCP, so the namespace sends each event once however often Spark moves the task.
-This module is the home's side:
-
-* **What it serves.** The queries its own executor's tasks brought (their key and connection settings
-  arrive over the private Unix socket): a remote connection must prove it belongs to one of them
-  (:mod:`eventhubs_spark.interprocess.sealed_socket`), and then asks for ranges by partition and sequence numbers
-  only; the home reads them with the query's settings, through the same pool, read-ahead and recovery as its own
-  executor's tasks.
-* **Where.** A TCP port on every address of the host, from ``eventhubs.executorPorts`` (default: any
-  free port, so two services on one host never clash), opened when the first streaming task arrives.
-* **Who knows.** Every query's driver hears from the service (``service``: its id, addresses and port)
-  at once and then every :data:`HEARTBEAT` seconds while the query's tasks keep coming; the driver
-  places homes over the services it heard from lately, so an executor that is gone stops being a home.
+This module is the home's side (how: :class:`Listener`).
 """
 
 from __future__ import annotations
@@ -52,7 +41,19 @@ _GIVE_UP = 12  # announcements in a row the driver did not answer: the query has
 
 
 class Listener:
-    """The home side of one receiver service: the queries it knows, its TCP port, its announcements."""
+    """The home side of one receiver service: the queries it knows, its TCP port, its announcements.
+
+    * **What it serves.** The queries its own executor's tasks brought (their key and connection settings
+      arrive over the private Unix socket): a remote connection must prove it belongs to one of them
+      (:mod:`eventhubs_spark.interprocess.sealed_socket`), and then asks for ranges by partition and sequence numbers
+      only; the home reads them with the query's settings, through the same pool, read-ahead and recovery as its own
+      executor's tasks.
+    * **Where.** A TCP port on every address of the host, from ``eventhubs.executorPorts`` (default: any
+      free port, so two services on one host never clash), opened when the first streaming task arrives.
+    * **Who knows.** Every query's driver hears from the service (``service``: its id, addresses and port)
+      at once and then every :data:`HEARTBEAT` seconds while the query's tasks keep coming; the driver
+      places homes over the services it heard from lately, so an executor that is gone stops being a home.
+    """
 
     def __init__(
         self,

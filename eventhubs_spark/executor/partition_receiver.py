@@ -4,19 +4,6 @@ A receiver stands at a position (the next sequence number it hands out) on its o
 process's shared connection; a range that starts there resumes, one that starts elsewhere reopens the
 link there. What the link read past a range is held for the next one (:mod:`eventhubs_spark.executor.read_ahead`); where
 receivers are kept between tasks is the pool's job (:mod:`eventhubs_spark.executor.receiver_pool`).
-
-The SDK's ``receive()`` retries some attach errors forever without raising, so progress is watched
-here: a range that makes no progress for ``eventhubs.receiverTimeout`` fails with an error that
-names the hub, partition and range, and the link's own error when it has one. Between reopens after a
-dropped link or connection the receiver waits as the query's retry policy says (``eventhubs.retry.*``).
-
-Owner-level (epoch) receivers are claims on a partition. Any newer owner-level receiver of the
-consumer group takes the partition: the driver's own position lookups between micro-batches do, and
-so does another reader. A receiver displaced while it sat idle in the pool is simply reopened at its
-position when its next task starts (nothing was lost: every event it handed out was before the
-detach, and it hands out no other). A displacement during a read is answered by one reopen at the
-next unread event; a second one in the same task means someone else really reads the partition, and
-the task fails.
 """
 
 from __future__ import annotations
@@ -47,6 +34,19 @@ class PartitionReceiver:
 
     ``position`` is the next sequence number it hands out; the events its link read ahead of that
     wait in the link's sink (and in ``held``, the part of the last chunk a range did not need).
+
+    The SDK's ``receive()`` retries some attach errors forever without raising, so progress is watched
+    here: a range that makes no progress for ``eventhubs.receiverTimeout`` fails with an error that
+    names the hub, partition and range, and the link's own error when it has one. Between reopens after a
+    dropped link or connection the receiver waits as the query's retry policy says (``eventhubs.retry.*``).
+
+    Owner-level (epoch) receivers are claims on a partition. Any newer owner-level receiver of the
+    consumer group takes the partition: the driver's own position lookups between micro-batches do, and
+    so does another reader. A receiver displaced while it sat idle in the pool is simply reopened at its
+    position when its next task starts (nothing was lost: every event it handed out was before the
+    detach, and it hands out no other). A displacement during a read is answered by one reopen at the
+    next unread event; a second one in the same task means someone else really reads the partition, and
+    the task fails.
     """
 
     def __init__(

@@ -6,22 +6,7 @@ and the events it had read ahead. So the receivers live where every worker of th
 process, one per executor (where: :mod:`eventhubs_spark.executor.service_files`; started by the first worker that
 reads: :mod:`eventhubs_spark.executor.service_client`), serving ranges over a Unix socket
 (:mod:`eventhubs_spark.interprocess.service_framing`, requests checked by
-:mod:`eventhubs_spark.interprocess.service_protocol`):
-
-* **What.** The service runs the same engine a worker would (one AMQP connection per namespace and
-  credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release),
-  but its receivers keep each message undecoded (its sequence number read, nothing else): it sends
-  each range as spans of the undecoded AMQP frames, and the worker decodes them into the source's
-  Arrow record batches (:mod:`eventhubs_spark.codec.layout`, column by column). Decoding this way
-  runs in every task slot of the executor rather than in the one service process. The range's counts
-  follow; an error is raised in the task as the same type, with the same message.
-* **Who.** Only this user's processes: the socket is 0600 in a 0700 directory, and each peer's user
-  is checked (``SO_PEERCRED``).
-* **When it cannot.** When the service cannot start or dies (even mid-range), the task reads
-  in-process from the next event it has not yet handed to Spark, so nothing is lost or repeated;
-  each worker logs that once.
-* **How long.** The service exits when its executor's JVM has ended, when the executor's directory
-  is gone, or after ``IDLE_EXIT`` seconds with no receiver and no request.
+:mod:`eventhubs_spark.interprocess.service_protocol`) (how: :class:`ReceiverService`).
 """
 
 from __future__ import annotations
@@ -76,7 +61,23 @@ _PIPE_BYTES = 512 << 10
 
 
 class ReceiverService:
-    """The executor's service: a Unix socket, a thread per worker connection, the process's pool."""
+    """The executor's service: a Unix socket, a thread per worker connection, the process's pool.
+
+    * **What.** The service runs the same engine a worker would (one AMQP connection per namespace and
+      credential, a receiver per partition, read-ahead between micro-batches, the pool's idle release),
+      but its receivers keep each message undecoded (its sequence number read, nothing else): it sends
+      each range as spans of the undecoded AMQP frames, and the worker decodes them into the source's
+      Arrow record batches (:mod:`eventhubs_spark.codec.layout`, column by column). Decoding this way
+      runs in every task slot of the executor rather than in the one service process. The range's counts
+      follow; an error is raised in the task as the same type, with the same message.
+    * **Who.** Only this user's processes: the socket is 0600 in a 0700 directory, and each peer's user
+      is checked (``SO_PEERCRED``).
+    * **When it cannot.** When the service cannot start or dies (even mid-range), the task reads
+      in-process from the next event it has not yet handed to Spark, so nothing is lost or repeated;
+      each worker logs that once.
+    * **How long.** The service exits when its executor's JVM has ended, when the executor's directory
+      is gone, or after ``IDLE_EXIT`` seconds with no receiver and no request.
+    """
 
     def __init__(
         self, socket_path: str, local_dir: str | None, watch_pid: int | None, idle_exit: float, pool: ReceiverPool

@@ -5,23 +5,6 @@ metrics hook on Spark 4.0 to 4.3, so the stream's driver works the figures out i
 (:class:`LagTracker`) and gives them where a user can see them: a log line, the progress's
 ``latestOffset`` on Spark 4.2+ (the only field of a progress report a Python source fills), and a small
 JSON file per trigger (:class:`LagFiles`) that ``eventhubs-spark lag`` and the notebooks read.
-
-The figures are measured when the driver plans a trigger, against what the query has finished reading
-(the start of the batch it plans: every batch before it has completed), from the partition properties it
-asks for anyway, with no extra call per partition:
-
-- **events behind**: the events enqueued that the query has not read (last enqueued sequence number + 1
-  minus the next one to read, across a replication segment on a geo-replicated hub; 0 for an empty
-  partition);
-- **seconds behind**: the last enqueued event's time minus the enqueued time of the last event the query
-  read, 0 when nothing waits. The driver knows that time from the last event of each range the executors
-  read (each task tells the driver when it is done) or from a trigger's properties when the query had
-  read to the partition's end; it is unknown (None) only until the query's first batch on a partition
-  completes.
-
-A partition with events waiting that has not moved for ``stalled_batches`` triggers that read other
-partitions, or for ``stalled_after`` seconds, is **stalled**: named in the figures with the likely cause
-where the driver knows one.
 """
 
 from __future__ import annotations
@@ -184,6 +167,23 @@ class LagTracker:
     """The driver's lag figures of one hub's stream, trigger after trigger (the stream runner keeps one).
 
     ``clock``: monotonic seconds (stall durations); ``wall``: the time the figures are stamped with.
+
+    The figures are measured when the driver plans a trigger, against what the query has finished reading
+    (the start of the batch it plans: every batch before it has completed), from the partition properties it
+    asks for anyway, with no extra call per partition:
+
+    - **events behind**: the events enqueued that the query has not read (last enqueued sequence number + 1
+      minus the next one to read, across a replication segment on a geo-replicated hub; 0 for an empty
+      partition);
+    - **seconds behind**: the last enqueued event's time minus the enqueued time of the last event the query
+      read, 0 when nothing waits. The driver knows that time from the last event of each range the executors
+      read (each task tells the driver when it is done) or from a trigger's properties when the query had
+      read to the partition's end; it is unknown (None) only until the query's first batch on a partition
+      completes.
+
+    A partition with events waiting that has not moved for ``stalled_batches`` triggers that read other
+    partitions, or for ``stalled_after`` seconds, is **stalled**: named in the figures with the likely cause
+    where the driver knows one.
     """
 
     hub: str

@@ -5,16 +5,7 @@ on whichever executor has a free slot. The connector can still decide where each
 from Event Hubs*: its home, the one executor whose receiver service keeps the partition's link and
 read-ahead. :func:`homes` says which, from nothing but the hub's name, the partition ids and the sorted
 list of live executors, so every process that knows the same three things (the driver planning a batch,
-a task) gets the same answer:
-
-* **Balanced.** With ``P`` partitions over ``E`` executors every executor is home to ``P // E`` or
-  ``P // E + 1`` partitions: no executor more than one partition above another. Which executors take
-  the one more is decided by a hash of the hub and the executor.
-* **Stable.** Each partition ranks the executors by a hash of (hub, partition, executor), rendezvous
-  hashing's way, and takes the best-ranked one that still has room; partitions take their turn in an
-  order of their own hash. When an executor joins or leaves, a partition keeps its home unless that
-  executor was its home, or the room it relied on moved: measured over random hubs (``tests/unit/
-  test_placement.py``), about 1.2x the partitions that must move at the least.
+a task) gets the same answer (how: :func:`homes`).
 """
 
 from __future__ import annotations
@@ -30,7 +21,17 @@ def _rank(*parts: str) -> int:
 
 
 def homes(hub: str, partitions: Iterable[str], executors: Iterable[str]) -> dict[str, str]:
-    """Each partition's home executor (an empty mapping without executors)."""
+    """Each partition's home executor (an empty mapping without executors).
+
+    * **Balanced.** With ``P`` partitions over ``E`` executors every executor is home to ``P // E`` or
+      ``P // E + 1`` partitions: no executor more than one partition above another. Which executors take
+      the one more is decided by a hash of the hub and the executor.
+    * **Stable.** Each partition ranks the executors by a hash of (hub, partition, executor), rendezvous
+      hashing's way, and takes the best-ranked one that still has room; partitions take their turn in an
+      order of their own hash. When an executor joins or leaves, a partition keeps its home unless that
+      executor was its home, or the room it relied on moved: measured over random hubs (``tests/unit/
+      test_placement.py``), about 1.2x the partitions that must move at the least.
+    """
     live = sorted(set(executors))
     wanted = sorted(set(partitions), key=lambda p: (_rank(hub.lower(), "turn", p), p))
     if not live:

@@ -111,3 +111,14 @@ def test_a_typo_within_two_edits_suggests_the_option_or_one_as_near(data):
         return min(edit_distance(typo.lower(), k) for k in {key.lower(), key.lower().removeprefix("eventhubs.")})
 
     assert distance(near) <= distance(spec.key), (typo, near, spec.key)
+
+
+def test_the_edit_distance_lets_an_edit_fall_between_the_letters_of_a_swap():
+    """Found by the typo property above: ``eventhubs.name`` with its first two letters swapped and a letter put
+    between them is two edits away, and gets its suggestion."""
+    from eventhubs_spark.options import edit_distance, suggestion
+
+    assert edit_distance("ca", "abc") == 2 and edit_distance("eventhubs.name", "vaeenthubs.name") == 2
+    assert edit_distance("kitten", "sitting") == 3 and edit_distance("ab", "ba") == 1
+    assert edit_distance("aaaaa", "bbbbb") == 4, "past the limit: limit + 1"
+    assert suggestion("vaeenthubs.name", STREAM) == "eventhubs.name"
