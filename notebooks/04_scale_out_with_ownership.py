@@ -54,7 +54,7 @@ queries = [start_query(owner_id) for owner_id in owner_ids]
 import collections
 import time
 
-from eventhubs_spark.cli import checkpoints_report
+from eventhubs_spark.checkpoints.report import checkpoints_report
 
 
 def split_and_read(report):

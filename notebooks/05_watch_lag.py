@@ -87,7 +87,7 @@ display(fig)
 
 # COMMAND ----------
 
-from eventhubs_spark.cli import lag_report
+from eventhubs_spark.planning.lag_report import lag_report
 
 now = lag_report({"eventhubs.connectionString": connection_string}, checkpoint_path)
 display(spark.createDataFrame(

@@ -8,6 +8,10 @@ out of shell history; they are never printed.
 
 from __future__ import annotations
 
+from eventhubs_spark.checkpoints.report import checkpoints_report
 from eventhubs_spark.cli.main import main
+from eventhubs_spark.planning.lag_report import checkpoint_folder, lag_report
 
-__all__ = ["main"]
+# The reports were importable from here before the package was arranged by folder (the notebooks showed
+# ``from eventhubs_spark.cli import lag_report``): they still are.
+__all__ = ["checkpoint_folder", "checkpoints_report", "lag_report", "main"]
