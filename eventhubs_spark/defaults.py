@@ -19,6 +19,7 @@ EVENTS_PER_PARTITION = 1000  # Spark 4.2+: the default read limit is this many e
 MAX_TRIGGER_DELAY = 900.0  # seconds a trigger may be skipped for minEventsPerTrigger
 PARTITION_DISCOVERY_INTERVAL = 60.0
 MIN_EVENTS_PER_TASK = 0  # 0: one Spark task per Event Hubs partition
+MAX_PARTITIONS_PER_TASK = 32  # with minEventsPerTask: a task reads its partitions one after another
 LOAD_BALANCING_STRATEGY = "greedy"
 LOAD_BALANCING_INTERVAL = 10.0
 OWNERSHIP_EXPIRATION = 60.0

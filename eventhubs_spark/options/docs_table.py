@@ -65,6 +65,7 @@ _SECTIONS: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
                 "failOnDataLoss",
                 "maxEventsPerPartition",
                 "eventhubs.minEventsPerTask",
+                "eventhubs.maxPartitionsPerTask",
                 "eventhubs.partitionDiscoveryInterval",
             )
         ),

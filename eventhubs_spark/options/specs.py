@@ -229,6 +229,17 @@ SPECS: tuple[Spec, ...] = (
         field="min_events_per_task",
     ),
     Spec(
+        "eventhubs.maxPartitionsPerTask",
+        defaults.MAX_PARTITIONS_PER_TASK,
+        count_at_least(1),
+        "With eventhubs.minEventsPerTask: at most this many Event Hubs partitions share one Spark task. A task reads "
+        "its partitions one after another, so this bounds a task's time on a hub of many quiet partitions (1,024 on "
+        "a Dedicated namespace) while keeping the task count far below one per partition.",
+        "64",
+        READ,
+        field="max_partitions_per_task",
+    ),
+    Spec(
         "eventhubs.receiverService",
         None,
         parse_switch,

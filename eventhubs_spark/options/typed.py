@@ -88,6 +88,7 @@ class ReadOptions:
     stalled_after_batches: int
     stalled_after: float
     min_events_per_task: int
+    max_partitions_per_task: int
     read_ahead_events: int
     read_ahead_bytes: int
     checkpoint_store: StoreOptions | None

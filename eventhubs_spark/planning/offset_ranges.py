@@ -166,10 +166,13 @@ def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
     return out
 
 
-def pack_ranges(ranges: list[Range], min_events: int, max_events: int | None = None) -> list[list[Range]]:
+def pack_ranges(
+    ranges: list[Range], min_events: int, max_events: int | None = None, max_ranges: int | None = None
+) -> list[list[Range]]:
     """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; smaller ones
     share tasks, in partition order, until a task holds ``min_events`` (0: one task per range), never
-    more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays split).
+    more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays split) nor more than
+    ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``: a task reads them one after another).
 
     Every Python task costs Spark tens of milliseconds whatever it reads, so a quiet stream's micro-batch
     of a few events per partition runs one task for a few partitions instead of one per partition
@@ -189,7 +192,7 @@ def pack_ranges(ranges: list[Range], min_events: int, max_events: int | None = N
             small, held = [], 0
         small.append(r)
         held += r.size
-        if held >= min_events:
+        if held >= min_events or (max_ranges is not None and len(small) >= max_ranges):
             tasks.append(small)
             small, held = [], 0
     if small:

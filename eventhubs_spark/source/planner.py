@@ -265,10 +265,10 @@ class Planner:
                 self.config, r.partition, r.start, r.end, fail, idle_timeout, owner, owned, settings=self.settings
             )
 
-        return [
-            EventHubsPartition(tuple(request(r) for r in task), self.options.receiver_service)
-            for task in pack_ranges(pieces, self.options.min_events_per_task, self.options.max_events_per_partition)
-        ]
+        options = self.options
+        tasks = pack_ranges(pieces, options.min_events_per_task, options.max_events_per_partition,
+                            options.max_partitions_per_task)  # fmt: skip
+        return [EventHubsPartition(tuple(request(r) for r in task), options.receiver_service) for task in tasks]
 
     def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:
         """The start to read from, after checking it against the partition's retained events."""

@@ -328,7 +328,8 @@ def test_split_of_a_large_partition_into_several_tasks(spark, eventhub):
 def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
     """Default: one Spark partition per Event Hubs partition, as the old connector. With
     eventhubs.minEventsPerTask, the small ranges share one task (each still read in order, once), a
-    large one keeps its own; through the receiver service too (a stream)."""
+    large one keeps its own, and eventhubs.maxPartitionsPerTask bounds how many share one; through the receiver
+    service too (a stream)."""
     from pyspark.sql.functions import spark_partition_id
 
     bodies = fill(eventhub, {0: 30, 1: 20, 2: 10, 3: 600})
@@ -349,8 +350,12 @@ def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
     assert sorted(map(sorted, tasks.values())) == [["0", "1", "2"], ["3"]]
     for partition, count in {"0": 30, "1": 20, "2": 10, "3": 600}.items():
         assert [r.sequenceNumber for r in rows if r.partition == partition] == list(range(count))
+    bounded = batch_read(**{"eventhubs.minEventsPerTask": "100", "eventhubs.maxPartitionsPerTask": "2"})
+    assert bounded.rdd.getNumPartitions() == 3, "at most two partitions per task: [0, 1], [2], [3]"
+    assert sorted(r.body for r in bounded.selectExpr("cast(body as string) as body").collect()) == sorted(bodies)
     run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
-                      eventhubs__minEventsPerTask="100", eventhubs__receiverService="true")  # fmt: skip
+                      eventhubs__minEventsPerTask="100", eventhubs__maxPartitionsPerTask="2",
+                      eventhubs__receiverService="true")  # fmt: skip
     got = output(spark, tmp_path)
     assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
 

@@ -160,3 +160,17 @@ def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
     assert pack_ranges([], 100) == []
     split = [Range("0", s, s + 250) for s in range(0, 1000, 250)]  # maxEventsPerPartition=300 split these
     assert pack_ranges(split, 500, 300) == [[r] for r in split], "what maxEventsPerPartition split stays split"
+
+
+def test_a_task_takes_at_most_max_partitions_per_task_of_a_big_quiet_hub():
+    """1,024 partitions with a dozen events each (a Dedicated hub's quiet micro-batch): with minEventsPerTask they
+    share tasks, never more than eventhubs.maxPartitionsPerTask in one, each range once and in order."""
+    from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
+
+    quiet = [Range(str(p), 100, 112) for p in range(1024)]
+    tasks = pack_ranges(quiet, 500, None, 32)
+    assert len(tasks) == 32 and all(len(t) == 32 for t in tasks), "32 partitions (384 events) each: the bound"
+    assert [r for t in tasks for r in t] == quiet
+    by_events = pack_ranges(quiet, 200, None, 32)  # 17 partitions make 204 events: the events bound comes first
+    assert [len(t) for t in by_events] == [17] * 60 + [4]
+    assert pack_ranges(quiet[:3], 500, None, 1) == [[r] for r in quiet[:3]]
