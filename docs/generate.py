@@ -20,6 +20,7 @@ BENCHES = {
     "read_vs_sdk": "Reading, whole query, against the SDK (bench `read`)",
     "read_ab": "A read-path change against the code before it (bench `ab_read`)",
     "read_ab_emulator": "The emulator's sending against the code before it, same reader (bench `ab_read`)",
+    "read_ab_tree": "The whole package against an earlier tree, after a reorganisation (bench `ab_read`, paths `*`)",
     "jvm": "Reading, whole query, against the old Scala connector and Spark's Kafka source (bench `jvm`)",
     "jvm_sink": "Writing, against the old Scala connector's sink (bench `jvm`)",
     "ceiling": "Reading inside the micro-batch, against Spark's own ceiling for a Python source (bench `ceiling`)",
