@@ -1,5 +1,5 @@
-"""Unit tests of :mod:`eventhubs_spark.options.specs`, :mod:`eventhubs_spark.options.connection_specs` and
-:mod:`eventhubs_spark.options.spec`."""
+"""Unit tests of :mod:`eventhubs_spark.options.specs` (with the rows of
+:mod:`eventhubs_spark.options.connection_specs` first)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,3 @@ def test_every_example_parses_with_its_own_parser_and_shows_as_an_option_call(sp
     except OptionError as exc:
         assert spec.key == "eventhubs.connectionVerify" and "no file" in str(exc), exc
     assert example_of(spec) == f".option({spec.key!r}, {spec.example!r})"
-
-
-def test_a_bad_value_without_an_example_of_its_own_gets_the_options():
-    spec = BY_KEY["maxeventspertrigger"]
-    with pytest.raises(OptionError) as info:
-        parse_value(spec, "lots")
-    assert "maxEventsPerTrigger" in str(info.value) and info.value.example
