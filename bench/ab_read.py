@@ -129,6 +129,8 @@ def run() -> None:
              f"(decoding chunks into record batches, handing them to the JVM, the tasks' own cost) and their "
              f"daemon's.")  # fmt: skip
     # a whole tree compared (a reorganisation) is kept apart from the read-path change the page shows as read_ab
+    if PATHS == ["*"]:
+        notes = f"The whole tree as at {BEFORE} (A) against the tree now (B), {EVENTS:,} events. " + notes
     name = "read_ab_emulator" if own else "read_ab_tree" if PATHS == ["*"] else "read_ab"
     record(name, summary, rows, notes)
     print(json.dumps(summary, indent=2))
