@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from eventhubs_spark import defaults
 from eventhubs_spark.auth.secret import Secret
@@ -104,12 +105,16 @@ class RemoteRead:
     def of(cls, request: RemoteRead) -> RemoteRead:
         """What a task asks of a home for ``request``: its range alone (a :class:`RangeRequest`'s settings and
         stream fields left out)."""
-        return RemoteRead(**{f.name: getattr(request, f.name) for f in dataclasses.fields(RemoteRead)})
+        return RemoteRead(**_range_fields(request))
 
     def request(self, settings: ConnectionSettings) -> RangeRequest:
         """The range the home reads, with the settings its own executor's tasks gave it."""
-        return RangeRequest(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RemoteRead)},
-                            settings=settings)  # fmt: skip
+        return RangeRequest(**_range_fields(self), settings=settings)
+
+
+def _range_fields(read: RemoteRead) -> dict[str, Any]:
+    """The range's own fields of ``read`` (a :class:`RangeRequest` too), by name."""
+    return {f.name: getattr(read, f.name) for f in dataclasses.fields(RemoteRead)}
 
 
 @dataclass(frozen=True)
