@@ -41,39 +41,30 @@ def main() -> None:
             with EventHubProducerClient.from_connection_string(conn) as producer:
                 for partition, bodies in EVENTS.items():
                     producer.send_batch([EventData(b) for b in bodies], partition_id=partition)
-            query = (
-                spark.readStream.format("eventhubs")
-                .option("eventhubs.connectionString", conn)
-                .option("eventhubs.startingPosition", '{"offset": "-1"}')
-                .option("eventhubs.checkpointStore.connectionString", azurite.connection_string)
-                .option("eventhubs.checkpointStore.container", CONTAINER)
-                .load()
-                .selectExpr("cast(body as string) as body")
-                .writeStream.format("parquet")
-                .option("path", str(work / "data"))
-                .option("checkpointLocation", str(work / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination(180)
-            assert query.exception() is None, query.exception()
+
+            def run() -> None:
+                """One Trigger.AvailableNow run into the parquet folder (from the checkpoint once there is one)."""
+                query = (
+                    spark.readStream.format("eventhubs")
+                    .option("eventhubs.connectionString", conn)
+                    .option("eventhubs.startingPosition", '{"offset": "-1"}')
+                    .option("eventhubs.checkpointStore.connectionString", azurite.connection_string)
+                    .option("eventhubs.checkpointStore.container", CONTAINER)
+                    .load()
+                    .selectExpr("cast(body as string) as body")
+                    .writeStream.format("parquet")
+                    .option("path", str(work / "data"))
+                    .option("checkpointLocation", str(work / "checkpoint"))
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination(180)
+                assert query.exception() is None, query.exception()
+
+            run()
             rows = sorted(r.body for r in spark.read.parquet(str(work / "data")).collect())
             assert rows == sorted(b for bodies in EVENTS.values() for b in bodies), rows
-            # Spark 4.0/4.1 mirror a run's progress when the next run starts: one more run that finds nothing
-            again = query = (
-                spark.readStream.format("eventhubs")
-                .option("eventhubs.connectionString", conn)
-                .option("eventhubs.checkpointStore.connectionString", azurite.connection_string)
-                .option("eventhubs.checkpointStore.container", CONTAINER)
-                .load()
-                .selectExpr("cast(body as string) as body")
-                .writeStream.format("parquet")
-                .option("path", str(work / "data"))
-                .option("checkpointLocation", str(work / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            again.awaitTermination(180)
+            run()  # Spark 4.0/4.1 mirror a run's progress when the next run starts: one more run that finds nothing
             namespace = emu.fully_qualified_namespace
         container = ContainerClient.from_connection_string(azurite.connection_string, CONTAINER)
         blobs = [

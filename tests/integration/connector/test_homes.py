@@ -44,9 +44,8 @@ def test_a_home_serves_another_executors_task_only_with_the_querys_key(eventhub,
     send(eventhub.connection_string, [f"h{i}" for i in range(40)], partition_id="2")
     settings = parse_connection_string(eventhub.connection_string)
     query = new_query_key()
-    mine = RangeRequest(
-        ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=query, homes=True, settings=settings
-    )
+    mine = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=query, homes=True,
+                        settings=settings)  # fmt: skip
     client = worker.service()
     assert client is not None
     answer = client.hello(mine)  # this executor's task brings the query to its service
@@ -65,8 +64,8 @@ def test_a_home_serves_another_executors_task_only_with_the_querys_key(eventhub,
     # ... and with the query's key: the range, read by the home with the settings its own task gave it
     # credentials never cross: the home's own are used
     wrong_key = parse_connection_string(eventhub.connection_string.replace("SharedAccessKey=", "SharedAccessKey=x"))
-    elsewhere = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 40, True, query=query, homes=True,
-                             settings=wrong_key)  # fmt: skip
+    elsewhere = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 40, True, query=query,
+                             homes=True, settings=wrong_key)  # fmt: skip
     stats: dict = {}
     rows = [s for b in HomeClient(home, query).read(elsewhere, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(40)) and stats["read"] == 40 and service.listener.served == 1
@@ -78,17 +77,8 @@ def test_a_task_whose_home_cannot_be_reached_reads_the_range_itself(eventhub, ho
     send(eventhub.connection_string, [f"u{i}" for i in range(30)], partition_id="1")
     settings = parse_connection_string(eventhub.connection_string)
     gone = Home("an-executor-that-is-gone", ("127.0.0.1",), free_port())
-    request = RangeRequest(
-        ReceiverConfig(receiver_timeout=20),
-        "1",
-        0,
-        30,
-        True,
-        query=new_query_key(),
-        home=gone,
-        homes=True,
-        settings=settings,
-    )
+    request = RangeRequest(ReceiverConfig(receiver_timeout=20), "1", 0, 30, True, query=new_query_key(), home=gone,
+                           homes=True, settings=settings)  # fmt: skip
     stats: dict = {}
     with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
         rows = [s for b in worker.read(request, True, stats) for s in b.column("sequenceNumber").to_pylist()]
@@ -121,17 +111,8 @@ def test_a_home_that_goes_away_mid_range_leaves_the_task_reading_on_from_the_nex
         raise service_module._WorkerGone("the home's executor died")
 
     monkeypatch.setattr(service_module, "read_here", dies_after_one_chunk)
-    elsewhere = RangeRequest(
-        config,
-        "3",
-        0,
-        40,
-        True,
-        query=query,
-        homes=True,
-        home=Home("another-executor", ("127.0.0.1",), int(answer["port"])),
-        settings=settings,
-    )
+    elsewhere = RangeRequest(config, "3", 0, 40, True, query=query, homes=True, settings=settings,
+                             home=Home("another-executor", ("127.0.0.1",), int(answer["port"])))  # fmt: skip
     stats: dict = {}
     rows = [s for b in worker.read(elsewhere, True, stats) for s in b.column("sequenceNumber").to_pylist()]
     assert rows == list(range(40)), rows
@@ -149,17 +130,8 @@ def test_a_home_whose_port_is_closed_under_it_listens_again_and_tells_the_driver
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
         settings = parse_connection_string(eventhub.connection_string)
-        mine = RangeRequest(
-            ReceiverConfig(receiver_timeout=20),
-            "0",
-            0,
-            0,
-            True,
-            query=driver.query,
-            driver=driver.address(),
-            homes=True,
-            settings=settings,
-        )
+        mine = RangeRequest(ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
+                            driver=driver.address(), homes=True, settings=settings)  # fmt: skip
         client = worker.service()
         assert client is not None
         with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
@@ -243,17 +215,8 @@ def test_a_home_that_drops_packets_costs_a_worker_one_bounded_attempt_then_nothi
     hole = BlackHole()
     try:
         behind = Home("an-executor-behind-a-firewall", ("127.0.0.1",), hole.port)
-        request = RangeRequest(
-            ReceiverConfig(receiver_timeout=20),
-            "2",
-            0,
-            20,
-            True,
-            query=new_query_key(),
-            home=behind,
-            homes=True,
-            settings=settings,
-        )
+        request = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 20, True, query=new_query_key(),
+                               home=behind, homes=True, settings=settings)  # fmt: skip
         started = time.monotonic()
         first = [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
         paid = time.monotonic() - started
@@ -329,32 +292,14 @@ def test_without_homes_no_executor_listens_and_with_them_its_service_does(eventh
     pid = None
     try:
         stats: dict = {}
-        without = RangeRequest(
-            ReceiverConfig(receiver_timeout=20),
-            "0",
-            0,
-            10,
-            True,
-            query=query,
-            driver=driver.address(),
-            homes=False,
-            settings=settings,
-        )
+        without = RangeRequest(ReceiverConfig(receiver_timeout=20), "0", 0, 10, True, query=query,
+                               driver=driver.address(), homes=False, settings=settings)  # fmt: skip
         rows = [s for b in worker.read(without, True, stats) for s in b.column("sequenceNumber").to_pylist()]
         assert rows == list(range(10)) and stats["via"] == "service"
         pid = int(stats["pid"])
         assert pid != os.getpid() and listening(pid) == [], "no port without homes"
-        with_homes = RangeRequest(
-            ReceiverConfig(receiver_timeout=20),
-            "0",
-            0,
-            10,
-            True,
-            query=new_query_key(),
-            homes=True,
-            bind="127.0.0.1",
-            settings=settings,
-        )
+        with_homes = RangeRequest(ReceiverConfig(receiver_timeout=20), "0", 0, 10, True, query=new_query_key(),
+                                  homes=True, bind="127.0.0.1", settings=settings)  # fmt: skip
         assert [s for b in worker.read(with_homes, True, {}) for s in b.column("sequenceNumber").to_pylist()] == rows
         ports = listening(pid)
         assert len(ports) == 1 and "127.0.0.1:" in ports[0], ports  # eventhubs.executorBindAddress
@@ -374,17 +319,8 @@ def test_a_service_that_goes_tells_the_driver_which_drops_it_as_a_home_at_once(e
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
         settings = parse_connection_string(eventhub.connection_string)
-        request = RangeRequest(
-            ReceiverConfig(receiver_timeout=20),
-            "0",
-            0,
-            0,
-            True,
-            query=driver.query,
-            driver=driver.address(),
-            homes=True,
-            settings=settings,
-        )
+        request = RangeRequest(ReceiverConfig(receiver_timeout=20), "0", 0, 0, True, query=driver.query,
+                               driver=driver.address(), homes=True, settings=settings)  # fmt: skip
         client = worker.service()
         assert client is not None
         client.hello(request)  # the service registers the query and announces itself to its driver

@@ -297,14 +297,8 @@ def test_a_receiver_service_killed_between_tasks_costs_the_next_task_nothing_and
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     send(eventhub.connection_string, [f"k{i}" for i in range(12)], partition_id="2")
-    request = RangeRequest(
-        ReceiverConfig(receiver_timeout=20),
-        "2",
-        0,
-        12,
-        True,
-        settings=parse_connection_string(eventhub.connection_string),
-    )
+    request = RangeRequest(ReceiverConfig(receiver_timeout=20), "2", 0, 12, True,
+                           settings=parse_connection_string(eventhub.connection_string))  # fmt: skip
     worker = Runtime(reap_every=0)
     worker.recheck = 0.5
     pids: list[int] = []

@@ -151,19 +151,7 @@ def test_any_split_of_the_stream_gives_the_sdk_its_frames_and_the_sink_every_eve
                 theirs.sendall(stream[pos : pos + n])
                 pos += n
 
-        writer = threading.Thread(target=write)
-        writer.start()
-        got = []
-        idle = 0
-        while idle < 5:
-            _channel, frame = tap.receive_frame()
-            if frame is None:
-                idle += 0 if writer.is_alive() else 1
-                continue
-            idle = 0
-            got.append(frame[0])
-        writer.join()
-        tap.publish()
+        got = _frames_read(tap, threading.Thread(target=write))
     finally:
         ours.close()
         theirs.close()
@@ -363,19 +351,7 @@ def test_long_runs_of_transfers_are_taken_whole_with_every_sequence_number_and_c
         ours.settimeout(0.05)
         tap = FrameTap(FakeConnection(ours, session))
         tap.timeout = 0.005
-        writer = threading.Thread(target=theirs.sendall, args=(stream,))
-        writer.start()
-        got = []
-        idle = 0
-        while idle < 5:
-            _channel, frame = tap.receive_frame()
-            if frame is None:
-                idle += 0 if writer.is_alive() else 1
-                continue
-            idle = 0
-            got.append(frame[0])
-        writer.join()
-        tap.publish()
+        got = _frames_read(tap, threading.Thread(target=theirs.sendall, args=(stream,)))
     finally:
         ours.close()
         theirs.close()
@@ -440,3 +416,21 @@ def test_frames_found_with_numpy_are_the_frames_found_one_by_one(
         if not fakes:
             assert taken == len(one[0])
         pos = int(vector[1][-1]) if taken else pos + int.from_bytes(stream[pos : pos + 4], "big")
+
+
+def _frames_read(tap: FrameTap, writer: threading.Thread) -> list[int]:
+    """Start ``writer`` and read frames through ``tap`` until the writer has ended and five reads in a row found
+    nothing; the types of the frames the SDK got (those the tap did not take), then the tap's events published."""
+    writer.start()
+    got = []
+    idle = 0
+    while idle < 5:
+        _channel, frame = tap.receive_frame()
+        if frame is None:
+            idle += 0 if writer.is_alive() else 1
+            continue
+        idle = 0
+        got.append(frame[0])
+    writer.join()
+    tap.publish()
+    return got
