@@ -4,7 +4,11 @@ Rows become events packed into batches up to the hub's maximum message size, gro
 an explicit ``partitionId``, a ``partitionKey`` (the service routes each key to one partition), or
 neither, in which case the connector spreads batches over the partitions round-robin itself so it
 can count events per partition. Targets are sent concurrently through a producer pooled per
-executor process. Delivery is at least once: a failed task is retried by Spark and sends again.
+executor process.
+
+Delivery is at least once by default: a failed task is retried by Spark and sends again. With
+``eventhubs.sink.exactlyOnce`` every event carries a stamp naming its row, and an attempt that may follow
+another reads its stamps back and sends only what is missing (:mod:`eventhubs_spark.exactly_once`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from eventhubs_spark.avro.encode import writing as avro_writing
 from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.codec.encode import encode_event
 from eventhubs_spark.errors import EventHubsError, SinkError
+from eventhubs_spark.exactly_once import STAMP, WriteGuard, guard_for, record_fence
 from eventhubs_spark.options import write_options
 from eventhubs_spark.process import runtime
 
@@ -127,6 +132,21 @@ def layout_for(schema: Any, avro: bool = False) -> SinkLayout:
     )
 
 
+@dataclass(frozen=True)
+class ExactlyOnce:
+    """What a task of an exactly-once write needs (plain data, pickled into the tasks): where the fences and marks
+    are kept, whether it is a stream's, a ``df.write``'s write id, and the consumer group it reads back with."""
+
+    location: str
+    stream: bool
+    write_id: str | None
+    consumer_group: str
+
+
+class _Unanswered(Exception):
+    """A send of an exactly-once write went unanswered: settled by reading the hub back, never sent blindly again."""
+
+
 @dataclass
 class SendReport(WriterCommitMessage):
     """A task's commit message: events sent per partition, and per partition key (routed by the service)."""
@@ -138,12 +158,21 @@ class SendReport(WriterCommitMessage):
     throttled_wait: float = 0.0  # seconds this task waited before those retries
     # events sent again after a send of theirs went unanswered (timed out): the hub may hold them twice
     resent: int = 0
+    # exactly once (eventhubs.sink.exactlyOnce): the write's name, rows an earlier attempt had stored (not sent
+    # again), unanswered sends settled by reading back, and the events read back, in how long
+    write: str | None = None
+    skipped: int = 0
+    settled: int = 0
+    read_back: int = 0
+    read_seconds: float = 0.0
 
 
 class EventSender:
     """Executor side: turn rows into events, pack batches per target, send them concurrently."""
 
-    def __init__(self, settings: ConnectionSettings, layout: SinkLayout, timeout: float) -> None:
+    def __init__(
+        self, settings: ConnectionSettings, layout: SinkLayout, timeout: float, once: ExactlyOnce | None = None
+    ) -> None:
         self.settings = settings
         self.layout = layout
         self.timeout = timeout
@@ -157,6 +186,20 @@ class EventSender:
         self._pending_count = 0
         self._row = 0
         self._content_type = layout.avro.content_type if layout.avro is not None else None
+        self._once = once
+        self._guard: WriteGuard | None = None
+        self._stored: set[int] = set()  # rows (0-based) an earlier attempt of this task stored: skipped
+        self._prefix = ""  # the stamp of this task's rows, less the row number
+
+    def _begin_once(self, once: ExactlyOnce) -> WriteGuard:
+        """Name this task's rows, and learn which of them an earlier attempt stored."""
+        guard = guard_for(self.settings, once.consumer_group, once.location, once.stream, once.write_id, self.timeout,
+                          self._partition_list)  # fmt: skip
+        self._stored = guard.begin()
+        self._prefix = guard.stamp.prefix
+        self.report.write = guard.stamp.write
+        self._guard = guard
+        return guard
 
     def add_batch(self, batch: Any) -> None:
         """Add an Arrow record batch's rows (the Avro value column encoded from Arrow, the others as Python values)."""
@@ -176,6 +219,9 @@ class EventSender:
         keys = columns[layout.partition_key] if layout.partition_key is not None else None
         pids = columns[layout.partition_id] if layout.partition_id is not None else None
         props = columns[layout.properties] if layout.properties is not None else None
+        once = self._once
+        if once is not None and self._guard is None:
+            self._begin_once(once)
         for i, body in enumerate(bodies):
             self._row += 1
             if body is None:
@@ -187,7 +233,18 @@ class EventSender:
                     f"row {self._row}: both 'partitionKey' ({key!r}) and 'partitionId' ({pid!r}) are set; give one"
                 )
             prop = props[i] if props is not None else None
-            event = (body, (dict(prop) if not isinstance(prop, dict) else prop) if prop else None)
+            properties = (dict(prop) if not isinstance(prop, dict) else prop) if prop else None
+            if once is not None:
+                index = self._row - 1
+                if index in self._stored:
+                    self.report.skipped += 1
+                    continue
+                # the row's name; a stamp the input carried (events read from a hub written exactly once) is replaced
+                properties = {**properties, STAMP: self._prefix + str(index)} if properties else {
+                    STAMP: self._prefix + str(index)}  # fmt: skip
+                event: tuple[Any, ...] = (body, properties, index)
+            else:
+                event = (body, properties)
             if pid is not None:
                 target = ("partition", str(pid))
             elif key is not None:
@@ -214,13 +271,17 @@ class EventSender:
         width = len(rows[0])
         self.add_columns([[row[c] for row in rows] for c in range(width)])
 
-    def _round_robin(self) -> str:
+    def _partition_list(self) -> list[str]:
         if self._partition_ids is None:
             self._partition_ids = self._retrying(
                 lambda seconds: self._client.partition_ids(), f"listing the partitions of hub {self.settings.hub!r}"
             )
             self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones
-        pid = self._partition_ids[self._next_partition % len(self._partition_ids)]
+        return self._partition_ids
+
+    def _round_robin(self) -> str:
+        partition_ids = self._partition_list()
+        pid = partition_ids[self._next_partition % len(partition_ids)]
         self._next_partition += 1
         return pid
 
@@ -242,38 +303,44 @@ class EventSender:
                     events, partition_id=value if kind == "partition" else None, key=value if kind == "key" else None
                 )
                 work[target].extend(batches)
-        if not work:
-            return
+        if work:
+            self._send(work)
+        if self._guard is not None:
+            self.report.read_back, self.report.read_seconds = self._guard.read_back, self._guard.read_seconds
+
+    def _send(self, work: dict[tuple[str, str], list[Any]]) -> None:
+        """Send each target's batches, targets concurrently."""
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
             results = list(pool.map(lambda item: self._send_all(*item), work.items()))
         # the report is updated here, on the task's thread, never from the sending threads
-        for (kind, value), (sent, sent_batches, resent) in zip(work, results, strict=True):
+        for (kind, value), (sent, sent_batches, resent, settled) in zip(work, results, strict=True):
             self.report.batches += sent_batches
             self.report.resent += resent
+            self.report.settled += settled
             if kind == "partition":
                 self.report.by_partition[value] = self.report.by_partition.get(value, 0) + sent
             else:
                 self.report.by_key += sent
 
-    def _pack(self, events: list[tuple[Any, Any]], partition_id: str | None, key: str | None) -> list[tuple[Any, int]]:
-        """Pack (body, properties) events into full batches (with their event counts), encoded once each
-        (client.encode), checking each against the limit."""
-        out: list[tuple[Any, int]] = []
+    def _pack(self, events: list[Any], partition_id: str | None, key: str | None) -> list[tuple[Any, int, list[Any]]]:
+        """Pack (body, properties[, row]) events into full batches (with their event counts and events), encoded once
+        each (client.encode), checking each against the limit."""
+        out: list[tuple[Any, int, list[Any]]] = []
         batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
-        count = 0
-        for body, properties in events:
-            message = encode_event(body, properties, key, self._content_type)
+        start = 0
+        for n, event in enumerate(events):
+            body = event[0]
+            message = encode_event(body, event[1], key, self._content_type)
             if not sdk_internals.add_encoded(batch, message):
-                if count == 0:
+                if n == start:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
-                out.append((batch, count))
+                out.append((batch, n - start, events[start:n]))
                 batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
-                count = 0
+                start = n
                 if not sdk_internals.add_encoded(batch, message):
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
-            count += 1
-        if count:
-            out.append((batch, count))
+        if start < len(events):
+            out.append((batch, len(events) - start, events[start:]))
         return out
 
     def _too_large(self, body: Any, size: int, limit: int) -> SinkError:
@@ -284,15 +351,34 @@ class EventSender:
             f"size of {limit} bytes; split or compress the body. Nothing was dropped: the write fails instead."
         )
 
-    def _send_all(self, target: tuple[str, str], batches: list[tuple[Any, int]]) -> tuple[int, int, int]:
-        """Send one target's batches in order; returns the events and batches sent, and the events among them
-        sent again after an unanswered attempt."""
-        sent = resent = 0
-        for batch, count in batches:
-            if self._send_with_retry(batch, count, target):
-                resent += count
-            sent += count
-        return sent, len(batches), resent
+    def _send_all(
+        self, target: tuple[str, str], batches: list[tuple[Any, int, list[Any]]]
+    ) -> tuple[int, int, int, int]:
+        """Send one target's batches in order; returns the events and batches sent, the events among them sent
+        again after an unanswered attempt, and (exactly once) the unanswered sends settled by reading back."""
+        sent = resent = settled = 0
+        queue = list(batches)
+        sent_batches = len(queue)
+        while queue:
+            batch, count, events = queue.pop(0)
+            try:
+                if self._send_with_retry(batch, count, target):
+                    resent += count
+                sent += count
+            except _Unanswered:
+                # Which of this target's events did the hub store? Ask it (this target's partition; a key's
+                # partition is the service's choice: all of them), then send the rest, packed again.
+                assert self._guard is not None
+                settled += 1
+                stored = self._guard.stored([target[1]] if target[0] == "partition" else None)
+                waiting = [event for _, _, chunk in [(batch, count, events), *queue] for event in chunk]
+                rest = [event for event in waiting if event[2] not in stored]
+                sent += len(waiting) - len(rest)
+                kind, value = target
+                queue = self._pack(rest, partition_id=value if kind == "partition" else None,
+                                   key=value if kind == "key" else None)  # fmt: skip
+                sent_batches += len(queue)
+        return sent, sent_batches, resent, settled
 
     def _send_with_retry(self, batch: Any, count: int, target: tuple[str, str]) -> bool:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``; whether it was sent
@@ -319,6 +405,8 @@ class EventSender:
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
                     unanswered = True
                     self._replace_client(client)  # unanswered: the next attempt goes over a new connection
+                    if self._once is not None:
+                        raise _Unanswered(str(exc)) from exc
                 raise
 
         self._retrying(send, f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})")
@@ -379,10 +467,10 @@ class EventSender:
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
-           arrow: bool) -> SendReport:  # fmt: skip
+           arrow: bool, once: ExactlyOnce | None = None) -> SendReport:  # fmt: skip
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
     runtime.task_started()
-    sender = EventSender(settings, layout, timeout)
+    sender = EventSender(settings, layout, timeout, once)
     try:
         with failures.sign_in_errors(settings):
             if arrow:
@@ -414,6 +502,11 @@ def _merged(messages: Iterable[Any]) -> SendReport:
             total.throttled += m.throttled
             total.throttled_wait += m.throttled_wait
             total.resent += m.resent
+            total.write = total.write or m.write
+            total.skipped += m.skipped
+            total.settled += m.settled
+            total.read_back += m.read_back
+            total.read_seconds += m.read_seconds
     return total
 
 
@@ -422,11 +515,15 @@ def _events(report: SendReport) -> int:
 
 
 class _SinkBase:
+    stream = False
+    once: ExactlyOnce | None = None
+
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         parsed = write_options(dict(options))
         self.settings = parsed.settings
         self.timeout = parsed.operation_timeout
         self.layout = layout_for(schema, avro=bool(parsed.avro_registry))
+        self.once = exactly_once(parsed, self.stream)
         if parsed.avro_registry:
             # registered (or found) once per query, here on the driver; the tasks only encode
             registry = Registry.of(parsed.avro_registry, parsed.settings)
@@ -444,6 +541,12 @@ class _SinkBase:
                 "(for eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have "
                 "been stored all the same, so the hub may hold them twice (delivery is at least once)",
                 self.settings.hub, batch, report.resent,
+            )  # fmt: skip
+        if report.skipped or report.settled:
+            _LOG.warning(
+                "eventhubs sink hub=%s batch=%s (exactly once): %d rows an earlier attempt had stored were not sent "
+                "again, and %d unanswered sends were settled; %d events read back in %.1f s to find them",
+                self.settings.hub, batch, report.skipped, report.settled, report.read_back, report.read_seconds,
             )  # fmt: skip
         if report.throttled:
             _LOG.warning(
@@ -463,7 +566,7 @@ class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
     """``df.write.format("eventhubs")``: Arrow batches in, events out."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True, once=self.once)
 
     def commit(self, messages: list[Any]) -> None:
         self._log_commit(messages, None)
@@ -474,10 +577,16 @@ class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
 
 
 class _StreamCommits(_SinkBase):
-    """Commit and abort of both stream writers: log the batch's counts (delivery is at least once)."""
+    """Commit and abort of both stream writers: log the batch's counts, and (exactly once) record the fence."""
+
+    stream = True
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         self._log_commit(messages, batchId)
+        write = _merged(messages).write
+        if self.once is not None and write is not None:
+            # the next batch's stamps all land after where the hub ends now
+            record_fence(self.settings, self.once.location, write, batchId, self.timeout)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         _LOG.warning(
@@ -490,14 +599,41 @@ class EventHubsStreamArrowWriter(_StreamCommits, DataSourceStreamArrowWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.1+: Arrow batches per micro-batch."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True, once=self.once)
 
 
 class EventHubsStreamRowWriter(_StreamCommits, DataSourceStreamWriter):
     """``df.writeStream.format("eventhubs")`` on Spark 4.0, which has no Arrow stream writer."""
 
     def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=False)
+        return _write(self.settings, self.layout, self.timeout, iterator, arrow=False, once=self.once)
+
+
+def exactly_once(parsed: Any, stream: bool) -> ExactlyOnce | None:
+    """The exactly-once settings of a write (None: at least once), checked on the driver."""
+    from eventhubs_spark.errors import OptionError
+    from eventhubs_spark.exactly_once import WRITE_ID_HELP
+
+    if not parsed.exactly_once:
+        if parsed.write_id is not None:
+            example = ".option('eventhubs.sink.exactlyOnce', 'true')"
+            raise OptionError(f"eventhubs.sink.writeId names an exactly-once write: also set {example}", example)
+        return None
+    if parsed.checkpoint_location is None:
+        example = ".option('eventhubs.checkpointLocation', '/dbfs/checkpoints/orders-out')"
+        raise OptionError(
+            "eventhubs.sink.exactlyOnce keeps where each batch's events can be under eventhubs.checkpointLocation, "
+            f"a path every executor reaches (Spark does not tell a Python sink its own checkpoint location), e.g. "
+            f"{example}",
+            example,
+        )
+    if stream and parsed.write_id is not None:
+        example = ".option('eventhubs.sink.exactlyOnce', 'true')"
+        raise OptionError(f"eventhubs.sink.writeId is for df.write: a stream's writes are named by its query id; "
+                          f"drop it, e.g. keep only {example}", example)  # fmt: skip
+    if not stream and parsed.write_id is None:
+        raise OptionError(WRITE_ID_HELP, ".option('eventhubs.sink.writeId', 'orders-2026-11-28')")
+    return ExactlyOnce(parsed.checkpoint_location, stream, parsed.write_id, parsed.consumer_group)
 
 
 def batch_writer(options: Mapping[str, str], schema: Any) -> DataSourceWriter:

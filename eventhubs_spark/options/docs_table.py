@@ -100,6 +100,11 @@ _SECTIONS: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
         ),
     ),
     (
+        "Writing",
+        "The sink: exactly once into a hub (see Guarantees).",
+        lambda k: k.startswith("eventhubs.sink."),
+    ),
+    (
         "Capture",
         "History older than the hub's retention, read from Capture files first.",
         lambda k: k.startswith("eventhubs.capture."),

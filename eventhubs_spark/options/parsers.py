@@ -241,6 +241,16 @@ def parse_authority(option: str, value: str) -> str:
     return text
 
 
+def parse_write_id(option: str, value: str) -> str:
+    """A name that is a folder's and a stamp's part: letters, digits, '.', '_' and '-'."""
+    text = parse_text(option, value).strip()
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", text) or text in (".", ".."):
+        example = f".option({option!r}, 'orders-2026-11-28')"
+        raise OptionError(f"{option}: letters, digits, '.', '_' and '-' only, got {value!r}. Example: {example}",
+                          example)  # fmt: skip
+    return text
+
+
 def parse_text(option: str, value: str) -> str:
     if not str(value).strip():
         raise OptionError(f"{option}: must not be empty")

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from eventhubs_spark import defaults
 from eventhubs_spark.options.connection_specs import CONNECTION_SPECS
 from eventhubs_spark.options.parsers import (
+    ALL,
     BATCH,
     READ,
     STREAM,
@@ -30,6 +31,7 @@ from eventhubs_spark.options.parsers import (
     parse_size,
     parse_switch,
     parse_text,
+    parse_write_id,
     upper_choice_of,
 )
 from eventhubs_spark.options.spec import Spec
@@ -44,9 +46,10 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.consumerGroup",
         defaults.CONSUMER_GROUP,
         parse_text,
-        "Consumer group to read with.",
+        "Consumer group to read with (writes with eventhubs.sink.exactlyOnce: to read their own events back with, "
+        "after a retried task; never as an exclusive reader).",
         "$Default",
-        READ,
+        ALL,
         field="consumer_group",
     ),
     Spec(
@@ -324,9 +327,10 @@ SPECS: tuple[Spec, ...] = (
         "Python source): the driver writes each trigger's lag figures under eventhubs-lag/ there, with the "
         "query's options less their secrets, for `eventhubs-spark lag --checkpoint-location` and the notebooks. "
         "A local path, file: or dbfs:/ (through /dbfs); unset: the figures go to the driver's log (and the "
-        "progress's latestOffset on Spark 4.2+) only.",
+        "progress's latestOffset on Spark 4.2+) only. Writes with eventhubs.sink.exactlyOnce: where the sink "
+        "keeps, under eventhubs-sink/, each batch's fence and its tasks' marks (a path every executor reaches).",
         "/dbfs/checkpoints/telemetry",
-        frozenset({STREAM}),
+        frozenset({STREAM, WRITE}),
         field="checkpoint_location",
     ),
     Spec(
@@ -588,6 +592,27 @@ SPECS: tuple[Spec, ...] = (
         "_bad_avro",
         READ,
         field="avro_corrupt_column",
+    ),
+    Spec(
+        "eventhubs.sink.exactlyOnce",
+        False,
+        parse_bool,
+        "Writes: store every row once whatever Spark retries (tasks, lost executors, a restarted driver), for a "
+        "query whose rows are deterministic; each event carries the application property eventhubs-spark-stamp "
+        "(write/batch/partition/row). Needs eventhubs.checkpointLocation, and for df.write eventhubs.sink.writeId.",
+        "true",
+        frozenset({WRITE}),
+        field="exactly_once",
+    ),
+    Spec(
+        "eventhubs.sink.writeId",
+        None,
+        parse_write_id,
+        "df.write with eventhubs.sink.exactlyOnce: the write's name, the same when the same job runs again (its rows "
+        "already stored are not sent again); letters, digits, '.', '_', '-'.",
+        "orders-2026-11-28",
+        frozenset({WRITE}),
+        field="write_id",
     ),
     Spec(
         "eventhubs.avro.schemaGroup",

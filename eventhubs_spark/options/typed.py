@@ -120,6 +120,10 @@ class WriteOptions:
     avro_group: str | None
     avro_record_name: str
     avro_record_namespace: str | None
+    consumer_group: str
+    checkpoint_location: str | None
+    exactly_once: bool
+    write_id: str | None
 
 
 def check_read_options(raw: Mapping[str, str]) -> ReadOptions:

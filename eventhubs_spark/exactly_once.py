@@ -1,0 +1,195 @@
+"""Exactly once into a hub: each event the sink writes carries a stamp, and a task attempt that may follow an
+earlier one reads its own stamps back before it sends, and skips the rows already stored.
+
+Why it works: Event Hubs has no idempotent send and no transactions, but a Spark task is told which write, batch
+and input partition it writes (``sql.streaming.queryId``, ``streaming.sql.batchId``, ``partitionId()``), and a
+deterministic query gives a re-run task the same rows in the same order, so "row i of input partition p of batch
+b of query q" names a row across attempts, executors and driver restarts. The stamp says exactly that (the
+application property :data:`STAMP`, ``<write>/<batch>/<partition>/<row>``), so a consumer that is not ours can
+drop duplicates by it too.
+
+Where to look: every event a batch's tasks store lands after the fence (the partitions' ends when the batch before
+committed, :mod:`eventhubs_spark.checkpoints.write_fences`). An attempt that finds no mark of an earlier one reads
+nothing; one that finds a mark (a retried task, a batch run again after the driver restarted, a ``df.write`` run
+again with its write id) reads each partition from the fence to its end through the connector's own receive path,
+keeps the stamps of its own task, and sends the rest. A send that went unanswered inside an attempt is settled the
+same way before it is made again: the hub is asked, not trusted to have dropped it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.checkpoints.write_fences import WriteFences
+from eventhubs_spark.errors import SinkError
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
+from eventhubs_spark.process import runtime
+
+_LOG = logging.getLogger(__name__)
+
+STAMP = "eventhubs-spark-stamp"  # the application property every event written exactly once carries
+
+WRITE_ID_HELP = (
+    "df.write with eventhubs.sink.exactlyOnce names the write with eventhubs.sink.writeId, kept the same when the "
+    "same job runs again (a stream's writes are named by the query's id): "
+    ".option('eventhubs.sink.writeId', 'orders-2026-11-28')"
+)
+
+
+@dataclass(frozen=True)
+class TaskStamp:
+    """The names a task's rows go by: ``write`` (a stream's query id, or a ``df.write``'s write id), ``batch``
+    (a stream's batch id; 0 for ``df.write``), ``partition`` (the task's input partition)."""
+
+    write: str
+    batch: int
+    partition: int
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.write}/{self.batch}/{self.partition}/"
+
+    def of(self, row: int) -> str:
+        return f"{self.prefix}{row}"
+
+
+def task_stamp(stream: bool, write_id: str | None) -> TaskStamp:
+    """The running task's stamp, from what Spark tells it."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise SinkError("eventhubs.sink.exactlyOnce: the write runs outside a Spark task, so its rows have no names")
+    if stream:
+        query, batch = ctx.getLocalProperty("sql.streaming.queryId"), ctx.getLocalProperty("streaming.sql.batchId")
+        if not query or batch is None:
+            raise SinkError(
+                "eventhubs.sink.exactlyOnce: Spark did not tell this stream's task its query id and batch id "
+                "(sql.streaming.queryId, streaming.sql.batchId); write without eventhubs.sink.exactlyOnce"
+            )
+        return TaskStamp(query, int(batch), ctx.partitionId())
+    if not write_id:
+        raise SinkError(WRITE_ID_HELP)
+    return TaskStamp(write_id, 0, ctx.partitionId())
+
+
+def stamped_rows(batches: Iterable[Any], prefix: str) -> set[int]:
+    """The row numbers of the stamps in ``batches`` (Arrow record batches of the source's schema) that start with
+    ``prefix`` (one task's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows: set[int] = set()
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        stamps = pc.map_lookup(batch.column("properties"), pa.scalar(STAMP), "first")
+        ours = stamps.filter(pc.fill_null(pc.starts_with(stamps, prefix), False))
+        rows.update(int(s[len(prefix) :]) for s in ours.to_pylist())
+    return rows
+
+
+class WriteGuard:
+    """One task attempt's view of what its earlier attempts stored.
+
+    ``partitions`` and ``properties`` ask the hub (the process's management client; replaced in unit tests), and
+    ``read`` reads one partition's range as Arrow record batches (the connector's receive path)."""
+
+    def __init__(
+        self,
+        fences: WriteFences,
+        stamp: TaskStamp,
+        stream: bool,
+        partitions: Callable[[], list[str]],
+        properties: Callable[[list[str]], dict[str, PartitionInfo]],
+        read: Callable[[str, int, int], Iterable[Any]],
+    ) -> None:
+        self.fences = fences
+        self.stamp = stamp
+        self.stream = stream
+        self._partitions = partitions
+        self._properties = properties
+        self._read = read
+        self._start: dict[str, int] | None = None  # where this task's rows can be, per partition
+        self._lock = threading.Lock()  # the sending threads settle unanswered sends one at a time
+        self.read_back = 0  # events read back
+        self.read_seconds = 0.0
+
+    def begin(self) -> set[int]:
+        """Before the first send: the rows an earlier attempt stored (none when there was none), and this attempt's
+        mark written, so that a later attempt looks."""
+        mark = self.fences.mark(self.stamp.batch, self.stamp.partition)
+        if mark is None:
+            fence = self.fences.fence_before(self.stamp.batch) if self.stream else None
+            ends = None
+            if fence is None:  # a stream's first batch, or df.write: this task records where the hub ended
+                ends = {p: info.end for p, info in self._properties(self._partitions()).items()}
+            self._start = fence if fence is not None else ends
+            self.fences.write_mark(self.stamp.batch, self.stamp.partition, ends)
+            return set()
+        self._start = mark or self.fences.fence_before(self.stamp.batch) or {}
+        return self.stored(None)
+
+    def stored(self, partitions: list[str] | None) -> set[int]:
+        """This task's rows stored in ``partitions`` (None: all the hub's) since the fence."""
+        with self._lock:
+            started = time.monotonic()
+            assert self._start is not None, "begin() first"
+            infos = self._properties(sorted(partitions or self._partitions(), key=by_number))
+            rows: set[int] = set()
+            for pid, info in infos.items():
+                # a partition the fence does not know (added to the hub since): from its first event
+                start = self._start.get(pid, info.beginning_sequence_number)
+                if info.is_empty or start >= info.end:
+                    continue
+                self.read_back += info.end - start
+                rows |= stamped_rows(self._read(pid, start, info.end), self.stamp.prefix)
+            self.read_seconds += time.monotonic() - started
+            return rows
+
+
+def guard_for(
+    settings: ConnectionSettings,
+    consumer_group: str,
+    location: str,
+    stream: bool,
+    write_id: str | None,
+    timeout: float,
+    partition_ids: Callable[[], list[str]],
+) -> WriteGuard:
+    """The running task's guard, asking the hub through this process's clients."""
+    stamp = task_stamp(stream, write_id)
+    fences = WriteFences(location, stamp.write, target_of(settings))
+    config = ReceiverConfig(consumer_group=consumer_group, exclusive=False)
+
+    def properties(pids: list[str]) -> dict[str, PartitionInfo]:
+        return runtime.current().management(settings, timeout).partition_properties(pids)
+
+    def read(pid: str, start: int, end: int) -> Iterable[Any]:
+        request = RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
+                               idle_timeout=0.0, settings=settings)  # fmt: skip
+        return runtime.current().read(request, False, {})
+
+    return WriteGuard(fences, stamp, stream, partition_ids, properties, read)
+
+
+def target_of(settings: ConnectionSettings) -> str:
+    return f"{settings.namespace}/{settings.hub}"
+
+
+def record_fence(
+    settings: ConnectionSettings, location: str, write_id: str, batch: int, timeout: float
+) -> dict[str, int]:
+    """On the driver, when a stream's batch commits: where the target hub's partitions end now, recorded as the
+    fence of the batches after it."""
+    client = runtime.current().management(settings, timeout)
+    ends = {p: info.end for p, info in client.partition_properties(client.partition_ids()).items()}
+    WriteFences(location, write_id, target_of(settings)).write_fence(batch, ends)
+    return ends

@@ -1,0 +1,155 @@
+"""Exactly once into a hub (eventhubs.sink.exactlyOnce), end to end on Spark: a batch run again after its tasks had
+sent part of their rows, a stream's batch run again before and after a fence, a df.write run again with its write
+id. Each check also runs with the option off, which stores the repeated rows twice: so the checks can fail.
+
+How a run fails part-way, deterministically: a row of the failing run has a null body, which the sink refuses when
+it reaches that row, after the rows before it were sent (the sink sends every 20,000 rows of a task); the run
+after it has the body. Spark's local mode does not retry a task, so the run fails as after a driver killed between
+the tasks' sends and the batch's commit, and the query started again runs the same batch again.
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+
+import pytest
+
+from tests.integration.sdk_helpers import receive, send
+
+pytestmark = pytest.mark.spark
+
+PER_PARTITION = 21_000  # the null comes after the sink's first send of 20,000 rows
+
+
+def stored(emulator, hub: str, partitions: int) -> dict[str, int]:
+    return {
+        str(p): emulator.partition_properties(hub, p)["last_enqueued_sequence_number"] + 1 for p in range(partitions)
+    }
+
+
+def stamps_and_bodies(emulator, hub: str, partitions: int) -> tuple[list[str], list[str]]:
+    """Every event of ``hub`` read with the official SDK: their stamps and bodies."""
+    conn = emulator.connection_string(hub)
+    stamps, bodies = [], []
+    for p, n in stored(emulator, hub, partitions).items():
+        if not n:
+            continue
+        events = receive(conn, n, timeout=30, partition_id=p, starting_position="-1")
+        assert len(events) == n
+        for e in events:
+            stamp = (e.properties or {}).get(b"eventhubs-spark-stamp")
+            stamps.append(stamp.decode() if stamp else None)
+            bodies.append(e.body_as_str())
+    return stamps, bodies
+
+
+def run_stream(spark, source_conn: str, target_conn: str, checkpoint: str, fail_at: set[tuple[str, int]],
+               once: bool) -> Exception | None:  # fmt: skip
+    """One run of the hub-to-hub stream until the source is drained (availableNow); the failure it met, if any."""
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", source_conn)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", str(4 * PER_PARTITION))  # a round of sends is one batch
+        .load()
+    )
+    poisoned = F.lit(False)
+    for partition, seq in fail_at:
+        poisoned = poisoned | ((F.col("partition") == partition) & (F.col("sequenceNumber") == seq))
+    out = df.select(
+        F.when(poisoned, F.lit(None)).otherwise(F.upper(F.col("body").cast("string"))).alias("body"),
+        F.col("partition").alias("partitionId"),
+    )
+    writer = (
+        out.writeStream.format("eventhubs")
+        .option("eventhubs.connectionString", target_conn)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    if once:
+        writer = writer.option("eventhubs.sink.exactlyOnce", "true").option("eventhubs.checkpointLocation",
+                                                                          checkpoint + "-sink")  # fmt: skip
+    query = writer.start()
+    try:
+        query.awaitTermination(300)
+    except Exception as exc:  # the injected null
+        return exc
+    finally:
+        query.stop()
+    return None
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_stream_batch_run_again_before_and_after_a_fence_stores_each_event_once(
+    spark, eventhubs_emulator, tmp_path, once
+):
+    name = f"eo{uuid.uuid4().hex[:8]}"
+    eventhubs_emulator.add_hub(name, 2)
+    eventhubs_emulator.add_hub(name + "-out", 2)
+    source, target = eventhubs_emulator.connection_string(name), eventhubs_emulator.connection_string(name + "-out")
+    checkpoint = str(tmp_path / "cp")
+    for p in "01":
+        send(source, [f"a{p}-{i}" for i in range(PER_PARTITION)], partition_id=p)
+
+    # batch 0 (the query's first: no fence yet) fails part-way, then runs again
+    failed = run_stream(spark, source, target, checkpoint, {("0", PER_PARTITION - 10)}, once)
+    assert failed is not None and "body" in str(failed)
+    assert stored(eventhubs_emulator, name + "-out", 2)["0"] >= 20_000  # the failing task had sent its first rows
+    assert run_stream(spark, source, target, checkpoint, set(), once) is None
+
+    # batch 1 (after batch 0's fence) fails part-way, then runs again
+    for p in "01":
+        send(source, [f"b{p}-{i}" for i in range(PER_PARTITION)], partition_id=p)
+    failed = run_stream(spark, source, target, checkpoint, {("1", 2 * PER_PARTITION - 5)}, once)
+    assert failed is not None
+    assert run_stream(spark, source, target, checkpoint, set(), once) is None
+
+    stamps, bodies = stamps_and_bodies(eventhubs_emulator, name + "-out", 2)
+    expected = sorted(f"{b}{p}-{i}".upper() for b in "ab" for p in "01" for i in range(PER_PARTITION))
+    if not once:
+        assert len(bodies) > len(expected) + 20_000  # the repeats exactly once prevents
+        assert set(bodies) == set(expected) and all(s is None for s in stamps)
+        return
+    assert sorted(bodies) == expected
+    assert len(set(stamps)) == len(stamps) == len(expected) and None not in stamps
+    assert {s.split("/")[1] for s in stamps} == {"0", "1"}  # batch ids: each round was one batch
+    # our own reader sees the same: every event once, stamps in its properties column
+    df = spark.read.format("eventhubs").option("eventhubs.connectionString", target).load()
+    rows = df.selectExpr("cast(body as string) as body", "properties['eventhubs-spark-stamp'] as stamp").collect()
+    assert sorted(r.body for r in rows) == expected
+    assert len({r.stamp for r in rows}) == len(expected)
+
+
+def test_a_df_write_run_again_with_its_write_id_stores_each_row_once_with_keys(spark, eventhubs_emulator, tmp_path):
+    from pyspark.sql import functions as F
+
+    name = f"eo{uuid.uuid4().hex[:8]}"
+    eventhubs_emulator.add_hub(name, 4)
+    target = eventhubs_emulator.connection_string(name)
+    another = f"other-{uuid.uuid4().hex[:4]}"
+
+    def write(poison: int | None, write_id: str) -> None:
+        rows = spark.range(0, 2 * PER_PARTITION, 1, 2)
+        body = F.concat(F.lit("row-"), F.col("id").cast("string"))
+        if poison is not None:
+            body = F.when(F.col("id") == poison, F.lit(None)).otherwise(body)
+        df = rows.select(body.alias("body"), F.concat(F.lit("k"), (F.col("id") % 13).cast("string")).alias(
+            "partitionKey"))  # fmt: skip
+        (df.write.format("eventhubs").option("eventhubs.connectionString", target)
+         .option("eventhubs.sink.exactlyOnce", "true").option("eventhubs.checkpointLocation", str(tmp_path / "s"))
+         .option("eventhubs.sink.writeId", write_id).mode("append").save())  # fmt: skip
+
+    with pytest.raises(Exception, match="body"):
+        write(PER_PARTITION - 7, "orders-1")  # the first task's row 20,993: after its first send
+    # another producer writes the same hub meanwhile: read back past, never mistaken for ours
+    send(target, [f"{another}-{i}" for i in range(500)])
+    write(None, "orders-1")
+    write(None, "orders-1")  # the whole job again, already written: nothing is sent
+    stamps, bodies = stamps_and_bodies(eventhubs_emulator, name, 4)
+    ours = sorted(b for b in bodies if not b.startswith(another))
+    assert ours == sorted(f"row-{i}" for i in range(2 * PER_PARTITION))
+    assert collections.Counter(s for s in stamps if s is not None).most_common(1)[0][1] == 1
+    assert sum(1 for s in stamps if s is None) == 500

@@ -1,0 +1,238 @@
+"""Unit tests of :mod:`eventhubs_spark.exactly_once` and the sink's exactly-once path: over generated histories of
+attempts that die part-way, batches run again and commits, every row is stored once; an unanswered send is settled
+by reading back, never sent blindly again."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventhubs_spark.checkpoints.write_fences import WriteFences
+from eventhubs_spark.exactly_once import STAMP, TaskStamp, WriteGuard, stamped_rows
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
+
+_PROPERTIES = pa.map_(pa.string(), pa.string())
+
+
+class Hub:
+    """Partitions of stamped events in memory, as the guard asks about them."""
+
+    def __init__(self, partitions: int) -> None:
+        self.events: dict[str, list[str | None]] = {str(p): [] for p in range(partitions)}
+        self.reads = 0
+
+    def store(self, partition: str, stamp: str | None) -> None:
+        self.events[partition].append(stamp)
+
+    def partition_ids(self) -> list[str]:
+        return list(self.events)
+
+    def properties(self, pids: list[str]) -> dict[str, PartitionInfo]:
+        return {p: PartitionInfo(p, 0, len(self.events[p]) - 1, "0", None, not self.events[p]) for p in pids}
+
+    def read(self, pid: str, start: int, end: int) -> list[pa.RecordBatch]:
+        self.reads += end - start
+        rows = [[(STAMP, s)] if s is not None else [] for s in self.events[pid][start:end]]
+        return [pa.RecordBatch.from_arrays([pa.array(rows, _PROPERTIES)], ["properties"])]
+
+    def stamps(self) -> list[str]:
+        return [s for events in self.events.values() for s in events if s is not None]
+
+
+def guard(hub: Hub, fences: WriteFences, batch: int, partition: int, stream: bool = True) -> WriteGuard:
+    return WriteGuard(fences, TaskStamp("q1", batch, partition), stream, hub.partition_ids, hub.properties, hub.read)
+
+
+def test_stamps_are_found_by_their_task_prefix_only():
+    hub = Hub(1)
+    for stamp in ["q1/3/1/0", "q1/3/10/5", "q1/3/1/7", None, "q2/3/1/1", "q1/3/1/12"]:
+        hub.store("0", stamp)
+    assert stamped_rows(hub.read("0", 0, 6), "q1/3/1/") == {0, 7, 12}
+
+
+def test_fences_keep_the_latest_before_a_batch_and_drop_what_no_run_reads_again(tmp_path):
+    fences = WriteFences(str(tmp_path), "q1", "ns/hub")
+    assert fences.fence_before(0) is None
+    fences.write_mark(0, 1, {"0": 5})
+    fences.write_fence(0, {"0": 10})
+    fences.write_mark(1, 0, None)
+    fences.write_fence(1, {"0": 20})
+    fences.write_fence(2, {"0": 30})
+    assert fences.fence_before(3) == {"0": 30}
+    assert fences.fence_before(2) == {"0": 20}  # batch 2 run again reads from before it
+    assert fences.fence_before(1) is None  # dropped: batch 1 never runs again once batch 2 committed
+    assert fences.mark(0, 1) is None and fences.mark(1, 0) is None
+    # another target under the same write: not this one's fence
+    assert WriteFences(str(tmp_path), "q1", "ns/other").fence_before(3) is None
+    with pytest.raises(ValueError, match="write id"):
+        WriteFences(str(tmp_path), "../x", "ns/hub")
+
+
+@st.composite
+def histories(draw: Any) -> dict[str, Any]:
+    partitions = draw(st.integers(1, 4))
+    batches = []
+    for _ in range(draw(st.integers(1, 4))):
+        tasks = []
+        for _ in range(draw(st.integers(1, 3))):
+            rows = draw(st.integers(0, 12))
+            # each row's target: a partition id, or None (the service's choice by key: any partition)
+            targets = draw(st.lists(st.one_of(st.none(), st.integers(0, partitions - 1)), min_size=rows,
+                                    max_size=rows))  # fmt: skip
+            # attempts that die after sending this many rows, then one that finishes
+            deaths = draw(st.lists(st.integers(0, rows), max_size=3))
+            tasks.append((rows, targets, deaths))
+        # runs of the batch that die before their commit (a driver killed, a failed stage) before the one that commits
+        reruns = draw(st.integers(0, 2))
+        batches.append((tasks, reruns))
+    other_producer = draw(st.booleans())
+    return {"partitions": partitions, "batches": batches, "other": other_producer, "seed": draw(st.integers(0, 99))}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories())
+def test_any_interleaving_of_attempts_partial_sends_and_commits_stores_each_row_once(tmp_path_factory, history):
+    import random
+
+    rnd = random.Random(history["seed"])
+    hub = Hub(history["partitions"])
+    fences = WriteFences(str(tmp_path_factory.mktemp("fences")), "q1", "ns/hub")
+    expected: set[str] = set()
+
+    def attempt(batch: int, task: int, rows: int, targets: list[int | None], die_after: int | None) -> None:
+        g = guard(hub, fences, batch, task)
+        stored = g.begin()
+        sent = 0
+        for row in range(rows):
+            if row in stored:
+                continue
+            if die_after is not None and sent >= die_after:
+                return
+            target = targets[row]
+            partition = str(target if target is not None else rnd.randrange(history["partitions"]))
+            hub.store(partition, g.stamp.of(row))
+            sent += 1
+            if history["other"] and rnd.random() < 0.3:  # another producer writes the same hub meanwhile
+                hub.store(str(rnd.randrange(history["partitions"])), None)
+
+    for batch, (tasks, reruns) in enumerate(history["batches"]):
+        for task, (rows, _, _) in enumerate(tasks):
+            expected |= {f"q1/{batch}/{task}/{r}" for r in range(rows)}
+        for run in range(reruns + 1):
+            for task, (rows, targets, deaths) in enumerate(tasks):
+                for die_after in deaths if run == 0 else [rnd.randint(0, rows)]:
+                    attempt(batch, task, rows, targets, die_after)
+                if run == reruns:
+                    attempt(batch, task, rows, targets, None)
+        ends = {p: info.end for p, info in hub.properties(hub.partition_ids()).items()}
+        fences.write_fence(batch, ends)
+    stamps = hub.stamps()
+    assert len(stamps) == len(set(stamps)), "a row stored twice"
+    assert set(stamps) == expected
+
+
+def test_a_first_attempt_reads_nothing_and_a_retry_reads_only_from_the_fence(tmp_path):
+    hub = Hub(2)
+    fences = WriteFences(str(tmp_path), "q1", "ns/hub")
+    for _ in range(1000):
+        hub.store("0", None)  # history before the write
+    fences.write_fence(4, {"0": 1000, "1": 0})
+    first = guard(hub, fences, 5, 0)
+    assert first.begin() == set() and hub.reads == 0
+    hub.store("1", first.stamp.of(0))
+    hub.store("0", "q1/5/1/0")  # another task's row
+    again = guard(hub, fences, 5, 0)
+    assert again.begin() == {0}
+    assert hub.reads == 2  # the two events after the fence, not the thousand before it
+
+
+def test_a_write_without_a_fence_records_the_ends_in_its_mark(tmp_path):
+    hub = Hub(1)
+    for _ in range(50):
+        hub.store("0", None)
+    fences = WriteFences(str(tmp_path), "w", "ns/hub")
+    first = WriteGuard(fences, TaskStamp("w", 0, 3), False, hub.partition_ids, hub.properties, hub.read)
+    assert first.begin() == set()
+    assert fences.mark(0, 3) == {"0": 50}
+    hub.store("0", first.stamp.of(0))
+    again = WriteGuard(fences, TaskStamp("w", 0, 3), False, hub.partition_ids, hub.properties, hub.read)
+    assert again.begin() == {0} and hub.reads == 1
+
+
+class _Batch:
+    def __init__(self, partition_id: str | None, partition_key: str | None) -> None:
+        self.partition_id, self.partition_key = partition_id, partition_key
+        self._message: list[Any] = [None] * 5 + [[]]
+        self._size, self._count, self.max_size_in_bytes = 0, 0, 1 << 20
+
+
+class _Client:
+    """A producer whose chosen sends are stored and then go unanswered (the answer lost with its connection)."""
+
+    def __init__(self, hub: Hub, unanswered: set[int]) -> None:
+        self.hub, self.unanswered, self.sends = hub, unanswered, 0
+
+    def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> _Batch:
+        return _Batch(partition_id, partition_key)
+
+    def partition_ids(self) -> list[str]:
+        return self.hub.partition_ids()
+
+    def send(self, batch: _Batch, timeout: float) -> None:
+        self.sends += 1
+        partition = batch.partition_id or "0"
+        for message in batch._message[5]:
+            found = re.search(rb"eventhubs-spark-stamp.(?:.)([\w/.-]+)", message)
+            self.hub.store(partition, found.group(1).decode() if found else None)
+        if self.sends in self.unanswered:
+            raise TimeoutError("no answer")
+
+
+def test_an_unanswered_send_is_settled_by_reading_back_not_sent_again(monkeypatch, tmp_path, in_spark_task):
+    from eventhubs_spark import exactly_once, sink
+    from eventhubs_spark.options import write_options
+
+    hub = Hub(2)
+    client = _Client(hub, unanswered={1})
+
+    class Pool:
+        def get(self, settings: Any) -> _Client:
+            return client
+
+        def invalidate(self, settings: Any) -> None:
+            pass
+
+    class Runtime:
+        producers = Pool()
+
+    monkeypatch.setattr(sink.runtime, "current", lambda: Runtime())
+    monkeypatch.setattr(in_spark_task, "getLocalProperty",
+                        lambda key: {"sql.streaming.queryId": "q9", "streaming.sql.batchId": "7"}.get(key))  # fmt: skip
+
+    def guard_for(settings: Any, group: str, location: str, stream: bool, write_id: Any, timeout: float,
+                  partition_ids: Any) -> WriteGuard:  # fmt: skip
+        stamp = exactly_once.task_stamp(stream, write_id)
+        return WriteGuard(WriteFences(location, stamp.write, "ns/hub"), stamp, stream, hub.partition_ids,
+                          hub.properties, hub.read)  # fmt: skip
+
+    monkeypatch.setattr(sink, "guard_for", guard_for)
+    conn = "Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+    settings = write_options({"eventhubs.connectionString": conn}).settings
+    layout = sink.SinkLayout(body=0, body_is_text=True, partition_id=1)
+    once = sink.ExactlyOnce(str(tmp_path), True, None, "$Default")
+    sender = sink.EventSender(settings, layout, 30.0, once)
+    sender.add_columns([[f"b{i}" for i in range(10)], ["1"] * 10])
+    sender.flush()
+    assert sorted(hub.stamps()) == sorted(f"q9/7/0/{i}" for i in range(10))  # stored once, though unanswered
+    assert client.sends == 1 and sender.report.settled == 1 and sender.report.resent == 0
+    assert sender.report.by_partition == {"1": 10}
+    # the task run again (a retry): everything is found, nothing is sent
+    again = sink.EventSender(settings, layout, 30.0, once)
+    again.add_columns([[f"b{i}" for i in range(10)], ["1"] * 10])
+    again.flush()
+    assert again.report.skipped == 10 and client.sends == 1 and len(hub.stamps()) == 10
