@@ -5,8 +5,10 @@ Why it works: Event Hubs has no idempotent send and no transactions, but a Spark
 and input partition it writes (``sql.streaming.queryId``, ``streaming.sql.batchId``, ``partitionId()``), and a
 deterministic query gives a re-run task the same rows in the same order, so "row i of input partition p of batch
 b of query q" names a row across attempts, executors and driver restarts. The stamp says exactly that (the
-application property :data:`STAMP`, ``<write>/<batch>/<partition>/<row>``), so a consumer that is not ours can
-drop duplicates by it too.
+application property :data:`STAMP`, ``<write>/<batch>/<partition>/<row>/<digest>``, the digest a CRC-32 of the
+body), so a consumer that is not ours can drop duplicates by it too. The digest is how a query that is not
+deterministic is found out: a row whose body differs from what an earlier attempt stored at its place is sent (and
+counted, and said), never skipped, so such a query falls back to at least once and loses nothing.
 
 Where to look: every event a batch's tasks store lands after the fence (the partitions' ends when the batch before
 committed, :mod:`eventhubs_spark.checkpoints.write_fences`). An attempt that finds no mark of an earlier one reads
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +59,13 @@ class TaskStamp:
     def prefix(self) -> str:
         return f"{self.write}/{self.batch}/{self.partition}/"
 
-    def of(self, row: int) -> str:
-        return f"{self.prefix}{row}"
+    def of(self, row: int, body: bytes | str = b"") -> str:
+        return f"{self.prefix}{row}/{digest(body)}"
+
+
+def digest(body: bytes | str) -> str:
+    """A body's digest in its stamp: CRC-32, hex (a few hundred MB/s in C: the cost of a stamp is its text)."""
+    return format(zlib.crc32(body.encode("utf-8") if isinstance(body, str) else body), "08x")
 
 
 def task_stamp(stream: bool, write_id: str | None) -> TaskStamp:
@@ -80,19 +88,21 @@ def task_stamp(stream: bool, write_id: str | None) -> TaskStamp:
     return TaskStamp(write_id, 0, ctx.partitionId())
 
 
-def stamped_rows(batches: Iterable[Any], prefix: str) -> set[int]:
-    """The row numbers of the stamps in ``batches`` (Arrow record batches of the source's schema) that start with
-    ``prefix`` (one task's)."""
+def stamped_rows(batches: Iterable[Any], prefix: str) -> dict[int, str]:
+    """The rows stamped in ``batches`` (Arrow record batches of the source's schema) whose stamps start with
+    ``prefix`` (one task's): row number to the stored body's digest."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows: set[int] = set()
+    rows: dict[int, str] = {}
     for batch in batches:
         if not batch.num_rows:
             continue
         stamps = pc.map_lookup(batch.column("properties"), pa.scalar(STAMP), "first")
         ours = stamps.filter(pc.fill_null(pc.starts_with(stamps, prefix), False))
-        rows.update(int(s[len(prefix) :]) for s in ours.to_pylist())
+        for stamp in ours.to_pylist():
+            row, _, body = stamp[len(prefix) :].partition("/")
+            rows[int(row)] = body
     return rows
 
 
@@ -122,7 +132,7 @@ class WriteGuard:
         self.read_back = 0  # events read back
         self.read_seconds = 0.0
 
-    def begin(self) -> set[int]:
+    def begin(self) -> dict[int, str]:
         """Before the first send: the rows an earlier attempt stored (none when there was none), and this attempt's
         mark written, so that a later attempt looks."""
         mark = self.fences.mark(self.stamp.batch, self.stamp.partition)
@@ -133,24 +143,25 @@ class WriteGuard:
                 ends = {p: info.end for p, info in self._properties(self._partitions()).items()}
             self._start = fence if fence is not None else ends
             self.fences.write_mark(self.stamp.batch, self.stamp.partition, ends)
-            return set()
+            return {}
         self._start = mark or self.fences.fence_before(self.stamp.batch) or {}
         return self.stored(None)
 
-    def stored(self, partitions: list[str] | None) -> set[int]:
-        """This task's rows stored in ``partitions`` (None: all the hub's) since the fence."""
+    def stored(self, partitions: list[str] | None) -> dict[int, str]:
+        """This task's rows stored in ``partitions`` (None: all the hub's) since the fence, with their bodies'
+        digests."""
         with self._lock:
             started = time.monotonic()
             assert self._start is not None, "begin() first"
             infos = self._properties(sorted(partitions or self._partitions(), key=by_number))
-            rows: set[int] = set()
+            rows: dict[int, str] = {}
             for pid, info in infos.items():
                 # a partition the fence does not know (added to the hub since): from its first event
                 start = self._start.get(pid, info.beginning_sequence_number)
                 if info.is_empty or start >= info.end:
                     continue
                 self.read_back += info.end - start
-                rows |= stamped_rows(self._read(pid, start, info.end), self.stamp.prefix)
+                rows.update(stamped_rows(self._read(pid, start, info.end), self.stamp.prefix))
             self.read_seconds += time.monotonic() - started
             return rows
 

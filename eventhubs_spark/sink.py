@@ -33,7 +33,7 @@ from eventhubs_spark.avro.encode import writing as avro_writing
 from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.codec.encode import encode_event
 from eventhubs_spark.errors import EventHubsError, SinkError
-from eventhubs_spark.exactly_once import STAMP, WriteGuard, guard_for, record_fence
+from eventhubs_spark.exactly_once import STAMP, WriteGuard, digest, guard_for, record_fence
 from eventhubs_spark.options import write_options
 from eventhubs_spark.process import runtime
 
@@ -162,6 +162,7 @@ class SendReport(WriterCommitMessage):
     # again), unanswered sends settled by reading back, and the events read back, in how long
     write: str | None = None
     skipped: int = 0
+    differed: int = 0  # rows whose body differed from what an earlier attempt stored at their place: sent
     settled: int = 0
     read_back: int = 0
     read_seconds: float = 0.0
@@ -188,7 +189,9 @@ class EventSender:
         self._content_type = layout.avro.content_type if layout.avro is not None else None
         self._once = once
         self._guard: WriteGuard | None = None
-        self._stored: set[int] = set()  # rows (0-based) an earlier attempt of this task stored: skipped
+        # rows (0-based) an earlier attempt of this task stored, with their bodies' digests: skipped when the body is
+        # the same
+        self._stored: dict[int, str] = {}
         self._prefix = ""  # the stamp of this task's rows, less the row number
 
     def _begin_once(self, once: ExactlyOnce) -> WriteGuard:
@@ -236,12 +239,16 @@ class EventSender:
             properties = (dict(prop) if not isinstance(prop, dict) else prop) if prop else None
             if once is not None:
                 index = self._row - 1
-                if index in self._stored:
-                    self.report.skipped += 1
-                    continue
+                stamp = f"{self._prefix}{index}/{digest(body)}"
+                found = self._stored.get(index) if self._stored else None
+                if found is not None:
+                    if stamp.endswith("/" + found):
+                        self.report.skipped += 1
+                        continue
+                    # an earlier attempt stored another body here: the query is not deterministic; sent, not lost
+                    self.report.differed += 1
                 # the row's name; a stamp the input carried (events read from a hub written exactly once) is replaced
-                properties = {**properties, STAMP: self._prefix + str(index)} if properties else {
-                    STAMP: self._prefix + str(index)}  # fmt: skip
+                properties = {**properties, STAMP: stamp} if properties else {STAMP: stamp}
                 event: tuple[Any, ...] = (body, properties, index)
             else:
                 event = (body, properties)
@@ -372,7 +379,7 @@ class EventSender:
                 settled += 1
                 stored = self._guard.stored([target[1]] if target[0] == "partition" else None)
                 waiting = [event for _, _, chunk in [(batch, count, events), *queue] for event in chunk]
-                rest = [event for event in waiting if event[2] not in stored]
+                rest = [event for event in waiting if not _is_stored(event, stored)]
                 sent += len(waiting) - len(rest)
                 kind, value = target
                 queue = self._pack(rest, partition_id=value if kind == "partition" else None,
@@ -466,6 +473,12 @@ class EventSender:
                                         max_attempt=idle if idle > 0 else None)  # fmt: skip
 
 
+def _is_stored(event: tuple[Any, ...], stored: dict[int, str]) -> bool:
+    """Whether the hub holds this attempt's ``event`` (body, properties with the stamp, row)."""
+    found = stored.get(event[2])
+    return found is not None and event[1][STAMP].endswith("/" + found)
+
+
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
            arrow: bool, once: ExactlyOnce | None = None) -> SendReport:  # fmt: skip
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
@@ -504,6 +517,7 @@ def _merged(messages: Iterable[Any]) -> SendReport:
             total.resent += m.resent
             total.write = total.write or m.write
             total.skipped += m.skipped
+            total.differed += m.differed
             total.settled += m.settled
             total.read_back += m.read_back
             total.read_seconds += m.read_seconds
@@ -547,6 +561,14 @@ class _SinkBase:
                 "eventhubs sink hub=%s batch=%s (exactly once): %d rows an earlier attempt had stored were not sent "
                 "again, and %d unanswered sends were settled; %d events read back in %.1f s to find them",
                 self.settings.hub, batch, report.skipped, report.settled, report.read_back, report.read_seconds,
+            )  # fmt: skip
+        if report.differed:
+            _LOG.warning(
+                "eventhubs sink hub=%s batch=%s (exactly once): %d rows differed from what an earlier attempt had "
+                "stored at their place, so the query is not deterministic (see Guarantees: an operator whose output "
+                "order or values change between runs, e.g. rows after a shuffle; sortWithinPartitions before the "
+                "sink makes the order fixed); they were sent again rather than risk losing them (at least once)",
+                self.settings.hub, batch, report.differed,
             )  # fmt: skip
         if report.throttled:
             _LOG.warning(
