@@ -153,3 +153,21 @@ def test_a_df_write_run_again_with_its_write_id_stores_each_row_once_with_keys(s
     assert ours == sorted(f"row-{i}" for i in range(2 * PER_PARTITION))
     assert collections.Counter(s for s in stamps if s is not None).most_common(1)[0][1] == 1
     assert sum(1 for s in stamps if s is None) == 500
+
+
+def test_a_df_write_run_again_through_spark_connect_stores_each_row_once(eventhubs_emulator, tmp_path):
+    """Through a Spark Connect client (its own process: a Connect server of its own), the tasks are told the same."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    name = f"eo{uuid.uuid4().hex[:8]}"
+    eventhubs_emulator.add_hub(name, 2)
+    target = eventhubs_emulator.connection_string(name)
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.sink_app", "connect", target, str(tmp_path)],
+                          cwd=root, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0 and (tmp_path / "done").exists(), proc.stderr[-4000:]
+    stamps, bodies = stamps_and_bodies(eventhubs_emulator, name, 2)
+    assert sorted(bodies) == sorted(f"row-{i}" for i in range(42_000))
+    assert len(set(stamps)) == 42_000 and all(s.startswith("connect-1/0/") for s in stamps)
