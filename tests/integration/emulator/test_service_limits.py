@@ -312,7 +312,12 @@ def test_a_hub_to_hub_stream_through_forced_detaches_and_a_black_hole_loses_and_
             got: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
             for p in range(2):
                 n = emu.partition_properties(hub, p)["last_enqueued_sequence_number"] + 1
-                for e in receive(connection, n, starting_position="-1", partition_id=str(p)):
+                with Receiver(connection, starting_position="-1", partition_id=str(p)) as receiver:
+                    deadline = time.monotonic() + 60
+                    events = receiver.wait_for(n)
+                    while len({e.sequence_number for e in events}) < n and time.monotonic() < deadline:
+                        events = receiver.wait_for(len(events) + 1, timeout=1.0)
+                for e in events:
                     where = (str(p), e.sequence_number)
                     if where not in got[e.body_as_str()]:
                         got[e.body_as_str()].append(where)
