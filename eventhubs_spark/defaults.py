@@ -41,3 +41,6 @@ STALLED_AFTER = 300.0  # ...or that has not moved for this many seconds (eventhu
 AVRO_MODE = "FAILFAST"
 AVRO_CORRUPT_COLUMN = "_corrupt_record"
 AVRO_RECORD_NAME = "topLevelRecord"
+
+JSON_RESCUE_COLUMN = "_rescued_data"  # eventhubs.json.rescuedDataColumn: as Auto Loader names its own
+JSON_SAMPLE_EVENTS = 1000  # eventhubs.json.sampleEvents: events sampled to infer a JSON schema, in all

@@ -146,6 +146,8 @@ def check_combinations(values: Mapping[str, Any], mode: str) -> None:
             f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. {example}", example
         )
     check_avro(values, mode)
+    if mode != WRITE:
+        check_json(values, mode)
     if mode != WRITE and values.get("maxeventsperpartition") and values.get("eventhubs.useexclusivereceiver"):
         example = ".option('eventhubs.useExclusiveReceiver', 'false')"
         raise OptionError(
@@ -180,3 +182,30 @@ def check_avro(values: Mapping[str, Any], mode: str) -> None:
     if not schema and not schema_id:
         raise OptionError("reading Avro through the Schema Registry needs the reader schema (the value column's type): "
                           f"eventhubs.avro.schema or eventhubs.avro.schemaId, e.g. {example}", example)  # fmt: skip
+
+
+def check_json(values: Mapping[str, Any], mode: str) -> None:
+    """The eventhubs.json.* options go together: a fixed schema or a schema location (not Avro too), and a mode
+    that suits it."""
+    schema, location = values.get("eventhubs.json.schema"), values.get("eventhubs.json.schemalocation")
+    location_example = ".option('eventhubs.json.schemaLocation', '/dbfs/checkpoints/telemetry/json-schema')"
+    given = [s.key for s in SPECS if s.key.startswith("eventhubs.json.") and mode in s.modes
+             and s.key not in ("eventhubs.json.schema", "eventhubs.json.schemaLocation")
+             and values.get(s.key.lower()) not in (None, s.default)]  # fmt: skip
+    if not schema and not location:
+        if given:
+            raise OptionError(f"{', '.join(given)} would be unused: JSON bodies are read into columns with "
+                              f"eventhubs.json.schema or eventhubs.json.schemaLocation, e.g. {location_example}",
+                              location_example)  # fmt: skip
+        return
+    if values.get("eventhubs.avro.schemaregistry"):
+        raise OptionError("a read decodes its bodies as Avro (eventhubs.avro.*) or as JSON (eventhubs.json.*), not "
+                          f"both, e.g. {location_example}", location_example)  # fmt: skip
+    if schema and location:
+        example = ".option('eventhubs.json.schema', 'id bigint, device string')"
+        raise OptionError("set eventhubs.json.schema (a fixed schema) or eventhubs.json.schemaLocation (inferred and "
+                          f"kept there), not both, e.g. {example}", example)  # fmt: skip
+    if schema and values.get("eventhubs.json.schemaevolutionmode") == "addnewcolumns":
+        raise OptionError("eventhubs.json.schemaEvolutionMode addNewColumns grows a schema kept at "
+                          f"eventhubs.json.schemaLocation; a fixed eventhubs.json.schema does not grow, e.g. "
+                          f"{location_example}", location_example)  # fmt: skip

@@ -110,6 +110,11 @@ _SECTIONS: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
         lambda k: k.startswith("eventhubs.capture."),
     ),
     (
+        "JSON",
+        "JSON bodies read into columns: a fixed schema, or one inferred, kept and evolved.",
+        lambda k: k.startswith("eventhubs.json."),
+    ),
+    (
         "Avro",
         "Avro bodies with the Schema Registry, read into columns and written back.",
         lambda k: k.startswith("eventhubs.avro."),

@@ -241,6 +241,19 @@ def parse_authority(option: str, value: str) -> str:
     return text
 
 
+def parse_json_schema(option: str, value: str) -> str:
+    """A JSON read's fixed schema, checked here (DDL or a schema's JSON), kept as the text given."""
+    from eventhubs_spark.json_bodies.types import parse_schema
+
+    text = parse_text(option, value)
+    try:
+        parse_schema(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        example = f".option({option!r}, 'id bigint, device string, reading struct<temp:double>')"
+        raise OptionError(f"{option}: {exc}. Example: {example}", example) from None
+    return text
+
+
 def parse_write_id(option: str, value: str) -> str:
     """A name that is a folder's and a stamp's part: letters, digits, '.', '_' and '-'."""
     text = parse_text(option, value).strip()

@@ -25,6 +25,7 @@ from eventhubs_spark.options.parsers import (
     parse_capture_name_format,
     parse_duration,
     parse_fraction,
+    parse_json_schema,
     parse_local_location,
     parse_namespace,
     parse_ports,
@@ -592,6 +593,61 @@ SPECS: tuple[Spec, ...] = (
         "_bad_avro",
         READ,
         field="avro_corrupt_column",
+    ),
+    Spec(
+        "eventhubs.json.schema",
+        None,
+        parse_json_schema,
+        "Read JSON bodies into a struct column value with this fixed schema (Spark DDL, or a schema's JSON); what "
+        "does not fit goes by eventhubs.json.schemaEvolutionMode (default rescue). Types: bigint, int, double, "
+        "boolean, string, timestamp and date (parsed from ISO 8601 text), struct<...>, array<...>.",
+        "id bigint, device string, reading struct<temp:double, at:timestamp>",
+        READ,
+        field="json_schema",
+    ),
+    Spec(
+        "eventhubs.json.schemaLocation",
+        None,
+        parse_local_location,
+        "Read JSON bodies with a schema inferred from a sample of the events the query reads first (all "
+        "partitions, eventhubs.json.sampleEvents), kept here with its versions (_schemas/) so a restart reads with "
+        "the same one; a path every executor reaches. Timestamps stay strings unless eventhubs.json.schema says "
+        "otherwise.",
+        "/dbfs/checkpoints/telemetry/json-schema",
+        READ,
+        field="json_schema_location",
+    ),
+    Spec(
+        "eventhubs.json.schemaEvolutionMode",
+        None,
+        choice_of("addnewcolumns", "rescue", "failonnewcolumns", "none"),
+        "Events with fields or types the schema lacks: addNewColumns (with a schema location: record a new schema "
+        "version and stop the stream, which reads them when started again), rescue (into the rescue column), "
+        "failOnNewColumns (fail, naming the partition and sequence number), none (ignore new fields; values of "
+        "another type rescued). Default: addNewColumns with a schema location, rescue with a fixed schema.",
+        "rescue",
+        READ,
+        field="json_mode",
+    ),
+    Spec(
+        "eventhubs.json.rescuedDataColumn",
+        defaults.JSON_RESCUE_COLUMN,
+        parse_text,
+        "The column holding, as JSON text, what of a body did not fit the schema (a body that is not a JSON object: "
+        '{"_body": its text}).',
+        "_bad_json",
+        READ,
+        field="json_rescue_column",
+    ),
+    Spec(
+        "eventhubs.json.sampleEvents",
+        defaults.JSON_SAMPLE_EVENTS,
+        count_at_least(1),
+        "Inference: at most this many events in all, spread over the partitions, from where the query starts "
+        "(a stream starting at the end: the latest events).",
+        "5000",
+        READ,
+        field="json_sample_events",
     ),
     Spec(
         "eventhubs.sink.exactlyOnce",

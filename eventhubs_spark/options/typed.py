@@ -100,6 +100,11 @@ class ReadOptions:
     avro_schema_id: str | None
     avro_mode: str
     avro_corrupt_column: str
+    json_schema: str | None
+    json_schema_location: str | None
+    json_mode: str | None
+    json_rescue_column: str
+    json_sample_events: int
 
     @property
     def default_start(self) -> Position:

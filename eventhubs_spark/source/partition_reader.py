@@ -30,6 +30,7 @@ _LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from eventhubs_spark.avro.decode import AvroReading
+    from eventhubs_spark.json_bodies.decode import JsonReading
 
 
 def worker_logging() -> None:
@@ -135,10 +136,10 @@ def slow_path_taken(request: RangeRequest, fallbacks: int, read: int) -> bool:
 
 
 def read_batches(
-    partition: InputPartition, columns: Projection | None, avro: AvroReading | None = None
+    partition: InputPartition, columns: Projection | None, avro: AvroReading | JsonReading | None = None
 ) -> Iterator[Any]:
-    """A reader's ``read``: the task's batches (with the Avro bodies decoded into ``value``, when asked), with only
-    the columns the query asked for."""
+    """A reader's ``read``: the task's batches (with the Avro or JSON bodies decoded into ``value``, when asked), with
+    only the columns the query asked for."""
     if not isinstance(partition, EventHubsPartition):
         return iter(())
     batches = read_partition(partition)
@@ -159,8 +160,8 @@ def said_first(batches: Iterator[Any]) -> Iterator[Any]:
         raise exc.with_traceback(None) from None
 
 
-def source_schema(avro: AvroReading | None) -> pa.Schema:
-    """The source's columns: its own, then (reading Avro) ``value`` and the corrupt-record column."""
+def source_schema(avro: AvroReading | JsonReading | None) -> pa.Schema:
+    """The source's columns: its own, then (decoding Avro or JSON) ``value`` and the corrupt-record (rescue) column."""
     return ARROW_SCHEMA if avro is None else pa.schema([*ARROW_SCHEMA, *avro.fields()])
 
 

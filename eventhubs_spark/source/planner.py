@@ -21,6 +21,7 @@ from eventhubs_spark.checkpoints.mirror import CheckpointMirror
 from eventhubs_spark.codec.schema import Projection, projection
 from eventhubs_spark.errors import OptionError, data_loss_error
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.json_bodies.decode import JsonReading
 from eventhubs_spark.options import ReadOptions, read_options
 from eventhubs_spark.planning.offset_ranges import Range, pack_ranges, split_ranges
 from eventhubs_spark.planning.position_lookup import resolve
@@ -290,17 +291,31 @@ class Planner:
         return begin
 
 
+BodyDecoding = AvroReading | JsonReading  # what a read decodes bodies with: fields(), ddl(), apply(batch)
+
+
 def avro_of_options(options: ReadOptions) -> AvroReading | None:
     """How a read of these options decodes Avro (None: it does not); the reader schema fetched when named by id."""
     return avro_reading(options.settings, options.avro_registry, options.avro_schema, options.avro_schema_id,
                         options.avro_mode, options.avro_corrupt_column)  # fmt: skip
 
 
+def body_decoding(raw: Mapping[str, str], options: ReadOptions, spark_schema: Any = None) -> BodyDecoding | None:
+    """How a read decodes its bodies into columns: Avro (eventhubs.avro.*), JSON (eventhubs.json.*), or not (None).
+    ``spark_schema``: the schema Spark gave the reader (a JSON read reads its ``value`` column's type)."""
+    avro = avro_of_options(options)
+    if avro is not None:
+        return avro
+    from eventhubs_spark.source.json_schema import json_of_options
+
+    return json_of_options(raw, options, Planner, spark_schema)
+
+
 def plan_reading(
     options: Mapping[str, str], mode: str, metadata: MetadataSource, columns: QueryColumns, schema: Any
-) -> tuple[Planner, AvroReading | None, QueryColumns]:
-    """What both readers start from: the read's planner, how it decodes Avro, and the columns the query's own
-    schema picks (``schema``, when it gave one: :func:`~eventhubs_spark.codec.schema.projection`)."""
+) -> tuple[Planner, BodyDecoding | None, QueryColumns]:
+    """What both readers start from: the read's planner, how it decodes bodies (Avro, JSON), and the columns the
+    query's own schema picks (``schema``, when it gave one: :func:`~eventhubs_spark.codec.schema.projection`)."""
     planner = Planner(options, mode, metadata)
-    avro = avro_of_options(planner.options)
-    return planner, avro, columns if schema is None else projection(schema, source_schema(avro))
+    decoding = body_decoding(options, planner.options, schema)
+    return planner, decoding, columns if schema is None else projection(schema, source_schema(decoding))

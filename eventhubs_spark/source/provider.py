@@ -15,7 +15,7 @@ from eventhubs_spark.avro.registry import RegistryError
 from eventhubs_spark.codec.schema import SCHEMA_DDL
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.source.batch_reader import EventHubsBatchReader
-from eventhubs_spark.source.planner import avro_of_options
+from eventhubs_spark.source.planner import body_decoding
 from eventhubs_spark.source.stream_reader import EventHubsStreamReader
 
 
@@ -31,14 +31,14 @@ class EventHubsDataSource(DataSource):
         from eventhubs_spark.options import check_read_options
 
         try:
-            avro = avro_of_options(check_read_options(self.options))
+            decoding = body_decoding(self.options, check_read_options(self.options))
         except OptionError as exc:
             # Spark shows the traceback with the message: keep it to this one frame.
             error: Exception = OptionError(str(exc), exc.example)
         except RegistryError as exc:
             error = RegistryError(str(exc), exc.retriable)
         else:
-            return SCHEMA_DDL if avro is None else f"{SCHEMA_DDL}, {avro.ddl()}"
+            return SCHEMA_DDL if decoding is None else f"{SCHEMA_DDL}, {decoding.ddl()}"
         raise error
 
     # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.

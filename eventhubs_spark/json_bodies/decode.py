@@ -1,0 +1,305 @@
+"""JSON bodies into a ``value`` struct column and a rescue column, in a task, columnar where the bodies allow.
+
+Why this shape: pyarrow's C++ JSON reader parses a batch's bodies at once (newline-delimited, typed by the
+schema), tens of times faster than ``json.loads`` per body; but it fails a whole block for one body that does not
+fit. So a batch's bodies are parsed in blocks, and a block that fails (a body that is not JSON, a value of another
+type, a field the schema lacks, a duplicate key, a body with a line break) is halved until the bodies that do not
+fit stand alone; only those are read by Python's ``json`` and the rules below. A batch with a few odd bodies
+costs a few more parses, not a row-by-row pass.
+
+What a body that does not fit becomes is the read's mode (``eventhubs.json.schemaEvolutionMode``):
+
+- ``addNewColumns``: fields the schema lacks, and values of another type, make a new schema version (fields
+  added, ``bigint`` widened to ``double``, anything else to ``string``), recorded where the schema is kept; the
+  task then fails with :class:`SchemaEvolved`, naming the new fields and version. The query started again reads
+  with it, from the same batch (nothing is skipped).
+- ``rescue``: the schema never changes; what did not fit goes, as JSON text, into the rescue column.
+- ``failOnNewColumns``: the task fails, naming the field, the partition and the sequence number.
+- ``none``: fields the schema lacks are ignored; values of another type are rescued.
+
+In every mode a body that is not a JSON object (not JSON, not UTF-8, an array, a number) gets a null ``value``
+and its text (``{"_body": ...}``, or ``{"_body_base64": ...}`` for bytes that are not UTF-8) in the rescue
+column; ``failOnNewColumns`` fails instead. A string field takes any value, as its JSON text (Spark's
+``from_json`` rule); a duplicate key's last value wins (Python's ``json`` and Spark's rule); an integer beyond
+``bigint`` is a value of another type (a ``double``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.json_bodies import types
+
+ADD, RESCUE, FAIL, NONE = "addnewcolumns", "rescue", "failonnewcolumns", "none"
+MODES = (ADD, RESCUE, FAIL, NONE)
+
+
+class SchemaEvolved(EventHubsError):
+    """Events carry fields (or types) the read's schema lacks; a new version was recorded: start the query again."""
+
+
+class DoesNotFit(EventHubsError):
+    """``failOnNewColumns``: an event that does not fit the schema."""
+
+
+@dataclass
+class Outcome:
+    """One batch decoded: the values, the rescue column, and what did not fit the schema."""
+
+    values: pa.StructArray
+    rescued: pa.Array
+    proposed: pa.DataType | None = None  # the schema the bodies ask for, when it differs (addNewColumns)
+    added: list[str] = field(default_factory=list)
+    first_misfit: int | None = None  # the first row that did not fit (for the error's partition and sequence)
+    slow_rows: int = 0  # bodies read by Python's json
+
+
+def decode(bodies: pa.Array, schema: pa.StructType, mode: str) -> Outcome:
+    """``bodies`` (binary) parsed into ``schema``'s struct, by ``mode``'s rules."""
+    raw: list[bytes | None] = bodies.to_pylist()
+    n = len(raw)
+    if not n:
+        return Outcome(pa.array([], type=schema), pa.array([], pa.string()))
+    pieces: list[tuple[int, pa.StructArray]] = []  # (first row, values) of blocks the C++ reader parsed
+    slow: list[int] = []
+    start = 0
+    for i, body in enumerate(raw):  # a body with a line break (or none) is Python's: NDJSON keeps it whole
+        if body is None or b"\n" in body or b"\r" in body:
+            _blocks(raw, start, i, schema, mode, pieces, slow)
+            slow.append(i)
+            start = i + 1
+    _blocks(raw, start, n, schema, mode, pieces, slow)
+    if not slow:
+        values = pieces[0][1] if len(pieces) == 1 else pa.concat_arrays([p for _, p in pieces])
+        return Outcome(values, pa.nulls(n, pa.string()))
+    return _with_slow_rows(raw, schema, mode, pieces, sorted(slow))
+
+
+def _blocks(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mode: str,
+            pieces: list[tuple[int, pa.StructArray]], slow: list[int]) -> None:  # fmt: skip
+    """Parse ``raw[lo:hi]`` with the C++ reader, halving what fails down to single bodies (then ``slow``)."""
+    if lo >= hi:
+        return
+    parsed = _parse(raw, lo, hi, schema, mode)
+    if parsed is not None:
+        pieces.append((lo, parsed))
+        return
+    if hi - lo == 1:
+        slow.append(lo)
+        return
+    mid = (lo + hi) // 2
+    _blocks(raw, lo, mid, schema, mode, pieces, slow)
+    _blocks(raw, mid, hi, schema, mode, pieces, slow)
+
+
+def _parse(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mode: str) -> pa.StructArray | None:
+    import pyarrow.json as pj
+
+    text = b"\n".join(raw[lo:hi])  # type: ignore[arg-type]
+    options = pj.ParseOptions(explicit_schema=pa.schema(list(schema)),
+                              unexpected_field_behavior="ignore" if mode == NONE else "infer")  # fmt: skip
+    read = pj.ReadOptions(use_threads=False, block_size=len(text) + 1)  # one block: the bodies are in memory
+    try:
+        table = pj.read_json(io.BytesIO(text), read_options=read, parse_options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, ValueError):
+        return None
+    if table.num_rows != hi - lo or pa.struct(list(table.schema)) != schema:
+        return None  # an empty body (a skipped line), or fields the schema lacks ("infer" added them)
+    if not schema.num_fields:  # a struct of no fields (documents that were all {}): its length is not its fields'
+        return pa.array([{}] * (hi - lo), type=schema)
+    arrays = [table.column(i).combine_chunks() for i in range(table.num_columns)]
+    return pa.StructArray.from_arrays(arrays, fields=list(schema))
+
+
+def _with_slow_rows(raw: list[bytes | None], schema: pa.StructType, mode: str,
+                    pieces: list[tuple[int, pa.StructArray]], slow: list[int]) -> Outcome:  # fmt: skip
+    """The batch with its odd bodies read one by one, in order."""
+    proposed: pa.DataType = schema
+    values: list[Any] = []
+    rescued: list[str | None] = []
+    first_misfit: int | None = None
+    by_start = dict(pieces)
+    chunks: list[pa.StructArray] = []
+    row = 0
+    slow_set = set(slow)
+
+    def flush_slow() -> None:
+        if values:
+            chunks.append(pa.array(values, type=schema))
+            values.clear()
+
+    all_rescued: list[str | None] = []
+    while row < len(raw):
+        if row in by_start:
+            flush_slow()
+            block = by_start[row]
+            chunks.append(block)
+            all_rescued.extend([None] * len(block))
+            row += len(block)
+            continue
+        assert row in slow_set
+        value, rescue, asks = _one(raw[row], schema, mode)
+        if rescue is not None or asks is not None:
+            first_misfit = row if first_misfit is None else first_misfit
+        if asks is not None:
+            proposed = types.merge(proposed, asks)
+        values.append(value)
+        all_rescued.append(rescue)
+        row += 1
+    flush_slow()
+    rescued = all_rescued
+    settled = types.settled(proposed)
+    added = types.added(schema, settled) if settled != schema else []
+    return Outcome(pa.concat_arrays(chunks) if len(chunks) > 1 else chunks[0], pa.array(rescued, pa.string()),
+                   settled if added else None, added, first_misfit, len(slow))  # fmt: skip
+
+
+def _one(body: bytes | None, schema: pa.StructType, mode: str) -> tuple[Any, str | None, pa.DataType | None]:
+    """One body: (its value for ``schema``, its rescue text, the type it asks for when it does not fit)."""
+    if body is None:
+        return None, json.dumps({"_body": None}), None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, json.dumps({"_body_base64": base64.b64encode(body).decode("ascii")}), None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None, json.dumps({"_body": text}, ensure_ascii=False), None
+    if not isinstance(document, dict):
+        return None, json.dumps({"_body": text}, ensure_ascii=False), None
+    misfits: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    value = _conform(document, schema, "", misfits, extras)
+    if mode == NONE:
+        extras = {}  # fields the schema lacks are ignored, by the mode's choice
+    if not misfits and not extras:
+        return value, None, None
+    kept = {**misfits, **extras}
+    return value, json.dumps(kept, ensure_ascii=False, separators=(",", ":")), types.of_value(document)
+
+
+def _conform(value: Any, t: pa.DataType, path: str, misfits: dict[str, Any], extras: dict[str, Any]) -> Any:
+    """``value`` as ``t`` holds it; what does not fit is noted by its dotted path and left null."""
+    if value is None:
+        return None
+    if pa.types.is_struct(t):
+        if not isinstance(value, dict):
+            misfits[path] = value
+            return None
+        names = {f.name for f in t}
+        for key, item in value.items():
+            if key not in names:
+                extras[f"{path}.{key}" if path else key] = item
+        return {f.name: _conform(value.get(f.name), f.type, f"{path}.{f.name}" if path else f.name, misfits, extras)
+                for f in t}  # fmt: skip
+    if pa.types.is_list(t):
+        if not isinstance(value, list):
+            misfits[path] = value
+            return None
+        return [_conform(item, t.value_type, f"{path}[]", misfits, extras) for item in value]
+    if t == types.TEXT:
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if t == types.BOOL:
+        if isinstance(value, bool):
+            return value
+    elif t in (types.LONG, pa.int32()):
+        limit = 1 << (63 if t == types.LONG else 31)
+        if isinstance(value, int) and not isinstance(value, bool) and -limit <= value < limit:
+            return value
+    elif t == types.DOUBLE:
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value)):
+            return float(value)
+    elif t == types.TIMESTAMP:
+        if isinstance(value, str):
+            try:
+                moment = datetime.datetime.fromisoformat(value)
+            except ValueError:
+                pass
+            else:
+                return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+    elif t == types.DATE and isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    misfits[path] = value
+    return None
+
+
+@dataclass(frozen=True)
+class JsonReading:
+    """How a read decodes JSON bodies (plain data: it travels to the tasks): the value struct's schema (DDL), the
+    mode, the rescue column's name, and where the schema is kept with the version read (None: a fixed schema)."""
+
+    schema: str
+    mode: str
+    rescue_column: str
+    location: str | None = None
+    version: int | None = None
+
+    def value_type(self) -> pa.StructType:
+        return types.parse_schema(self.schema) if self.schema.strip() else pa.struct([])
+
+    def fields(self) -> list[pa.Field]:
+        return [pa.field("value", self.value_type()), pa.field(self.rescue_column, pa.string())]
+
+    def ddl(self) -> str:
+        return f"value {types.ddl(self.value_type())}, `{self.rescue_column}` string"
+
+    def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (the source's columns) with ``value`` and the rescue column added; raises as the mode says."""
+        schema = self.value_type()
+        outcome = decode(batch.column("body"), schema, self.mode)
+        if outcome.first_misfit is not None and self.mode == FAIL:
+            misfit = outcome.rescued[outcome.first_misfit].as_py()
+            where = self._where(batch, outcome.first_misfit, "does not fit the schema")
+            raise DoesNotFit(f"{where} ({misfit}); eventhubs.json.schemaEvolutionMode rescue keeps such values in the "
+                             "rescue column instead")  # fmt: skip
+        if outcome.added and self.mode == ADD:
+            raise self._evolve(batch, outcome)
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, outcome.values, outcome.rescued],
+            schema=pa.schema([*batch.schema, *self.fields()]),
+        )
+
+    def _where(self, batch: pa.RecordBatch, row: int, what: str) -> str:
+        partition = batch.column("partition")[row].as_py()
+        sequence = batch.column("sequenceNumber")[row].as_py()
+        return f"eventhubs.json: the event at partition {partition}, sequence number {sequence} {what}"
+
+    def _evolve(self, batch: pa.RecordBatch, outcome: Outcome) -> SchemaEvolved:
+        """Record the schema the bodies ask for as the next version (merged with any version recorded since this
+        query started), and say so."""
+        from eventhubs_spark.json_bodies.kept import KeptSchemas
+
+        assert self.location is not None and outcome.proposed is not None
+        kept = KeptSchemas(self.location)
+        while True:
+            latest = kept.latest()
+            base = types.parse_schema(latest.schema) if latest is not None else self.value_type()
+            merged = types.settled(types.merge(base, outcome.proposed))
+            number = latest.number if latest is not None else -1
+            if merged == base:
+                break  # a version recorded since this query started holds them already
+            if kept.create(number + 1, types.to_text(merged), types.added(base, merged)):
+                number += 1
+                break
+            # another process wrote that version first: merge with it
+        assert outcome.first_misfit is not None
+        return SchemaEvolved(
+            self._where(batch, outcome.first_misfit, "and others carry what schema version "
+                        f"{self.version} lacks: {', '.join(outcome.added)}")
+            + f". Schema version {number} at {self.location} has them (eventhubs.json.schemaEvolutionMode "
+            "addNewColumns): define the stream again (spark.readStream...load()) and start it; it reads this batch "
+            "again with the new columns, nothing skipped"
+        )  # fmt: skip

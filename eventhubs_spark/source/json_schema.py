@@ -1,0 +1,131 @@
+"""A JSON read's schema on the driver: fixed, kept from an earlier start, or inferred from a sample and kept.
+
+Why here, in the source: inference reads events from where the query will start (its starting positions, through
+the planner) on the driver, at ``.load()``, before any query runs; and a reader takes the schema Spark settled on
+at ``.load()``, which it checks against the one kept (a newer version means the stream was defined before its
+schema grew, and must be defined again to read the new columns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from eventhubs_spark.errors import OptionError
+from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.json_bodies import types
+from eventhubs_spark.json_bodies.decode import ADD, RESCUE, JsonReading
+from eventhubs_spark.json_bodies.kept import KeptSchemas
+from eventhubs_spark.options import ReadOptions
+from eventhubs_spark.process import runtime
+
+_LOG = logging.getLogger(__name__)
+
+
+def json_of_options(
+    raw: Mapping[str, str], options: ReadOptions, planner: Callable[[Mapping[str, str], str], Any], spark_schema: Any
+) -> JsonReading | None:
+    """How a read decodes JSON bodies (None: it does not). ``spark_schema``: the schema Spark gave the reader (its
+    ``value`` column is the one to read), else the schema is the fixed one, the one kept, or one inferred now from
+    events the ``planner`` (the source's, made from the options and the mode) finds."""
+    if not options.json_schema and not options.json_schema_location:
+        return None
+    mode = options.json_mode or (ADD if options.json_schema_location else RESCUE)
+    if options.json_schema:
+        return JsonReading(types.to_text(types.parse_schema(options.json_schema)), mode, options.json_rescue_column)
+    location = str(options.json_schema_location)
+    kept = KeptSchemas(location)
+    latest = kept.latest()
+    given = _value_of(spark_schema)
+    if given is not None:
+        if latest is not None and types.parse_schema(latest.schema) != given and mode == ADD:
+            example = "spark.readStream.format('eventhubs')...load()"
+            raise OptionError(
+                f"eventhubs.json.schemaLocation: the schema kept at {location} is version {latest.number}, with "
+                f"{', '.join(latest.added) or 'other fields'}; this DataFrame was defined with an earlier one. Define "
+                f"it again ({example}) to read the new columns",
+                example,
+            )  # fmt: skip
+        return JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
+                           latest.number if latest is not None else 0)  # fmt: skip
+    if latest is None:
+        inferred = infer(planner(raw, options.mode), options)
+        if not kept.create(0, types.to_text(inferred), [f.name for f in inferred]):
+            _LOG.info("eventhubs.json: another process kept a schema at %s first; reading with it", location)
+        latest = kept.latest()
+        assert latest is not None
+    return JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number)
+
+
+def _value_of(spark_schema: Any) -> pa.StructType | None:
+    """The Arrow type of the ``value`` column of a schema Spark gave (None: no schema, or no such column)."""
+    if spark_schema is None or isinstance(spark_schema, str):
+        return None
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    for f in spark_schema.fields:
+        if f.name == "value":
+            found = to_arrow_type(f.dataType, timezone="UTC")
+            return _plain(found)
+    return None
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """Spark's Arrow types as the JSON reader's: ``int32`` stays, large lists become lists, timestamps UTC."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_plain(t.value_type))
+    if pa.types.is_timestamp(t):
+        return types.TIMESTAMP
+    return t
+
+
+def infer(planner: Any, options: ReadOptions) -> pa.StructType:
+    """A schema for the JSON objects among a sample of the events the query will read first: up to
+    ``eventhubs.json.sampleEvents`` in all, spread over the partitions, from each one's starting position (a
+    stream starting at the end: the latest events)."""
+    infos = planner.partition_infos()
+    starts = planner.resolve(infos, planner.configured_starts(infos))
+    per = max(1, options.json_sample_events // max(1, len(infos)))
+    config = ReceiverConfig(consumer_group=options.consumer_group, exclusive=False,
+                            receiver_timeout=options.receiver_timeout)  # fmt: skip
+    found: pa.DataType = types.NULL
+    seen = objects = 0
+    for pid, info in infos.items():
+        if info.is_empty:
+            continue
+        start = max(starts[pid], info.beginning_sequence_number)
+        if start >= info.end:  # nothing to read yet from where it starts: the latest events stand in for it
+            start = max(info.beginning_sequence_number, info.end - per)
+        end = min(info.end, start + per)
+        if start >= end:
+            continue
+        request = RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
+                               idle_timeout=0.0, settings=options.settings)  # fmt: skip
+        for batch in runtime.current().read(request, False, {}):
+            for body in batch.column("body").to_pylist():
+                seen += 1
+                try:
+                    document = json.loads(body)
+                except ValueError:
+                    continue
+                if isinstance(document, dict):
+                    objects += 1
+                    found = types.merge(found, types.of_value(document))
+    if not objects:
+        example = ".option('eventhubs.json.schema', 'id bigint, device string')"
+        raise OptionError(
+            f"eventhubs.json.schemaLocation: no JSON object among the {seen} events sampled from hub "
+            f"{options.settings.hub!r} to infer a schema from: send some first, start where there are some "
+            f"(eventhubs.startingPosition), or give the schema, e.g. {example}",
+            example,
+        )
+    _LOG.info("eventhubs.json: inferred a schema from %d JSON objects of %d events sampled", objects, seen)
+    settled = types.settled(found)
+    assert isinstance(settled, pa.StructType)
+    return settled

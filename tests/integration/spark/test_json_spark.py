@@ -1,0 +1,142 @@
+"""JSON bodies into columns on Spark (eventhubs.json.*): a schema inferred from a hub of mixed documents and kept,
+a new field arriving mid-stream under addNewColumns (the stop and the start again read every event once, the new
+column from the first event that had it), a fixed schema's rescue column, and a restart that reads with the kept
+schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.sdk_helpers import send
+
+pytestmark = pytest.mark.spark
+
+
+def reader(spark, eventhub, location: str, **options: str):
+    r = (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", eventhub.connection_string)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("eventhubs.json.schemaLocation", location)
+    )
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def run_to_parquet(df, out: str, checkpoint: str) -> Exception | None:
+    query = (
+        df.selectExpr("partition", "sequenceNumber", "value.*", "_rescued_data")
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+    except Exception as exc:
+        return exc
+    finally:
+        query.stop()
+    return None
+
+
+def test_a_schema_is_inferred_from_mixed_documents_kept_and_read_by_a_batch_read_too(spark, eventhub, tmp_path):
+    docs = [
+        {"id": 1, "device": "a", "reading": {"temp": 20, "tags": ["x"]}},
+        {"id": 2, "device": "b", "reading": {"temp": 21.5}, "ok": True},
+        {"id": 3, "when": "2026-11-28T10:00:00Z"},
+    ]
+    send(eventhub.connection_string, [json.dumps(d) for d in docs] + ["not json"], partition_id="0")
+    location = str(tmp_path / "schema")
+    df = reader(spark, eventhub, location)
+    value = {f.name: f.dataType.simpleString() for f in df.schema["value"].dataType.fields}
+    assert value == {
+        "id": "bigint",
+        "device": "string",
+        "reading": "struct<temp:double,tags:array<string>>",
+        "ok": "boolean",
+        "when": "string",
+    }  # fmt: skip  (timestamps stay text)
+    assert df.schema["_rescued_data"].dataType.simpleString() == "string"
+    assert (tmp_path / "schema" / "_schemas" / "0").exists()
+    # a batch read takes the same options, and the schema kept
+    rows = (
+        spark.read.format("eventhubs")
+        .option("eventhubs.connectionString", eventhub.connection_string)
+        .option("eventhubs.json.schemaLocation", location)
+        .load()
+        .selectExpr("value.id", "value.reading.temp", "_rescued_data")
+        .collect()
+    )
+    got = sorted((r.id, r.temp, r._rescued_data) for r in rows if r.id is not None)
+    assert got == [(1, 20.0, None), (2, 21.5, None), (3, None, None)]
+    assert [r._rescued_data for r in rows if r.id is None] == ['{"_body": "not json"}']
+
+
+def test_a_new_field_mid_stream_stops_once_then_every_event_is_read_once_with_its_new_column(spark, eventhub, tmp_path):
+    location, out, checkpoint = str(tmp_path / "schema"), str(tmp_path / "out"), str(tmp_path / "cp")
+    send(eventhub.connection_string, [json.dumps({"id": i, "device": f"d{i}"}) for i in range(20)], partition_id="1")
+    assert run_to_parquet(reader(spark, eventhub, location), out, checkpoint) is None
+    # events with a new field, and a type change
+    send(eventhub.connection_string, [json.dumps({"id": 20 + i, "device": "d", "battery": 0.5 + i}) for i in range(5)],
+         partition_id="1")  # fmt: skip
+    defined = reader(spark, eventhub, location)
+    failed = run_to_parquet(defined, out, checkpoint)
+    assert failed is not None and "battery" in str(failed) and "Schema version 1" in str(failed), failed
+    assert (tmp_path / "schema" / "_schemas" / "1").exists()
+    # the same DataFrame again would read with the old schema: it is refused, saying why
+    stale = run_to_parquet(defined, out, checkpoint)
+    assert stale is not None and "Define it again" in str(stale), stale
+    assert run_to_parquet(reader(spark, eventhub, location), out, checkpoint) is None
+    rows = spark.read.option("mergeSchema", "true").parquet(out).collect()  # files of both schema versions
+    assert sorted(r.id for r in rows) == list(range(25))  # every event once, across the stop and the start again
+    assert {r.id: r.battery for r in rows if r.battery is not None} == {20 + i: 0.5 + i for i in range(5)}
+    assert all(r._rescued_data is None for r in rows)
+
+
+def test_a_fixed_schema_rescues_what_does_not_fit_and_nothing_is_lost(spark, eventhub):
+    bodies = ['{"id": 1, "temp": 20.5}', '{"id": "two", "temp": 21}', '{"id": 3, "extra": [1, 2]}', "caf\u00e9 au lait",
+              '[1, 2]', '{"id": 4, "id": 5}', b"\xff\xfe"]  # fmt: skip
+    send(eventhub.connection_string, bodies, partition_id="2")
+    rows = (
+        spark.read.format("eventhubs")
+        .option("eventhubs.connectionString", eventhub.connection_string)
+        .option("eventhubs.json.schema", "id bigint, temp double")
+        .load()
+        .where("partition = '2'")
+        .orderBy("sequenceNumber")
+        .selectExpr("value.id", "value.temp", "_rescued_data")
+        .collect()
+    )
+    assert [(r.id, r.temp, r._rescued_data) for r in rows] == [
+        (1, 20.5, None),
+        (None, 21.0, '{"id":"two"}'),
+        (3, None, '{"extra":[1,2]}'),
+        (None, None, '{"_body": "caf\u00e9 au lait"}'),
+        (None, None, '{"_body": "[1, 2]"}'),
+        (5, None, None),  # a duplicate key: the last value, as Spark's from_json and Python's json
+        (None, None, '{"_body_base64": "//4="}'),  # bytes that are not UTF-8, kept
+    ]
+
+
+def test_bad_json_options_name_the_option(spark, eventhub, tmp_path):
+    def base():  # a DataFrameReader keeps its options: a new one per case
+        return spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
+
+    with pytest.raises(Exception, match="eventhubs.json.schema: type 'varchar'"):
+        base().option("eventhubs.json.schema", "id varchar").load()
+    with pytest.raises(Exception, match="not both"):
+        base().option("eventhubs.json.schema", "id bigint").option(
+            "eventhubs.json.schemaLocation", str(tmp_path)
+        ).load()
+    with pytest.raises(Exception, match="would be unused"):
+        base().option("eventhubs.json.schemaEvolutionMode", "rescue").load()
+    with pytest.raises(Exception, match="a fixed eventhubs.json.schema does not grow"):
+        base().option("eventhubs.json.schema", "id bigint").option("eventhubs.json.schemaEvolutionMode",
+                                                                   "addNewColumns").load()  # fmt: skip
+    with pytest.raises(Exception, match="no JSON object among the 0 events"):
+        base().option("eventhubs.json.schemaLocation", str(tmp_path / "empty")).load()  # an empty hub
