@@ -13,6 +13,7 @@ from . import (
     ceiling,
     cluster,
     emulator_sdk,
+    json_bodies,
     jvm,
     latency,
     memory,
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "read_profile": read_profile.run,  # issue 16: where a read's microseconds go
     "ab_read": ab_read.run,  # issue 50: a read-path change A/B'd against the code before it, alternating runs
     "sink": sink.run,
+    "json": json_bodies.run,  # issue 68: JSON bodies into columns, against Spark's from_json on the same bodies
     "planning": planning.run,
     "latency": latency.run,
     "receivers": receivers.run,  # issue 15: attaches per partition, reuse, memory; with and without the service

@@ -27,6 +27,7 @@ BENCHES = {
     "read_profile": "CPU per event in the read loop, one process (bench `read_profile`)",
     "sink_vs_sdk": "Writing, against the SDK (bench `sink`)",
     "sink_exactly_once": "Writing exactly once, against at least once (bench `sink`)",
+    "json": "JSON bodies into columns, against Spark's from_json (bench `json`)",
     "avro": "Avro with the Schema Registry, read and written (bench `avro`)",
     "capture": "History from Capture files, against the hub (bench `capture`)",
     "capture_slices": "A rate-limited stream through one large Capture file (bench `capture_slices`)",

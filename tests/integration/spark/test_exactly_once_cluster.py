@@ -43,6 +43,7 @@ def wait_for(predicate, timeout: float, what: str, app: subprocess.Popen | None 
     raise AssertionError(f"no {what} within {timeout:.0f} s")
 
 
+@pytest.mark.timeout(900)  # about 4.5 minutes alone on 2 cores: four drivers of local-cluster start, 200,000 events
 def test_hub_to_hub_exactly_once_through_executor_and_driver_kills_and_a_black_hole(
     spark, eventhubs_emulator, tmp_path
 ):
