@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from eventhubs_emulator import __main__ as emulator_cli
 from eventhubs_spark.cli.demo import run_demo
+from eventhubs_spark.cli.json_schema import run_json_schema
 from eventhubs_spark.cli.reports import run_checkpoints, run_lag
 from eventhubs_spark.cli.send import run_send
 
@@ -67,6 +68,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     lag.add_argument("--watch", type=float, nargs="?", const=5.0, metavar="SECONDS",
                      help="refresh every SECONDS (default 5) until Ctrl-C")  # fmt: skip
     lag.add_argument("--iterations", type=int, default=0, help="with --watch: stop after this many refreshes")
+    schema = sub.add_parser(
+        "json-schema",
+        help="the schema a JSON read infers for a hub's bodies (DDL, or --json), to pin with eventhubs.json.schema",
+        description="Samples the hub as a stream's JSON read would (eventhubs.json.sampleEvents, from the starting "
+        "position; at the end: the latest events) and prints the inferred schema.",
+    )
+    schema.add_argument("--connection-string", help="with EntityPath (default: $EVENTHUBS_CONNECTION_STRING)")
+    schema.add_argument("--hub", help="the event hub, for a connection string without EntityPath")
+    schema.add_argument("--sample", type=int, default=1000, help="events to sample, over all partitions")
+    schema.add_argument("--starting-position", help='where to sample from, e.g. \'{"offset": "-1"}\' (default: the '
+                        "latest events)")  # fmt: skip
+    schema.add_argument("--json", action="store_true", help="print the schema as Spark's JSON instead of DDL")
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(arguments)
     if args.command == "demo":
@@ -77,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_checkpoints(args)
     if args.command == "lag":
         return run_lag(args)
+    if args.command == "json-schema":
+        return run_json_schema(args)
     try:
         emulator = emulator_cli.build(args)
     except (ValueError, OSError) as exc:

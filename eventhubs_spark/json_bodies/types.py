@@ -202,3 +202,15 @@ def _from_spark_json(schema: dict[str, Any]) -> pa.StructType:
 def to_text(t: pa.StructType) -> str:
     """The kept form of a schema: Spark's DDL of its fields (what :func:`parse_schema` reads back)."""
     return ", ".join(f"{_quote(f.name)} {ddl(f.type)}" for f in t)
+
+
+def to_spark_json(t: pa.DataType) -> Any:
+    """``t`` as Spark writes a schema in JSON (``df.schema.json()``), which :func:`parse_schema` reads too."""
+    if pa.types.is_struct(t):
+        return {"type": "struct", "fields": [{"name": f.name, "type": to_spark_json(f.type), "nullable": True,
+                                              "metadata": {}} for f in t]}  # fmt: skip
+    if pa.types.is_list(t):
+        return {"type": "array", "elementType": to_spark_json(t.value_type), "containsNull": True}
+    names = {LONG: "long", DOUBLE: "double", BOOL: "boolean", TEXT: "string", TIMESTAMP: "timestamp", DATE: "date",
+             pa.int32(): "integer"}  # fmt: skip
+    return names[t]

@@ -247,3 +247,25 @@ def test_dev_azurite_starts_the_blob_service_as_the_connector_needs_it(tmp_path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+def test_json_schema_prints_what_a_json_read_infers_to_pin_it(eventhub, capsys):
+    """The latest events by default, or from a starting position; DDL a read takes back, or Spark's JSON."""
+    import json
+
+    from eventhubs_spark.json_bodies.types import parse_schema
+    from tests.integration.sdk_helpers import send
+
+    send(eventhub.connection_string, ['{"id": 1, "reading": {"temp": 20}}', '{"id": 2, "reading": {"temp": 20.5}}',
+                                      "not json", '{"id": 3, "ok": true}'], partition_id="0")  # fmt: skip
+    assert main(["json-schema", "--connection-string", eventhub.connection_string]) == 0
+    ddl = capsys.readouterr().out.strip()
+    assert ddl == "`id` bigint, `reading` struct<`temp`:double>, `ok` boolean"
+    assert parse_schema(ddl)  # eventhubs.json.schema takes it as it is
+    assert main(["json-schema", "--connection-string", eventhub.connection_string, "--json", "--sample", "40",
+                 "--starting-position", '{"offset": "-1"}']) == 0  # fmt: skip
+    assert [f["name"] for f in json.loads(capsys.readouterr().out)["fields"]] == ["id", "reading", "ok"]
+    empty = eventhub.connection_string.replace(f"EntityPath={eventhub.name}", "EntityPath=nothing-here")
+    eventhub.emulator.add_hub("nothing-here", 1)
+    assert main(["json-schema", "--connection-string", empty]) == 2
+    assert "no JSON object among the 0 events" in capsys.readouterr().err
