@@ -2,9 +2,13 @@
 # MAGIC %md
 # MAGIC # Stream from Event Hubs and parse JSON bodies into columns
 # MAGIC
-# MAGIC Reads a hub with `spark.readStream.format("eventhubs")`, parses each event's JSON body into typed
-# MAGIC columns, and appends them to a table. The connection string comes from a secret scope, never from
-# MAGIC the notebook. Install the connector on the cluster first (`%pip install eventhubs-spark`).
+# MAGIC Reads a hub with `spark.readStream.format("eventhubs")`, with each event's JSON body read into typed
+# MAGIC columns by the source itself: the schema is inferred from the first events and kept beside the
+# MAGIC checkpoint (`eventhubs.json.schemaLocation`), so no schema is typed by hand, a restart reads with the
+# MAGIC same one, and a new field stops the stream once and is read after it starts again (docs: JSON bodies).
+# MAGIC A body that is not JSON keeps its text in `_rescued_data`. The rows are appended to a table. The
+# MAGIC connection string comes from a secret scope, never from the notebook. Install the connector on the
+# MAGIC cluster first (`%pip install eventhubs-spark`).
 # MAGIC
 # MAGIC Signing in with Microsoft Entra ID instead (`%pip install 'eventhubs-spark[aad]'`): replace the
 # MAGIC connection string option with `eventhubs.namespace` (`NAMESPACE.servicebus.windows.net`) and
@@ -21,18 +25,18 @@
 dbutils.widgets.text("secret_scope", "eventhubs")
 dbutils.widgets.text("output_path", "/tmp/eventhubs/readings")
 dbutils.widgets.text("checkpoint_path", "/tmp/eventhubs/readings_checkpoint")
+dbutils.widgets.text("schema_path", "/tmp/eventhubs/readings_schema")  # where the inferred schema is kept
 dbutils.widgets.text("available_now", "false")  # "true": read what is there, then stop
 
 connection_string = dbutils.secrets.get(dbutils.widgets.get("secret_scope"), "connection-string")
 output_path = dbutils.widgets.get("output_path")
 checkpoint_path = dbutils.widgets.get("checkpoint_path")
+schema_path = dbutils.widgets.get("schema_path")
 available_now = dbutils.widgets.get("available_now") == "true"
 
 # COMMAND ----------
 
 from pyspark.sql import functions as F
-
-reading = "struct<device string, temperature double, ts timestamp>"
 
 events = (
     spark.readStream.format("eventhubs")
@@ -40,15 +44,19 @@ events = (
     .option("eventhubs.consumerGroup", "$Default")
     .option("eventhubs.startingPosition", '{"offset": "-1"}')  # from the start of the stream
     .option("maxEventsPerTrigger", 10000)
+    .option("eventhubs.json.schemaLocation", schema_path)  # JSON bodies into the struct column `value`
     .load()
 )
+events.printSchema()  # value: the inferred schema; _rescued_data: what did not fit
 
 parsed = events.select(
-    F.from_json(F.col("body").cast("string"), reading).alias("r"),
+    # inference keeps text as text: a timestamp is parsed by asking for it
+    F.col("value").withField("ts", F.to_timestamp("value.ts")).alias("r"),
+    "_rescued_data",
     "partition",
     "sequenceNumber",
     "enqueuedTime",
-).select("r.*", "partition", "sequenceNumber", "enqueuedTime")
+).select("r.*", "_rescued_data", "partition", "sequenceNumber", "enqueuedTime")
 
 # COMMAND ----------
 
@@ -66,7 +74,8 @@ if available_now:
 
 # MAGIC %md
 # MAGIC ## What arrived
-# MAGIC Rows land in the table as each micro-batch commits; bad JSON gives null columns, not a failure.
+# MAGIC Rows land in the table as each micro-batch commits; a body that is not JSON gives null columns and
+# MAGIC keeps its text in `_rescued_data`, not a failure.
 
 # COMMAND ----------
 

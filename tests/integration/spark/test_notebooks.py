@@ -38,11 +38,16 @@ def test_stream_json_to_table(spark, eventhub, tmp_path):
         NOTEBOOKS / "01_stream_json_to_table.py", spark,
         secrets={("eventhubs", "connection-string"): eventhub.connection_string},
         widgets={"output_path": str(tmp_path / "out"), "checkpoint_path": str(tmp_path / "cp"),
-                 "available_now": "true"},
+                 "schema_path": str(tmp_path / "schema"), "available_now": "true"},
     )  # fmt: skip
     (table,) = run.tables()
     got = {r["device"]: (r["readings"], r["avg_temperature"]) for r in table}
     assert got == {"a": (5, 22.0), "b": (5, 22.0), "c": (5, 22.0), "d": (5, 22.0), None: (4, None)}
+    # the schema was inferred and kept, the timestamps parsed, and the bodies that were not JSON kept
+    assert (tmp_path / "schema" / "_schemas" / "0").exists()
+    written = spark.read.parquet(str(tmp_path / "out"))
+    assert written.schema["ts"].dataType.simpleString() == "timestamp"
+    assert sorted(r._rescued_data for r in written.where("device is null").collect()) == ['{"_body": "not json"}'] * 4
     (figure,) = run.figures()
     assert type(figure).__name__ == "Figure" and figure.axes, "events per second and lag are plotted"
 
