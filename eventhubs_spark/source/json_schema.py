@@ -69,7 +69,7 @@ def _value_of(spark_schema: Any) -> pa.StructType | None:
 
     for f in spark_schema.fields:
         if f.name == "value":
-            found = to_arrow_type(f.dataType, timezone="UTC")
+            found = to_arrow_type(f.dataType)  # its keyword arguments differ between Spark releases; _plain settles
             return _plain(found)
     return None
 
