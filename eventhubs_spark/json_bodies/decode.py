@@ -65,10 +65,16 @@ class Outcome:
 
 def decode(bodies: pa.Array, schema: pa.StructType, mode: str) -> Outcome:
     """``bodies`` (binary) parsed into ``schema``'s struct, by ``mode``'s rules."""
-    raw: list[bytes | None] = bodies.to_pylist()
-    n = len(raw)
+    n = len(bodies)
     if not n:
         return Outcome(pa.array([], type=schema), pa.array([], pa.string()))
+    if not bodies.null_count:  # the common case first: every body fits, none has a line break; one parse
+        text = _joined(bodies)
+        if text.count(b"\n") == n - 1 and b"\r" not in text:
+            whole = _parse_text(text, n, schema, mode)
+            if whole is not None:
+                return Outcome(whole, pa.nulls(n, pa.string()))
+    raw: list[bytes | None] = bodies.to_pylist()
     pieces: list[tuple[int, pa.StructArray]] = []  # (first row, values) of blocks the C++ reader parsed
     slow: list[int] = []
     start = 0
@@ -82,6 +88,17 @@ def decode(bodies: pa.Array, schema: pa.StructType, mode: str) -> Outcome:
         values = pieces[0][1] if len(pieces) == 1 else pa.concat_arrays([p for _, p in pieces])
         return Outcome(values, pa.nulls(n, pa.string()))
     return _with_slow_rows(raw, schema, mode, pieces, sorted(slow))
+
+
+def _joined(bodies: pa.Array) -> bytes:
+    """The bodies one per line, copied once from the array's buffer (slices of it joined: no object per body)."""
+    import numpy as np
+
+    wide = pa.types.is_large_binary(bodies.type) or pa.types.is_large_string(bodies.type)
+    offsets = np.frombuffer(bodies.buffers()[1], dtype=np.int64 if wide else np.int32)
+    ends = offsets[bodies.offset : bodies.offset + len(bodies) + 1].tolist()
+    data = memoryview(bodies.buffers()[2])
+    return b"\n".join([data[ends[i] : ends[i + 1]] for i in range(len(bodies))])
 
 
 def _blocks(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mode: str,
@@ -102,9 +119,13 @@ def _blocks(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mo
 
 
 def _parse(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mode: str) -> pa.StructArray | None:
+    return _parse_text(b"\n".join(raw[lo:hi]), hi - lo, schema, mode)  # type: ignore[arg-type]
+
+
+def _parse_text(text: bytes, rows: int, schema: pa.StructType, mode: str) -> pa.StructArray | None:
+    """``rows`` bodies, one per line of ``text``, parsed by the C++ reader; None when any does not fit."""
     import pyarrow.json as pj
 
-    text = b"\n".join(raw[lo:hi])  # type: ignore[arg-type]
     options = pj.ParseOptions(explicit_schema=pa.schema(list(schema)),
                               unexpected_field_behavior="ignore" if mode == NONE else "infer")  # fmt: skip
     read = pj.ReadOptions(use_threads=False, block_size=len(text) + 1)  # one block: the bodies are in memory
@@ -112,10 +133,10 @@ def _parse(raw: list[bytes | None], lo: int, hi: int, schema: pa.StructType, mod
         table = pj.read_json(io.BytesIO(text), read_options=read, parse_options=options)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, ValueError):
         return None
-    if table.num_rows != hi - lo or pa.struct(list(table.schema)) != schema:
+    if table.num_rows != rows or pa.struct(list(table.schema)) != schema:
         return None  # an empty body (a skipped line), or fields the schema lacks ("infer" added them)
     if not schema.num_fields:  # a struct of no fields (documents that were all {}): its length is not its fields'
-        return pa.array([{}] * (hi - lo), type=schema)
+        return pa.array([{}] * rows, type=schema)
     arrays = [table.column(i).combine_chunks() for i in range(table.num_columns)]
     return pa.StructArray.from_arrays(arrays, fields=list(schema))
 

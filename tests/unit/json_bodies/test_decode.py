@@ -82,6 +82,14 @@ def test_every_odd_body_has_its_named_behaviour():
     assert values[11]["at"] is None and rescued[11] == '{"at":"yesterday"}'  # not ISO 8601
 
 
+def test_a_slice_of_bodies_is_read_from_its_own_offsets():
+    schema = T.parse_schema("id bigint")
+    bodies = pa.array([f'{{"id": {i}}}'.encode() for i in range(10)], pa.binary())
+    assert D.decode(bodies.slice(4, 3), schema, D.RESCUE).values.to_pylist() == [{"id": 4}, {"id": 5}, {"id": 6}]
+    wide = pa.array([b'{"id": 1}', b"odd"], pa.large_binary())
+    assert D.decode(wide, schema, D.RESCUE).rescued.to_pylist() == [None, '{"_body": "odd"}']
+
+
 def test_deep_nesting_and_fields_the_schema_lacks_by_mode():
     schema = T.parse_schema("a struct<b:struct<c:array<struct<d:bigint>>>>")
     body = b'{"a": {"b": {"c": [{"d": 1, "e": 2}, {"d": 3}]}}, "z": 1}'
