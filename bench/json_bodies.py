@@ -36,13 +36,24 @@ def document(i: int, size: int, nested: bool) -> dict[str, Any]:
 
 
 def fill(spark: Any, conn: str, size: int, nested: bool) -> str:
-    """The hub filled with EVENTS documents through the connector's sink; returns the documents' DDL."""
+    """The hub filled with EVENTS documents (``document``'s, made in the JVM: a Python list of 200 MB would not fit
+    its default heap) through the connector's sink; returns the documents' DDL."""
+    from pyspark.sql import functions as F
+
     from eventhubs_spark.json_bodies import types
 
-    bodies = [(json.dumps(document(i, size, nested)),) for i in range(EVENTS)]
-    spark.createDataFrame(bodies, "body string").repartition(4).write.format("eventhubs").option(
-        "eventhubs.connectionString", conn).mode("append").save()  # fmt: skip
-    schema = types.settled(types.of_value(document(0, size, nested)))
+    first = document(0, size, nested)
+    i = F.col("id")
+    fields = [i.alias("id"), F.concat(F.lit("device-"), (i % 500).cast("string")).alias("device"),
+              (F.lit(20.0) + (i % 70) / 10).alias("temp"), (i % 3 != 0).alias("ok")]  # fmt: skip
+    if nested:
+        where = F.struct((F.lit(47.6) + (i % 10) / 100).alias("lat"), F.lit(-122.3).alias("lon"))
+        fields.append(F.struct(F.lit("C").alias("unit"), where.alias("where"),
+                               F.array(F.lit("a"), F.lit("b")).alias("tags")).alias("reading"))  # fmt: skip
+    fields.append(F.lit(first["note"]).alias("note"))
+    bodies = spark.range(0, EVENTS, 1, 4).select(F.to_json(F.struct(*fields)).alias("body"))
+    bodies.write.format("eventhubs").option("eventhubs.connectionString", conn).mode("append").save()
+    schema = types.settled(types.of_value(first))
     return types.to_text(schema)
 
 
