@@ -36,21 +36,9 @@ def writing(out: str) -> int | None:
     return None
 
 
-def executor_pids(app: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"CoarseGrainedExecutorBackend" in cmd and app.encode() in cmd:
-            pids.append(int(entry))
-    return pids
-
-
 def kill_executors(spark: object, out: str, kills: int) -> None:
+    from tests.integration.spark_app import executor_pids
+
     app = spark.sparkContext.applicationId  # type: ignore[attr-defined]
     hit: set[int] = set()
     while len(hit) < kills:

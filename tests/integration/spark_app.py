@@ -157,7 +157,15 @@ def kill_an_executor(spark: object, out: str) -> None:
         if len(commits) >= 2:
             break
         time.sleep(0.1)
-    for entry in sorted(os.listdir("/proc")):
+    for pid in executor_pids(app)[:1]:
+        os.kill(pid, signal.SIGKILL)
+        Path(out, "killed").write_text(str(pid))
+
+
+def executor_pids(app: str) -> list[int]:
+    """The pids of application ``app``'s executor JVMs on this machine (local-cluster's), lowest first."""
+    pids = []
+    for entry in sorted(os.listdir("/proc"), key=lambda e: int(e) if e.isdigit() else -1):
         if not entry.isdigit():
             continue
         try:
@@ -165,9 +173,8 @@ def kill_an_executor(spark: object, out: str) -> None:
         except OSError:
             continue
         if b"CoarseGrainedExecutorBackend" in cmd and app.encode() in cmd:
-            os.kill(int(entry), signal.SIGKILL)
-            Path(out, "killed").write_text(entry)
-            return
+            pids.append(int(entry))
+    return pids
 
 
 def services(spark: object) -> list[tuple[int, str]]:
