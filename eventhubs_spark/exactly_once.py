@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,11 +196,16 @@ def target_of(settings: ConnectionSettings) -> str:
 
 
 def record_fence(
-    settings: ConnectionSettings, location: str, write_id: str, batch: int, timeout: float
+    settings: ConnectionSettings,
+    location: str,
+    write_id: str,
+    batch: int,
+    timeout: float,
+    figures: Mapping[str, float] | None = None,
 ) -> dict[str, int]:
     """On the driver, when a stream's batch commits: where the target hub's partitions end now, recorded as the
-    fence of the batches after it."""
+    fence of the batches after it (with the batch's ``figures`` added to the write's totals)."""
     client = runtime.current().management(settings, timeout)
     ends = {p: info.end for p, info in client.partition_properties(client.partition_ids()).items()}
-    WriteFences(location, write_id, target_of(settings)).write_fence(batch, ends)
+    WriteFences(location, write_id, target_of(settings)).write_fence(batch, ends, figures)
     return ends

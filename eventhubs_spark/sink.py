@@ -605,10 +605,12 @@ class _StreamCommits(_SinkBase):
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         self._log_commit(messages, batchId)
-        write = _merged(messages).write
-        if self.once is not None and write is not None:
+        report = _merged(messages)
+        if self.once is not None and report.write is not None:
             # the next batch's stamps all land after where the hub ends now
-            record_fence(self.settings, self.once.location, write, batchId, self.timeout)
+            figures = {"rows found stored": report.skipped, "rows that differed": report.differed,
+                       "sends settled": report.settled, "events read back": report.read_back}  # fmt: skip
+            record_fence(self.settings, self.once.location, report.write, batchId, self.timeout, figures)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         _LOG.warning(

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +56,28 @@ class WriteFences:
             return None
         return {str(p): int(seq) for p, seq in record["ends"].items()}
 
-    def write_fence(self, batch: int, ends: dict[str, int]) -> None:
+    def write_fence(self, batch: int, ends: dict[str, int], figures: Mapping[str, float] | None = None) -> None:
         """Record the partitions' ends after ``batch`` committed, and drop what no run of a batch will read again:
-        marks of batches before it, fences before the one before it (a re-run of ``batch`` reads that one)."""
+        marks of batches before it, fences before the one before it (a re-run of ``batch`` reads that one).
+        ``figures``: what exactly once did in the batch (rows found stored, sends settled, events read back),
+        added to the write's totals (``totals.json``), so how often it had to act can be looked up later."""
         _write(self.root / f"fence-{batch}.json", {"target": self.target, "batch": batch, "ends": ends})
+        if figures:
+            totals = _read(self.root / "totals.json") or {}
+            for key, value in figures.items():
+                totals[key] = totals.get(key, 0) + value
+            totals["last batch"] = batch
+            _write(self.root / "totals.json", totals)
         for name in _names(self.root):
             fence, marks = _FENCE.match(name), _MARKS.match(name)
             if fence and int(fence.group(1)) < batch - 1:
                 (self.root / name).unlink(missing_ok=True)
             elif marks and int(marks.group(1)) < batch:
                 _remove_folder(self.root / name)
+
+    def totals(self) -> dict[str, Any]:
+        """The write's totals so far (see :meth:`write_fence`)."""
+        return _read(self.root / "totals.json") or {}
 
     def mark(self, batch: int, partition: int) -> dict[str, int] | None:
         """What an earlier attempt of task ``partition`` of ``batch`` recorded before it sent (the ends it looked up,

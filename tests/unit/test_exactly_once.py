@@ -68,6 +68,10 @@ def test_fences_keep_the_latest_before_a_batch_and_drop_what_no_run_reads_again(
     assert fences.fence_before(2) == {"0": 20}  # batch 2 run again reads from before it
     assert fences.fence_before(1) is None  # dropped: batch 1 never runs again once batch 2 committed
     assert fences.mark(0, 1) is None and fences.mark(1, 0) is None
+    # what exactly once did, added up over the batches
+    fences.write_fence(3, {"0": 40}, {"sends settled": 1, "rows found stored": 5})
+    fences.write_fence(4, {"0": 50}, {"sends settled": 2, "rows found stored": 0})
+    assert fences.totals() == {"sends settled": 3, "rows found stored": 5, "last batch": 4}
     # another target under the same write: not this one's fence
     assert WriteFences(str(tmp_path), "q1", "ns/other").fence_before(3) is None
     with pytest.raises(ValueError, match="write id"):

@@ -11,6 +11,8 @@ the tasks' sends and the batch's commit, and the query started again runs the sa
 from __future__ import annotations
 
 import collections
+import os
+import time
 import uuid
 
 import pytest
@@ -171,3 +173,59 @@ def test_a_df_write_run_again_through_spark_connect_stores_each_row_once(eventhu
     stamps, bodies = stamps_and_bodies(eventhubs_emulator, name, 2)
     assert sorted(bodies) == sorted(f"row-{i}" for i in range(42_000))
     assert len(set(stamps)) == 42_000 and all(s.startswith("connect-1/0/") for s in stamps)
+
+
+def test_a_send_into_a_black_hole_is_settled_by_reading_back_and_stored_once(spark, tmp_path):
+    """Every open connection falls into a black hole for good while the stream has batches to send: the sink's sends
+    on its (holed) connections go unanswered; each is settled by reading the partition back over a new connection,
+    and what the hole swallowed is never stored, so each event is in the target once (a send made again blindly
+    would be too, but the point is that the sink asked)."""
+    from eventhubs_emulator import Emulator
+    from tests.integration.sdk_helpers import wait_until
+
+    with Emulator({"source": 2, "target": 2}) as emu:
+        source, target = emu.connection_string("source"), emu.connection_string("target")
+        query = (
+            spark.readStream.format("eventhubs")
+            .option("eventhubs.connectionString", source)
+            .option("eventhubs.startingPosition", '{"offset": "-1"}')
+            .option("eventhubs.connectionIdleTimeout", "3s")
+            .load()
+            .selectExpr("body", "partition as partitionId")
+            .writeStream.format("eventhubs")
+            .option("eventhubs.connectionString", target)
+            .option("eventhubs.connectionIdleTimeout", "3s")
+            .option("eventhubs.sink.exactlyOnce", "true")
+            .option("eventhubs.checkpointLocation", str(tmp_path / "sink"))
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+
+        def arrived() -> int:
+            return sum(emu.partition_properties("target", p)["last_enqueued_sequence_number"] + 1 for p in range(2))
+
+        try:
+            for p in "01":
+                send(source, [f"before-{p}-{i}" for i in range(100)], partition_id=p)
+            wait_until(lambda: arrived() == 200, timeout=120, message="the first events in the target")
+            emu.black_hole(None)  # the sink's lanes among them: they look alive to it
+            for p in "01":
+                send(source, [f"after-{p}-{i}" for i in range(100)], partition_id=p)
+            for _ in range(3):  # whatever connection the sink opens meanwhile falls in too, a few times
+                time.sleep(1.5)
+                emu.black_hole(None)
+            wait_until(lambda: arrived() >= 400, timeout=180, message="the events sent after the hole")
+            time.sleep(3)  # anything sent twice would have arrived by now
+            assert query.exception() is None, query.exception()
+        finally:
+            query.stop()
+        stamps, bodies = stamps_and_bodies(emu, "target", 2)
+    assert sorted(bodies) == sorted(f"{w}-{p}-{i}" for w in ("before", "after") for p in "01" for i in range(100))
+    assert len(set(stamps)) == 400
+    # the driver kept what exactly once did: sends went unanswered, and were settled by reading back
+    from eventhubs_spark.checkpoints.write_fences import WriteFences
+
+    (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
+    totals = WriteFences(str(tmp_path / "sink"), write, "-").totals()
+    assert totals["sends settled"] >= 1 and totals["rows found stored"] == 0, totals
