@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.integration.sdk_helpers import receive, send
+from tests.integration.sdk_helpers import LiveProducer, receive, send
 
 pytestmark = pytest.mark.spark
 
@@ -148,13 +148,18 @@ def test_a_df_write_run_again_with_its_write_id_stores_each_row_once_with_keys(s
         write(PER_PARTITION - 7, "orders-1")  # the first task's row 20,993: after its first send
     # another producer writes the same hub meanwhile: read back past, never mistaken for ours
     send(target, [f"{another}-{i}" for i in range(500)])
-    write(None, "orders-1")
-    write(None, "orders-1")  # the whole job again, already written: nothing is sent
+    live = LiveProducer(target, 4, seed=7)  # and another writes while the job runs again
+    live.start()
+    try:
+        write(None, "orders-1")
+        write(None, "orders-1")  # the whole job again, already written: nothing is sent
+    finally:
+        produced = live.stop()
     stamps, bodies = stamps_and_bodies(eventhubs_emulator, name, 4)
-    ours = sorted(b for b in bodies if not b.startswith(another))
+    ours = sorted(b for b in bodies if not b.startswith((another, "live-")))
     assert ours == sorted(f"row-{i}" for i in range(2 * PER_PARTITION))
     assert collections.Counter(s for s in stamps if s is not None).most_common(1)[0][1] == 1
-    assert sum(1 for s in stamps if s is None) == 500
+    assert sum(1 for s in stamps if s is None) == 500 + len(produced) and produced
 
 
 def test_a_df_write_run_again_through_spark_connect_stores_each_row_once(eventhubs_emulator, tmp_path):
