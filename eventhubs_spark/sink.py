@@ -143,6 +143,9 @@ class ExactlyOnce:
     consumer_group: str
 
 
+_MOST_SETTLES = 10  # unanswered sends of one target a task settles before it fails (Spark then retries it)
+
+
 class _Unanswered(Exception):
     """A send of an exactly-once write went unanswered: settled by reading the hub back, never sent blindly again."""
 
@@ -372,11 +375,16 @@ class EventSender:
                 if self._send_with_retry(batch, count, target):
                     resent += count
                 sent += count
-            except _Unanswered:
+            except _Unanswered as unanswered:
                 # Which of this target's events did the hub store? Ask it (this target's partition; a key's
                 # partition is the service's choice: all of them), then send the rest, packed again.
                 assert self._guard is not None
                 settled += 1
+                if settled > _MOST_SETTLES:
+                    raise SinkError(
+                        f"sending to hub {self.settings.hub!r} ({target[0]} {target[1]!r}) failed {settled} times in a "
+                        f"row without an answer, each settled by reading the hub back (exactly once): {unanswered}"
+                    ) from unanswered
                 stored = self._guard.stored([target[1]] if target[0] == "partition" else None)
                 waiting = [event for _, _, chunk in [(batch, count, events), *queue] for event in chunk]
                 rest = [event for event in waiting if not _is_stored(event, stored)]
@@ -397,7 +405,11 @@ class EventSender:
         next attempt may store it twice. That is the sink's "at least once", and the driver says when it
         happened and for how many events (:meth:`_SinkBase._log_commit`)."""
 
-        from azure.eventhub.exceptions import OperationTimeoutError  # here: importing the sink loads no SDK
+        from azure.eventhub.exceptions import (  # here: importing the sink loads no SDK
+            ConnectionLostError,
+            EventDataSendError,
+            OperationTimeoutError,
+        )
 
         unanswered = False
 
@@ -407,13 +419,22 @@ class EventSender:
             try:
                 client.send(batch, max(1.0, seconds))
             except Exception as exc:
-                if sdk_internals.condition(exc) == sdk_internals.TOO_LARGE:
+                condition = sdk_internals.condition(exc)
+                if condition == sdk_internals.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
                     unanswered = True
                     self._replace_client(client)  # unanswered: the next attempt goes over a new connection
                     if self._once is not None:
                         raise _Unanswered(str(exc)) from exc
+                # Exactly once: a send that may have reached the service (its connection lost on the way, or an
+                # error whose meaning for the batch is unknown) is settled by reading back too; only a refusal
+                # (busy) or a failure to connect at all says for certain that nothing was stored.
+                maybe_stored = isinstance(exc, ConnectionLostError) or (
+                    isinstance(exc, EventDataSendError) and condition != sdk_internals.SERVER_BUSY
+                )
+                if self._once is not None and maybe_stored:
+                    raise _Unanswered(str(exc)) from exc
                 raise
 
         self._retrying(send, f"sending {count} events to hub {self.settings.hub!r} ({target[0]} {target[1]!r})")

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventhubs_spark.checkpoints.write_fences import WriteFences
+from eventhubs_spark.errors import SinkError
 from eventhubs_spark.exactly_once import STAMP, TaskStamp, WriteGuard, stamped_rows
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
@@ -267,3 +268,38 @@ def test_a_row_whose_body_changed_between_attempts_is_sent_not_skipped(monkeypat
     again.flush()
     assert (again.report.skipped, again.report.differed) == (2, 1)
     assert len(hub.stamps()) == 4 and TaskStamp("q9", 0, 0).of(1, "B") in hub.stamps()
+
+
+def test_a_lost_connection_is_settled_and_a_send_that_never_answers_fails_in_the_end(monkeypatch, tmp_path,
+                                                                                       in_spark_task):  # fmt: skip
+    from azure.eventhub.exceptions import ConnectionLostError
+
+    from eventhubs_spark import sink
+
+    hub = Hub(2)
+
+    class Lost(_Client):
+        def send(self, batch: _Batch, timeout: float) -> None:
+            super().send(batch, 0)
+            if self.sends == 1:
+                raise ConnectionLostError("the connection went away after the transfer")
+
+    client = Lost(hub, unanswered=set())
+    settings, layout = sending_through(monkeypatch, in_spark_task, hub, client, batch="3")
+    once = sink.ExactlyOnce(str(tmp_path), True, None, "$Default")
+    sender = sink.EventSender(settings, layout, 30.0, once)
+    sender.add_columns([["a", "b"], ["0", "0"]])
+    sender.flush()
+    assert len(hub.stamps()) == 2 and sender.report.settled == 1  # stored by the lost send, not sent again
+
+    class Silent(_Client):
+        def send(self, batch: _Batch, timeout: float) -> None:
+            self.sends += 1
+            raise TimeoutError("no answer")
+
+    silent = Silent(Hub(2), unanswered=set())
+    settings, layout = sending_through(monkeypatch, in_spark_task, silent.hub, silent, batch="4")
+    stuck = sink.EventSender(settings, layout, 30.0, once)
+    stuck.add_columns([["a"], ["1"]])
+    with pytest.raises(SinkError, match="failed 11 times in a row without an answer"):
+        stuck.flush()
