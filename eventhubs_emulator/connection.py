@@ -150,6 +150,8 @@ class Service(Protocol):
 
     def accept_events(self, link: InLink, data: bytes, message_format: int) -> None: ...
 
+    def answer_lost(self, link: InLink) -> bool: ...
+
     def on_cbs(self, conn: Connection, session: Session, data: bytes) -> None: ...
 
     def on_management(self, conn: Connection, session: Session, data: bytes) -> None: ...
@@ -585,6 +587,10 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             _LOG.exception("could not process a message")
             state = Described(ULong(amqp.REJECTED), [amqp.encode_error("amqp:decode-error", str(exc))])
+        if link.kind == "events" and self.server.answer_lost(link):
+            # stored, and the answer lost with its connection: the client cannot know, until it asks
+            self.holed, self.hole_heals = True, False
+            return
         if not settled:
             self.send(session.channel, amqp.DISPOSITION, [True, UInt(delivery_id), None, True, state, None])
         if link.credit < _SEND_CREDIT // 2:

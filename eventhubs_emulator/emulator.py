@@ -492,6 +492,16 @@ class Emulator:
 
         self._call(apply)
 
+    def lose_send_answers(self, hub: str, count: int = 1) -> None:
+        """The next ``count`` sends to ``hub`` are stored, and then their answer is lost: each one's connection
+        falls into a black hole for good before the disposition goes out, as when a connection dies right after
+        the service stored a batch. A client that sends again without asking stores it twice."""
+
+        def apply() -> None:
+            self._server().lost_send_answers[hub.lower()] = count
+
+        self._call(apply)
+
     def throttling(self) -> dict[str, float]:
         """The namespace's metering figures: sends refused (requests, events, bytes) and deliveries that
         waited for the egress allowance (times, seconds); empty when not metered."""

@@ -154,6 +154,9 @@ class Server:
         self.events_out_by_hub: dict[str, int] = {}  # what each hub sent to receivers (a namespace's metered egress)
         self.failing_management_calls = 0
         self.unanswered_management_calls = 0
+        # Sends to a hub (by lower-cased name) whose answer is lost: stored, then their connection falls into a
+        # black hole for good before the disposition goes out (Emulator.lose_send_answers)
+        self.lost_send_answers: dict[str, int] = {}
         self.failing_status = 503
         self._servers: list[asyncio.base_events.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
@@ -168,6 +171,7 @@ class Server:
             "forced_detaches": 0,
             "black_holes": 0,
             "management_requests": 0,
+            "send_answers_lost": 0,
         }
         self._connection_numbers = 0
         # Every send stored, newest last (bounded): tests tell a repeat the client made after a send it could not
@@ -703,6 +707,15 @@ class Server:
                     self.stats["forced_detaches"] += 1
                     n += 1
         return n
+
+    def answer_lost(self, link: InLink) -> bool:
+        """Whether the send just stored from ``link`` loses its answer (Emulator.lose_send_answers); counts it."""
+        hub = link.hub.name.lower() if link.hub is not None else ""
+        if self.lost_send_answers.get(hub, 0) <= 0:
+            return False
+        self.lost_send_answers[hub] -= 1
+        self.stats["send_answers_lost"] += 1
+        return True
 
     def black_hole(self, seconds: float | None) -> int:
         """Every open connection stops answering (no frames, no FIN) for ``seconds``, or for good (None);

@@ -237,3 +237,58 @@ def test_a_send_into_a_black_hole_is_settled_by_reading_back_and_stored_once(spa
     totals = WriteFences(str(tmp_path / "sink"), write, "-").totals()
     assert totals["rows found stored"] == 0 and totals["last batch"] >= 1, totals
     print(f"sends settled by reading back: {totals['sends settled']}")
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_send_stored_whose_answer_is_lost_is_found_by_reading_back_not_sent_again(spark, tmp_path, once):
+    """The emulator stores a send of the sink and loses its answer with the connection (as when a connection dies
+    right after the service stored a batch): exactly once asks the hub and finds it; at least once sends it again,
+    and the hub holds that batch twice."""
+    from eventhubs_emulator import Emulator
+    from tests.integration.sdk_helpers import wait_until
+
+    with Emulator({"source": 2, "target": 2}) as emu:
+        source, target = emu.connection_string("source"), emu.connection_string("target")
+        writer = (
+            spark.readStream.format("eventhubs")
+            .option("eventhubs.connectionString", source)
+            .option("eventhubs.startingPosition", '{"offset": "-1"}')
+            .load()
+            .selectExpr("body", "partition as partitionId")
+            .writeStream.format("eventhubs")
+            .option("eventhubs.connectionString", target)
+            .option("eventhubs.connectionIdleTimeout", "3s")  # how long a send waits for its answer
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="1 second")
+        )
+        if once:
+            writer = writer.option("eventhubs.sink.exactlyOnce", "true").option(
+                "eventhubs.checkpointLocation", str(tmp_path / "sink"))  # fmt: skip
+        query = writer.start()
+
+        def arrived() -> int:
+            return sum(emu.partition_properties("target", p)["last_enqueued_sequence_number"] + 1 for p in range(2))
+
+        try:
+            for p in "01":
+                send(source, [f"before-{p}-{i}" for i in range(100)], partition_id=p)
+            wait_until(lambda: arrived() == 200, timeout=120, message="the first events in the target")
+            emu.lose_send_answers("target", 1)
+            send(source, [f"after-0-{i}" for i in range(100)], partition_id="0")
+            wait_until(lambda: arrived() >= 300, timeout=120, message="the events sent after")
+            wait_until(lambda: emu.stats()["send_answers_lost"] == 1, timeout=30, message="an answer lost")
+            time.sleep(8)  # a send made again after the lost answer (3 s) would have arrived by now
+            assert query.exception() is None, query.exception()
+        finally:
+            query.stop()
+        stamps, bodies = stamps_and_bodies(emu, "target", 2)
+    expected = sorted([f"before-{p}-{i}" for p in "01" for i in range(100)] + [f"after-0-{i}" for i in range(100)])
+    if not once:
+        assert len(bodies) > len(expected) and set(bodies) == set(expected)  # the lost answer's batch twice
+        return
+    assert sorted(bodies) == expected and len(set(stamps)) == len(expected)
+    from eventhubs_spark.checkpoints.write_fences import WriteFences
+
+    (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
+    totals = WriteFences(str(tmp_path / "sink"), write, "-").totals()
+    assert totals["sends settled"] == 1, totals  # the send was settled by reading back, and not made again
