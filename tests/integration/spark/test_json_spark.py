@@ -140,3 +140,20 @@ def test_bad_json_options_name_the_option(spark, eventhub, tmp_path):
                                                                    "addNewColumns").load()  # fmt: skip
     with pytest.raises(Exception, match="no JSON object among the 0 events"):
         base().option("eventhubs.json.schemaLocation", str(tmp_path / "empty")).load()  # an empty hub
+
+
+def test_json_bodies_through_spark_connect(eventhub, tmp_path):
+    """Inference, the kept schema and the rescue column through a Spark Connect client (a server of its own)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    send(eventhub.connection_string, ['{"id": 1, "n": {"x": 1.5}}', '{"id": 2}', "not json"], partition_id="0")
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.connect_json_app", eventhub.connection_string,
+                           str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["value"] == "struct<id:bigint,n:struct<x:double>>"
+    assert result["rows"] == [[1, None], [2, None], [None, '{"_body": "not json"}']]
+    assert (tmp_path / "schema" / "_schemas" / "0").exists()
