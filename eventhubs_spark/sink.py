@@ -242,17 +242,17 @@ class EventSender:
             properties = (dict(prop) if not isinstance(prop, dict) else prop) if prop else None
             if once is not None:
                 index = self._row - 1
-                stamp = f"{self._prefix}{index}/{digest(body)}"
-                found = self._stored.get(index) if self._stored else None
-                if found is not None:
-                    if stamp.endswith("/" + found):
-                        self.report.skipped += 1
-                        continue
-                    # an earlier attempt stored another body here: the query is not deterministic; sent, not lost
+                body_digest = digest(body)
+                found = self._stored.get(index)
+                if found == body_digest:
+                    self.report.skipped += 1
+                    continue
+                if found is not None:  # an earlier attempt stored another body here: not deterministic; sent, not lost
                     self.report.differed += 1
                 # the row's name; a stamp the input carried (events read from a hub written exactly once) is replaced
+                stamp = f"{self._prefix}{index}/{body_digest}"
                 properties = {**properties, STAMP: stamp} if properties else {STAMP: stamp}
-                event: tuple[Any, ...] = (body, properties, index)
+                event: tuple[Any, ...] = (body, properties, index, body_digest)
             else:
                 event = (body, properties)
             if pid is not None:
@@ -333,8 +333,8 @@ class EventSender:
                 self.report.by_key += sent
 
     def _pack(self, events: list[Any], partition_id: str | None, key: str | None) -> list[tuple[Any, int, list[Any]]]:
-        """Pack (body, properties[, row]) events into full batches (with their event counts and events), encoded once
-        each (client.encode), checking each against the limit."""
+        """Pack (body, properties[, row, digest]) events into full batches (with their event counts and events),
+        encoded once each (client.encode), checking each against the limit."""
         out: list[tuple[Any, int, list[Any]]] = []
         batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
         start = 0
@@ -495,9 +495,8 @@ class EventSender:
 
 
 def _is_stored(event: tuple[Any, ...], stored: dict[int, str]) -> bool:
-    """Whether the hub holds this attempt's ``event`` (body, properties with the stamp, row)."""
-    found = stored.get(event[2])
-    return found is not None and event[1][STAMP].endswith("/" + found)
+    """Whether the hub holds this attempt's ``event`` (body, properties with the stamp, row, the body's digest)."""
+    return stored.get(event[2]) == event[3]
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],

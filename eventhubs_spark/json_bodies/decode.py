@@ -143,41 +143,34 @@ def _parse_text(text: bytes, rows: int, schema: pa.StructType, mode: str) -> pa.
 
 def _with_slow_rows(raw: list[bytes | None], schema: pa.StructType, mode: str,
                     pieces: list[tuple[int, pa.StructArray]], slow: list[int]) -> Outcome:  # fmt: skip
-    """The batch with its odd bodies read one by one, in order."""
+    """The batch with its odd bodies (``slow``) read one by one, between the blocks parsed (``pieces``), in order."""
     proposed: pa.DataType = schema
-    values: list[Any] = []
-    rescued: list[str | None] = []
     first_misfit: int | None = None
     by_start = dict(pieces)
     chunks: list[pa.StructArray] = []
+    values: list[Any] = []  # odd bodies' values since the last block
+    rescued: list[str | None] = []
     row = 0
-    slow_set = set(slow)
-
-    def flush_slow() -> None:
-        if values:
-            chunks.append(pa.array(values, type=schema))
-            values.clear()
-
-    all_rescued: list[str | None] = []
     while row < len(raw):
-        if row in by_start:
-            flush_slow()
-            block = by_start[row]
+        block = by_start.get(row)
+        if block is not None:
+            if values:
+                chunks.append(pa.array(values, type=schema))
+                values = []
             chunks.append(block)
-            all_rescued.extend([None] * len(block))
+            rescued.extend([None] * len(block))
             row += len(block)
             continue
-        assert row in slow_set
         value, rescue, asks = _one(raw[row], schema, mode)
-        if rescue is not None or asks is not None:
-            first_misfit = row if first_misfit is None else first_misfit
+        if first_misfit is None and (rescue is not None or asks is not None):
+            first_misfit = row
         if asks is not None:
             proposed = types.merge(proposed, asks)
         values.append(value)
-        all_rescued.append(rescue)
+        rescued.append(rescue)
         row += 1
-    flush_slow()
-    rescued = all_rescued
+    if values:
+        chunks.append(pa.array(values, type=schema))
     settled = types.settled(proposed)
     added = types.added(schema, settled) if settled != schema else []
     return Outcome(pa.concat_arrays(chunks) if len(chunks) > 1 else chunks[0], pa.array(rescued, pa.string()),
