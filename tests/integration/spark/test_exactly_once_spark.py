@@ -46,6 +46,32 @@ def stamps_and_bodies(emulator, hub: str, partitions: int) -> tuple[list[str], l
     return stamps, bodies
 
 
+def hub_to_hub(spark, emu, tmp_path, once: bool, source: dict[str, str], sink: dict[str, str]):
+    """The emulator's hub ``source`` streamed into its hub ``target`` (each event to the partition it came from),
+    every second, with these options besides the connection's (and, ``once``, exactly once): the started query."""
+    reader = spark.readStream.format("eventhubs").option("eventhubs.connectionString", emu.connection_string("source"))
+    reader = reader.option("eventhubs.startingPosition", '{"offset": "-1"}').options(**source)
+    writer = reader.load().selectExpr("body", "partition as partitionId").writeStream.format("eventhubs")
+    writer = writer.option("eventhubs.connectionString", emu.connection_string("target")).options(**sink)
+    if once:
+        writer = writer.option("eventhubs.sink.exactlyOnce", "true").option(
+            "eventhubs.checkpointLocation", str(tmp_path / "sink"))  # fmt: skip
+    return writer.option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="1 second").start()
+
+
+def in_target(emu) -> int:
+    """Events the emulator's hub ``target`` (2 partitions) holds."""
+    return sum(stored(emu, "target", 2).values())
+
+
+def totals(tmp_path) -> dict:
+    """What exactly once did over the query's life, as its driver kept it under ``tmp_path``/sink."""
+    from eventhubs_spark.checkpoints.write_fences import WriteFences
+
+    (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
+    return WriteFences(str(tmp_path / "sink"), write, "-").totals()
+
+
 def run_stream(spark, source_conn: str, target_conn: str, checkpoint: str, fail_at: set[tuple[str, int]],
                once: bool) -> Exception | None:  # fmt: skip
     """One run of the hub-to-hub stream until the source is drained (availableNow); the failure it met, if any."""
@@ -188,38 +214,21 @@ def test_a_send_into_a_black_hole_is_settled_by_reading_back_and_stored_once(spa
     from tests.integration.sdk_helpers import wait_until
 
     with Emulator({"source": 2, "target": 2}) as emu:
-        source, target = emu.connection_string("source"), emu.connection_string("target")
-        query = (
-            spark.readStream.format("eventhubs")
-            .option("eventhubs.connectionString", source)
-            .option("eventhubs.startingPosition", '{"offset": "-1"}')
-            .option("eventhubs.connectionIdleTimeout", "3s")
-            .load()
-            .selectExpr("body", "partition as partitionId")
-            .writeStream.format("eventhubs")
-            .option("eventhubs.connectionString", target)
-            .option("eventhubs.connectionIdleTimeout", "3s")
-            .option("eventhubs.sink.exactlyOnce", "true")
-            .option("eventhubs.checkpointLocation", str(tmp_path / "sink"))
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(processingTime="1 second")
-            .start()
-        )
-
-        def arrived() -> int:
-            return sum(emu.partition_properties("target", p)["last_enqueued_sequence_number"] + 1 for p in range(2))
+        source = emu.connection_string("source")
+        idle = {"eventhubs.connectionIdleTimeout": "3s"}
+        query = hub_to_hub(spark, emu, tmp_path, True, source=idle, sink=idle)
 
         try:
             for p in "01":
                 send(source, [f"before-{p}-{i}" for i in range(100)], partition_id=p)
-            wait_until(lambda: arrived() == 200, timeout=120, message="the first events in the target")
+            wait_until(lambda: in_target(emu) == 200, timeout=120, message="the first events in the target")
             emu.black_hole(None)  # the sink's lanes among them: they look alive to it
             for p in "01":
                 send(source, [f"after-{p}-{i}" for i in range(100)], partition_id=p)
             for _ in range(3):  # whatever connection the sink opens meanwhile falls in too, a few times
                 time.sleep(1.5)
                 emu.black_hole(None)
-            wait_until(lambda: arrived() >= 400, timeout=180, message="the events sent after the hole")
+            wait_until(lambda: in_target(emu) >= 400, timeout=180, message="the events sent after the hole")
             time.sleep(3)  # anything sent twice would have arrived by now
             assert query.exception() is None, query.exception()
         finally:
@@ -231,12 +240,9 @@ def test_a_send_into_a_black_hole_is_settled_by_reading_back_and_stored_once(spa
     # reading back) or its link could not open there (then nothing was sent, and it is sent on a new one) is the
     # machine's timing: both happen here; the settling itself is tested with a producer that answers as told
     # (tests/unit/test_exactly_once.py)
-    from eventhubs_spark.checkpoints.write_fences import WriteFences
-
-    (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
-    totals = WriteFences(str(tmp_path / "sink"), write, "-").totals()
-    assert totals["rows found stored"] == 0 and totals["last batch"] >= 1, totals
-    print(f"sends settled by reading back: {totals['sends settled']}")
+    kept = totals(tmp_path)
+    assert kept["rows found stored"] == 0 and kept["last batch"] >= 1, kept
+    print(f"sends settled by reading back: {kept['sends settled']}")
 
 
 @pytest.mark.parametrize("once", [True, False], ids=["exactly-once", "at-least-once"])
@@ -248,34 +254,17 @@ def test_a_send_stored_whose_answer_is_lost_is_found_by_reading_back_not_sent_ag
     from tests.integration.sdk_helpers import wait_until
 
     with Emulator({"source": 2, "target": 2}) as emu:
-        source, target = emu.connection_string("source"), emu.connection_string("target")
-        writer = (
-            spark.readStream.format("eventhubs")
-            .option("eventhubs.connectionString", source)
-            .option("eventhubs.startingPosition", '{"offset": "-1"}')
-            .load()
-            .selectExpr("body", "partition as partitionId")
-            .writeStream.format("eventhubs")
-            .option("eventhubs.connectionString", target)
-            .option("eventhubs.connectionIdleTimeout", "3s")  # how long a send waits for its answer
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(processingTime="1 second")
-        )
-        if once:
-            writer = writer.option("eventhubs.sink.exactlyOnce", "true").option(
-                "eventhubs.checkpointLocation", str(tmp_path / "sink"))  # fmt: skip
-        query = writer.start()
-
-        def arrived() -> int:
-            return sum(emu.partition_properties("target", p)["last_enqueued_sequence_number"] + 1 for p in range(2))
+        source = emu.connection_string("source")
+        # the sink's idle time-out: how long a send waits for its answer
+        query = hub_to_hub(spark, emu, tmp_path, once, source={}, sink={"eventhubs.connectionIdleTimeout": "3s"})
 
         try:
             for p in "01":
                 send(source, [f"before-{p}-{i}" for i in range(100)], partition_id=p)
-            wait_until(lambda: arrived() == 200, timeout=120, message="the first events in the target")
+            wait_until(lambda: in_target(emu) == 200, timeout=120, message="the first events in the target")
             emu.lose_send_answers("target", 1)
             send(source, [f"after-0-{i}" for i in range(100)], partition_id="0")
-            wait_until(lambda: arrived() >= 300, timeout=120, message="the events sent after")
+            wait_until(lambda: in_target(emu) >= 300, timeout=120, message="the events sent after")
             wait_until(lambda: emu.stats()["send_answers_lost"] == 1, timeout=30, message="an answer lost")
             time.sleep(8)  # a send made again after the lost answer (3 s) would have arrived by now
             assert query.exception() is None, query.exception()
@@ -287,8 +276,5 @@ def test_a_send_stored_whose_answer_is_lost_is_found_by_reading_back_not_sent_ag
         assert len(bodies) > len(expected) and set(bodies) == set(expected)  # the lost answer's batch twice
         return
     assert sorted(bodies) == expected and len(set(stamps)) == len(expected)
-    from eventhubs_spark.checkpoints.write_fences import WriteFences
-
-    (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
-    totals = WriteFences(str(tmp_path / "sink"), write, "-").totals()
-    assert totals["sends settled"] == 1, totals  # the send was settled by reading back, and not made again
+    kept = totals(tmp_path)
+    assert kept["sends settled"] == 1, kept  # the send was settled by reading back, and not made again
