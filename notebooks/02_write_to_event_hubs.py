@@ -5,6 +5,11 @@
 # MAGIC A DataFrame becomes events: a `body` column (string or binary) and, optionally, `partitionKey` (events
 # MAGIC with one key stay in order on one partition), `partitionId`, and `properties` (map<string,string>).
 # MAGIC Any other column is an error that names it, so nothing is dropped silently.
+# MAGIC
+# MAGIC Delivery is at least once by default: a retried task sends its rows again. For a hub-to-hub stream whose
+# MAGIC consumers must see each row once, add `.option("eventhubs.sink.exactlyOnce", "true")` and
+# MAGIC `.option("eventhubs.checkpointLocation", path)` (a path every executor reaches) to the stream's writer
+# MAGIC (docs: Guarantees, "Exactly once into a hub").
 
 # COMMAND ----------
 

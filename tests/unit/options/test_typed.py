@@ -203,6 +203,7 @@ AUTH_CASES = [
         "connector.avro.example.json",
         "connector.databricks.example.json",
         "connector.capture.example.json",
+        "connector.json.example.json",
     ],
 )
 def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
