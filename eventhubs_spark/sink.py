@@ -18,6 +18,7 @@ import logging
 import random
 import threading
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -31,9 +32,9 @@ from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.avro.encode import AvroWriting
 from eventhubs_spark.avro.encode import writing as avro_writing
 from eventhubs_spark.avro.registry import Registry
-from eventhubs_spark.codec.encode import encode_event
+from eventhubs_spark.codec.encode import encode_event, encode_with_property
 from eventhubs_spark.errors import EventHubsError, SinkError
-from eventhubs_spark.exactly_once import STAMP, WriteGuard, digest, guard_for, record_fence
+from eventhubs_spark.exactly_once import STAMP, WriteGuard, guard_for, record_fence
 from eventhubs_spark.options import write_options
 from eventhubs_spark.process import runtime
 
@@ -194,15 +195,15 @@ class EventSender:
         self._guard: WriteGuard | None = None
         # rows (0-based) an earlier attempt of this task stored, with their bodies' digests: skipped when the body is
         # the same
-        self._stored: dict[int, str] = {}
-        self._prefix = ""  # the stamp of this task's rows, less the row number
+        self._stored: dict[int, int] = {}
+        self._prefix = b""  # the stamp of this task's rows, less the row number (UTF-8)
 
     def _begin_once(self, once: ExactlyOnce) -> WriteGuard:
         """Name this task's rows, and learn which of them an earlier attempt stored."""
         guard = guard_for(self.settings, once.consumer_group, once.location, once.stream, once.write_id, self.timeout,
                           self._partition_list)  # fmt: skip
-        self._stored = guard.begin()
-        self._prefix = guard.stamp.prefix
+        self._stored = _crcs(guard.begin())
+        self._prefix = guard.stamp.prefix.encode("utf-8")
         self.report.write = guard.stamp.write
         self._guard = guard
         return guard
@@ -242,17 +243,17 @@ class EventSender:
             properties = (dict(prop) if not isinstance(prop, dict) else prop) if prop else None
             if once is not None:
                 index = self._row - 1
-                body_digest = digest(body)
+                raw = body.encode("utf-8") if isinstance(body, str) else body
+                crc = zlib.crc32(raw)
                 found = self._stored.get(index)
-                if found == body_digest:
+                if found == crc:
                     self.report.skipped += 1
                     continue
                 if found is not None:  # an earlier attempt stored another body here: not deterministic; sent, not lost
                     self.report.differed += 1
-                # the row's name; a stamp the input carried (events read from a hub written exactly once) is replaced
-                stamp = f"{self._prefix}{index}/{body_digest}"
-                properties = {**properties, STAMP: stamp} if properties else {STAMP: stamp}
-                event: tuple[Any, ...] = (body, properties, index, body_digest)
+                # stamped when packed (:meth:`_stamped`): a stamp the input carried (events read from a hub written
+                # exactly once) is replaced
+                event: tuple[Any, ...] = (raw, properties, index, crc)
             else:
                 event = (body, properties)
             if pid is not None:
@@ -336,22 +337,41 @@ class EventSender:
         """Pack (body, properties[, row, digest]) events into full batches (with their event counts and events),
         encoded once each (client.encode), checking each against the limit."""
         out: list[tuple[Any, int, list[Any]]] = []
-        batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
+        batch = self._new_batch(partition_id, key)
         start = 0
+        content_type, stamped = self._content_type, self._once is not None
         for n, event in enumerate(events):
             body = event[0]
-            message = encode_event(body, event[1], key, self._content_type)
+            message = self._stamped(event, key) if stamped else encode_event(body, event[1], key, content_type)
             if not sdk_internals.add_encoded(batch, message):
                 if n == start:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
                 out.append((batch, n - start, events[start:n]))
-                batch = self._client.create_batch(partition_id=partition_id, partition_key=key)
+                batch = self._new_batch(partition_id, key)
                 start = n
                 if not sdk_internals.add_encoded(batch, message):
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
         if start < len(events):
             out.append((batch, len(events) - start, events[start:]))
         return out
+
+    def _stamped(self, event: tuple[Any, ...], key: str | None) -> bytes:
+        """An exactly-once event's bytes (body, properties, row, CRC-32 of the body), with its stamp
+        (:data:`~eventhubs_spark.exactly_once.STAMP`) ``<task's prefix><row>/<crc as 8 hex digits>``."""
+        stamp = b"%s%d/%08x" % (self._prefix, event[2], event[3])
+        return encode_with_property(event[0], event[1], key, self._content_type, STAMP, stamp)
+
+    def _new_batch(self, partition_id: str | None, key: str | None) -> Any:
+        """An empty batch for a target, retried as sends are: a lane's first batch opens its connection and signs
+        in (to learn the hub's maximum message size), which fails like a send when the connection is lost or
+        falls into a black hole ("Authorization timeout"); the producer then starts that lane over."""
+        target = (
+            f"key {key!r}" if key is not None else f"partition {partition_id!r}" if partition_id else "any partition"
+        )
+        return self._retrying(
+            lambda seconds: self._client.create_batch(partition_id=partition_id, partition_key=key),
+            f"opening a batch for hub {self.settings.hub!r} ({target})",
+        )
 
     def _too_large(self, body: Any, size: int, limit: int) -> SinkError:
         body_size = len(body.encode("utf-8")) if isinstance(body, str) else len(body)
@@ -385,7 +405,7 @@ class EventSender:
                         f"sending to hub {self.settings.hub!r} ({target[0]} {target[1]!r}) failed {settled} times in a "
                         f"row without an answer, each settled by reading the hub back (exactly once): {unanswered}"
                     ) from unanswered
-                stored = self._guard.stored([target[1]] if target[0] == "partition" else None)
+                stored = _crcs(self._guard.stored([target[1]] if target[0] == "partition" else None))
                 waiting = [event for _, _, chunk in [(batch, count, events), *queue] for event in chunk]
                 rest = [event for event in waiting if not _is_stored(event, stored)]
                 sent += len(waiting) - len(rest)
@@ -494,9 +514,21 @@ class EventSender:
                                         max_attempt=idle if idle > 0 else None)  # fmt: skip
 
 
-def _is_stored(event: tuple[Any, ...], stored: dict[int, str]) -> bool:
-    """Whether the hub holds this attempt's ``event`` (body, properties with the stamp, row, the body's digest)."""
+def _is_stored(event: tuple[Any, ...], stored: dict[int, int]) -> bool:
+    """Whether the hub holds this attempt's ``event`` (body, properties, row, the body's CRC-32)."""
     return stored.get(event[2]) == event[3]
+
+
+def _crcs(stored: dict[int, str]) -> dict[int, int]:
+    """Rows stored, with their bodies' digests as read back (8 hex digits) turned into CRC-32s as the sink computes
+    them (a digest that is not one matches no body)."""
+    out: dict[int, int] = {}
+    for row, text in stored.items():
+        try:
+            out[row] = int(text, 16)
+        except ValueError:
+            out[row] = -1
+    return out
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],

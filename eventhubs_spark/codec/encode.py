@@ -65,3 +65,29 @@ def encode_event(
         entries = b"".join(_string(k) + (b"\x40" if v is None else _string(v)) for k, v in properties.items())
         head += _APPLICATION_PROPERTIES + _map(entries, 2 * len(properties))
     return head + data if head else data
+
+
+def encode_with_property(
+    body: bytes,
+    properties: Mapping[str, str | None] | None,
+    partition_key: str | None,
+    content_type: str | None,
+    name: str,
+    value: bytes,
+) -> bytes:
+    """:func:`encode_event` of ``body`` with one more application property, ``name`` = ``value`` (UTF-8 text, set
+    last, replacing one of that name that ``properties`` has): the exactly-once sink's stamp on every event.
+
+    Why a function of its own: building a dict per event and walking it costs the sink about 2 us an event, as much
+    as all the rest of its work at 200 B. An event with no other property, key or content type, with a short body
+    and value (the common case) is written with one formatting of a fixed layout instead; others take the general
+    path, with the same bytes (a test compares the two)."""
+    raw_name = name.encode("utf-8")
+    if not (properties or partition_key or content_type) and len(body) < 256 and len(raw_name) + len(value) < 230:
+        return b"%s\xc1%c\x02\xa1%c%s\xa1%c%s%s\xa0%c%s" % (
+            _APPLICATION_PROPERTIES, len(raw_name) + len(value) + 5, len(raw_name), raw_name, len(value), value,
+            _DATA, len(body), body,
+        )  # fmt: skip
+    text = value.decode("utf-8")
+    merged = {**properties, name: text} if properties else {name: text}
+    return encode_event(body, merged, partition_key, content_type)

@@ -72,9 +72,16 @@ class SharedProducer:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
         lane = self._lane(partition_id, partition_key)
         with lane.lock:
-            return sdk_internals.create_batch(
-                lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key
-            )
+            try:
+                return sdk_internals.create_batch(
+                    lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key
+                )
+            except Exception as exc:
+                # The first batch of a lane opens its connection (and signs in) to learn the hub's maximum
+                # message size: a connection that falls into a black hole then fails it ("Authorization
+                # timeout"), and the next attempt must not find the same dead connection.
+                self._renew_unless_link_only(lane, exc)
+                raise
 
     def send(self, batch: Any, timeout: float) -> None:
         """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
@@ -83,13 +90,17 @@ class SharedProducer:
             try:
                 sdk_internals.send_once(lane.client, batch, timeout, lane.shared)
             except Exception as exc:
-                if sdk_internals.condition(exc) not in _LINK_ONLY:
-                    # The SDK's own producers open a new connection after any failure; here every link of the
-                    # lane shares one, which may be dead without saying so (a black hole): the lane starts over.
-                    old = lane.client
-                    lane.renew(self.settings)
-                    _close(old)
+                self._renew_unless_link_only(lane, exc)
                 raise
+
+    def _renew_unless_link_only(self, lane: _Lane, exc: BaseException) -> None:
+        """After a failure on ``lane`` (its lock held): a new client and connection, unless the service refused
+        one send or link only. The SDK's own producers open a new connection after any failure; here every link
+        of the lane shares one, which may be dead without saying so (a black hole): the lane starts over."""
+        if sdk_internals.condition(exc) not in _LINK_ONLY:
+            old = lane.client
+            lane.renew(self.settings)
+            _close(old)
 
     def connections(self) -> int:
         """Connections open now (for tests and benchmarks)."""

@@ -303,3 +303,57 @@ def test_a_lost_connection_is_settled_and_a_send_that_never_answers_fails_in_the
     stuck.add_columns([["a"], ["1"]])
     with pytest.raises(SinkError, match="failed 11 times in a row without an answer"):
         stuck.flush()
+
+
+def test_a_batch_that_cannot_be_opened_on_a_dead_connection_is_opened_again(monkeypatch, tmp_path, in_spark_task):
+    """A lane's first batch signs in on its connection; one fallen into a black hole fails that with "Authorization
+    timeout" (the SDK's AuthenticationError, an internal error, not a refusal): the sink opens it again, and the
+    write goes on instead of failing the task."""
+    from azure.eventhub._pyamqp import error as errors
+    from azure.eventhub.exceptions import AuthenticationError
+
+    from eventhubs_spark import sink
+
+    hub = Hub(1)
+
+    class Holed(_Client):
+        opened = 0
+
+        def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> _Batch:
+            self.opened += 1
+            if self.opened == 1:  # as the SDK's transport says a sign-in that timed out
+                timeout = errors.AuthenticationException(errors.ErrorCondition.InternalError,
+                                                         description="Authorization timeout.")  # fmt: skip
+                raise AuthenticationError(str(timeout), timeout)
+            return super().create_batch(partition_id, partition_key)
+
+    client = Holed(hub, unanswered=set())
+    settings, layout = sending_through(monkeypatch, in_spark_task, hub, client, batch="2")
+    sender = sink.EventSender(settings, layout, 30.0, sink.ExactlyOnce(str(tmp_path), True, None, "$Default"))
+    sender.add_columns([["a", "b"], ["0", "0"]])
+    sender.flush()
+    assert client.opened == 2 and len(hub.stamps()) == 2
+
+
+def test_a_lane_whose_batch_cannot_be_opened_starts_over_on_a_new_connection(monkeypatch):
+    from eventhubs_spark.amqp import sdk_internals
+    from eventhubs_spark.executor import shared_producer
+    from eventhubs_spark.options import write_options
+
+    conn = "Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+    producer = shared_producer.SharedProducer(write_options({"eventhubs.connectionString": conn}).settings, lanes=1)
+    first = producer._lanes[0].client
+    failures = [RuntimeError("Authorization timeout."), None]
+
+    def create_batch(client: Any, shared: Any, **kwargs: Any) -> str:
+        failure = failures.pop(0)
+        if failure is not None:
+            raise failure
+        return "batch"
+
+    monkeypatch.setattr(sdk_internals, "create_batch", create_batch)
+    with pytest.raises(RuntimeError):
+        producer.create_batch("0")
+    assert producer._lanes[0].client is not first  # a new client (and connection) for the next attempt
+    assert producer.create_batch("0") == "batch"
+    producer.close()

@@ -10,7 +10,7 @@ from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.codec.encode import encode_event
+from eventhubs_spark.codec.encode import encode_event, encode_with_property
 from tests.unit.support.encode import bodies, keys, properties
 
 # the Schema Registry encoders' content type (ids are 32 hex digits on the service; any short token here)
@@ -45,3 +45,19 @@ def test_the_small_and_large_forms_switch_where_the_sdks_do() -> None:
         props = {"k": "v" * size}
         assert encode_event(b"x", props, None) == sdk_bytes(b"x", props, None), size
         assert encode_event("b" * size, None, "k" * (size - 230)) == sdk_bytes("b" * size, None, "k" * (size - 230))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), properties, keys, content_types, st.text(max_size=260))
+def test_an_event_with_one_more_property_encodes_as_with_it_in_its_properties(
+    body: bytes, props: dict[str, Any] | None, key: str | None, content_type: str | None, value: str
+) -> None:
+    """The exactly-once sink's stamp: its one-format fast path (no other property, key or content type, short body
+    and value) and the general path give the bytes encode_event gives with the property set last."""
+    name = "eventhubs-spark-stamp"
+    merged = {**(props or {}), name: value}
+    expected = encode_event(body, merged, key, content_type)
+    assert encode_with_property(body, props, key, content_type, name, value.encode("utf-8")) == expected
+    assert encode_with_property(body, None, None, None, name, value.encode("utf-8")) == encode_event(
+        body, {name: value}, None
+    )
