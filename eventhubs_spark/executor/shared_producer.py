@@ -49,11 +49,9 @@ class SharedProducer:
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, got {lanes}")
         self.settings = settings
-        self._lanes = [_Lane(settings) for _ in range(lanes)]  # no connection until a lane is used
-        # Partition lookups go over a connection of their own per call, as the SDK makes them, never a lane's:
-        # a lane's connection may be black-holed, and a lookup on it would wait for it to heal with no time-out
-        # (a send on it times out, and is made again on a new connection).
-        self._lookups = settings.producer(retry_total=0)
+        # no connection until a lane is used; partition lookups are the process's management client's (never a
+        # lane's: a lane's connection may be black-holed, and a lookup on it would wait with no time-out)
+        self._lanes = [_Lane(settings) for _ in range(lanes)]
 
     def _lane(self, partition_id: str | None, key: str | None) -> _Lane:
         if partition_id:
@@ -63,10 +61,6 @@ class SharedProducer:
         else:
             index = 0
         return self._lanes[index % len(self._lanes)]
-
-    def partition_ids(self) -> list[str]:
-        """The hub's partition ids (a management request, on a connection of its own)."""
-        return list(self._lookups.get_partition_ids())
 
     def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> Any:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
@@ -109,8 +103,8 @@ class SharedProducer:
     def close(self) -> None:
         """Close every lane's links and connection (without waiting for a send in progress: it fails, and the
         sink retries on a new producer)."""
-        for client in (*(lane.client for lane in self._lanes), self._lookups):
-            _close(client)
+        for lane in self._lanes:
+            _close(lane.client)
 
 
 def _close(client: Any) -> None:

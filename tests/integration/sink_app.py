@@ -6,7 +6,8 @@ test that SIGKILLs its executors and the driver itself while batches are being w
 came from) into the target hub with ``eventhubs.sink.exactlyOnce``, checkpoints under ``OUT_DIR``, until the
 source is drained; then writes ``OUT_DIR/done``. With ``EXECUTOR_KILLS`` n, a thread SIGKILLs an executor's JVM n
 times, each while a batch is being written (its tasks' marks are there, its fence is not), and appends each pid to
-``OUT_DIR/executor-kills``.
+``OUT_DIR/executor-kills``. A fifth argument ``off`` writes at least once instead (the same faults then store events
+twice: the test shows what the option prevents), a batch being written then one Spark planned and did not commit.
 
 ``python -m tests.integration.sink_app connect TARGET OUT_DIR`` writes 42,000 rows to the target with ``df.write``
 and ``eventhubs.sink.exactlyOnce`` through a Spark Connect client: a first run fails after its tasks sent 20,000
@@ -28,11 +29,17 @@ PER_TRIGGER = 10_000
 
 
 def writing(out: str) -> int | None:
-    """The batch being written now (marks and no fence yet), if any."""
+    """The batch being written now, if any: exactly once, one with marks and no fence yet; at least once (no marks),
+    one Spark planned (its offsets written) and has not committed."""
     for marks in glob.glob(os.path.join(out, "sink", "eventhubs-sink", "*", "marks-*")):
         batch = int(marks.rsplit("-", 1)[1])
         if not os.path.exists(os.path.join(os.path.dirname(marks), f"fence-{batch}.json")):
             return batch
+    if os.path.exists(os.path.join(out, "at-least-once")):
+        planned = glob.glob(os.path.join(out, "checkpoint", "offsets", "[0-9]*"))
+        for batch in sorted(int(os.path.basename(p)) for p in planned):
+            if not os.path.exists(os.path.join(out, "checkpoint", "commits", str(batch))):
+                return batch
     return None
 
 
@@ -55,7 +62,7 @@ def kill_executors(spark: object, out: str, kills: int) -> None:
             f.write(f"{victim} batch {batch}\n")
 
 
-def main(source: str, target: str, out: str, kills: int) -> None:
+def main(source: str, target: str, out: str, kills: int, once: bool = True) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     import pyspark
     from pyspark.sql import SparkSession
@@ -70,6 +77,8 @@ def main(source: str, target: str, out: str, kills: int) -> None:
         .getOrCreate()
     )
     executors_up(spark, 2)
+    if not once:
+        Path(out, "at-least-once").touch()
     if kills:
         threading.Thread(target=kill_executors, args=(spark, out, kills), daemon=True).start()
 
@@ -84,7 +93,7 @@ def main(source: str, target: str, out: str, kills: int) -> None:
             .select(F.upper(F.col("body").cast("string")).alias("body"), F.col("partition").alias("partitionId"))
             .writeStream.format("eventhubs")
             .option("eventhubs.connectionString", target)
-            .option("eventhubs.sink.exactlyOnce", "true")
+            .option("eventhubs.sink.exactlyOnce", str(once).lower())
             .option("eventhubs.checkpointLocation", os.path.join(out, "sink"))
             .option("eventhubs.connectionIdleTimeout", "5s")
             .option("checkpointLocation", os.path.join(out, "checkpoint"))
@@ -135,4 +144,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "connect":
         connect_main(sys.argv[2], sys.argv[3])
     else:
-        main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), once=sys.argv[5:] != ["off"])
