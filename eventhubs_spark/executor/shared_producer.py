@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.defaults import PARTITION_DISCOVERY_INTERVAL
 
 _LOG = logging.getLogger(__name__)
 
@@ -52,6 +55,8 @@ class SharedProducer:
         # no connection until a lane is used; partition lookups are the process's management client's (never a
         # lane's: a lane's connection may be black-holed, and a lookup on it would wait with no time-out)
         self._lanes = [_Lane(settings) for _ in range(lanes)]
+        self._ids: tuple[float, list[str]] | None = None  # (when looked up, the hub's partition ids)
+        self._ids_lock = threading.Lock()
 
     def _lane(self, partition_id: str | None, key: str | None) -> _Lane:
         if partition_id:
@@ -61,6 +66,18 @@ class SharedProducer:
         else:
             index = 0
         return self._lanes[index % len(self._lanes)]
+
+    def partition_ids(self, lookup: Callable[[], list[str]]) -> list[str]:
+        """The hub's partition ids: ``lookup()`` (the process's management client) at most once every
+        :data:`~eventhubs_spark.defaults.PARTITION_DISCOVERY_INTERVAL` seconds per producer, not once per task: a
+        kept management connection that fell into a black hole would hold up every task's first send until its
+        attempt timed out, where a task with the ids at hand sends, times out on the lane in the connection idle
+        time, and goes on over a new connection. A partition added meanwhile is written from the next look."""
+        with self._ids_lock:
+            now = time.monotonic()
+            if self._ids is None or now - self._ids[0] >= PARTITION_DISCOVERY_INTERVAL:
+                self._ids = (now, list(lookup()))
+            return list(self._ids[1])
 
     def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> Any:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""

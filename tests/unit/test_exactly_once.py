@@ -186,7 +186,7 @@ class _Client:
     def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> _Batch:
         return _Batch(partition_id, partition_key)
 
-    def partition_ids(self) -> list[str]:
+    def partition_ids(self, lookup: Any = None) -> list[str]:
         return self.hub.partition_ids()
 
     def send(self, batch: _Batch, timeout: float) -> None:
