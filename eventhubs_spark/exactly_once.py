@@ -88,13 +88,14 @@ def task_stamp(stream: bool, write_id: str | None) -> TaskStamp:
     return TaskStamp(write_id, 0, ctx.partitionId())
 
 
-def stamped_rows(batches: Iterable[Any], prefix: str) -> dict[int, str]:
+def stamped_rows(batches: Iterable[Any], prefix: str) -> dict[int, int]:
     """The rows stamped in ``batches`` (Arrow record batches of the source's schema) whose stamps start with
-    ``prefix`` (one task's): row number to the stored body's digest."""
+    ``prefix`` (one task's): row number to the stored body's CRC-32, as the sink computes it for the row it
+    holds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows: dict[int, str] = {}
+    rows: dict[int, int] = {}
     for batch in batches:
         if not batch.num_rows:
             continue
@@ -102,8 +103,16 @@ def stamped_rows(batches: Iterable[Any], prefix: str) -> dict[int, str]:
         ours = stamps.filter(pc.fill_null(pc.starts_with(stamps, prefix), False))
         for stamp in ours.to_pylist():
             row, _, body = stamp[len(prefix) :].partition("/")
-            rows[int(row)] = body
+            rows[int(row)] = _crc(body)
     return rows
+
+
+def _crc(digest_text: str) -> int:
+    """A stamp's digest (8 hex digits) as the CRC-32 it is; -1, which matches no body, for one that is not hex."""
+    try:
+        return int(digest_text, 16)
+    except ValueError:
+        return -1
 
 
 class WriteGuard:
@@ -132,7 +141,7 @@ class WriteGuard:
         self.read_back = 0  # events read back
         self.read_seconds = 0.0
 
-    def begin(self) -> dict[int, str]:
+    def begin(self) -> dict[int, int]:
         """Before the first send: the rows an earlier attempt stored (none when there was none), and this attempt's
         mark written, so that a later attempt looks."""
         mark = self.fences.mark(self.stamp.batch, self.stamp.partition)
@@ -147,14 +156,14 @@ class WriteGuard:
         self._start = mark or self.fences.fence_before(self.stamp.batch) or {}
         return self.stored(None)
 
-    def stored(self, partitions: list[str] | None) -> dict[int, str]:
+    def stored(self, partitions: list[str] | None) -> dict[int, int]:
         """This task's rows stored in ``partitions`` (None: all the hub's) since the fence, with their bodies'
         digests."""
         with self._lock:
             started = time.monotonic()
             assert self._start is not None, "begin() first"
             infos = self._properties(sorted(partitions or self._partitions(), key=by_number))
-            rows: dict[int, str] = {}
+            rows: dict[int, int] = {}
             for pid, info in infos.items():
                 # a partition the fence does not know (added to the hub since): from its first event
                 start = self._start.get(pid, info.beginning_sequence_number)

@@ -202,7 +202,7 @@ class EventSender:
         """Name this task's rows, and learn which of them an earlier attempt stored."""
         guard = guard_for(self.settings, once.consumer_group, once.location, once.stream, once.write_id, self.timeout,
                           self._partition_list)  # fmt: skip
-        self._stored = _crcs(guard.begin())
+        self._stored = guard.begin()
         self._prefix = guard.stamp.prefix.encode("utf-8")
         self.report.write = guard.stamp.write
         self._guard = guard
@@ -286,9 +286,9 @@ class EventSender:
         if self._partition_ids is None:
             # over the process's kept management connection (a few ms), and kept by the process's producer: the SDK's
             # lookup opened a connection for each call (0.37 s on the emulator), a seventh of a 2.5 s write per task
-            management = runtime.current().management(self.settings, self.timeout)
+            ask = lambda: runtime.current().management(self.settings, self.timeout).partition_ids()  # noqa: E731
             self._partition_ids = self._retrying(
-                lambda seconds: self._client.partition_ids(management.partition_ids),
+                lambda seconds: self._client.partition_ids(ask),
                 f"listing the partitions of hub {self.settings.hub!r}",
             )
             self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones
@@ -409,7 +409,7 @@ class EventSender:
                         f"sending to hub {self.settings.hub!r} ({target[0]} {target[1]!r}) failed {settled} times in a "
                         f"row without an answer, each settled by reading the hub back (exactly once): {unanswered}"
                     ) from unanswered
-                stored = _crcs(self._guard.stored([target[1]] if target[0] == "partition" else None))
+                stored = self._guard.stored([target[1]] if target[0] == "partition" else None)
                 waiting = [event for _, _, chunk in [(batch, count, events), *queue] for event in chunk]
                 rest = [event for event in waiting if not _is_stored(event, stored)]
                 sent += len(waiting) - len(rest)
@@ -521,18 +521,6 @@ class EventSender:
 def _is_stored(event: tuple[Any, ...], stored: dict[int, int]) -> bool:
     """Whether the hub holds this attempt's ``event`` (body, properties, row, the body's CRC-32)."""
     return stored.get(event[2]) == event[3]
-
-
-def _crcs(stored: dict[int, str]) -> dict[int, int]:
-    """Rows stored, with their bodies' digests as read back (8 hex digits) turned into CRC-32s as the sink computes
-    them (a digest that is not one matches no body)."""
-    out: dict[int, int] = {}
-    for row, text in stored.items():
-        try:
-            out[row] = int(text, 16)
-        except ValueError:
-            out[row] = -1
-    return out
 
 
 def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
