@@ -477,6 +477,16 @@ class Emulator:
         over a network that heals); a hole for good reads nothing more."""
         return self._call(lambda: self._server().black_hole(seconds))
 
+    def black_hole_openings(self, count: int) -> None:
+        """The next ``count`` connections made fall into a black hole for good as they open: accepted, then
+        nothing is answered (no protocol header, no sign-in), nothing closed; later ones are served. What a
+        client's opening of a connection must bound itself (a socket that blocks with no time-out waits for ever)."""
+
+        def apply() -> None:
+            self._server().holed_openings = count
+
+        self._call(apply)
+
     def set_throughput_units(
         self, units: int | None, burst_seconds: float | None = None, clock: Callable[[], float] | None = None
     ) -> None:

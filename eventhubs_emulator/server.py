@@ -157,6 +157,9 @@ class Server:
         # Sends to a hub (by lower-cased name) whose answer is lost: stored, then their connection falls into a
         # black hole for good before the disposition goes out (Emulator.lose_send_answers)
         self.lost_send_answers: dict[str, int] = {}
+        # Connections made from now that fall into a black hole for good before answering anything (not even the
+        # protocol header): a network that drops a connection while it opens (Emulator.black_hole_openings)
+        self.holed_openings = 0
         self.failing_status = 503
         self._servers: list[asyncio.base_events.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
@@ -186,6 +189,10 @@ class Server:
         self._connection_numbers += 1
         conn.number = self._connection_numbers
         self.connections.add(conn)
+        if self.holed_openings > 0:
+            self.holed_openings -= 1
+            conn.holed, conn.hole_heals = True, False
+            self.stats["black_holes"] += 1
 
     def disconnected(self, conn: Connection) -> None:
         self.connections.discard(conn)

@@ -12,12 +12,15 @@ the SDK would): an SDK that lacks one fails the contract test in CI, naming it, 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import logging
+import socket
 import ssl
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from eventhubs_spark.errors import (
@@ -52,6 +55,7 @@ def create_consumer(
     The public ``receive`` runs a whole processor loop on the calling thread; a Spark task needs a
     consumer it can pull a bounded number of events from, keep between tasks and close at will.
     """
+    bound_connection_opening()  # its connection opens on the first receive
     if type(position) is int:  # a position with a replication segment filters as '<segment>:<sequence number>'
         position = geo_segments.sdk_position(position)
     return client._create_consumer(
@@ -102,7 +106,9 @@ class SharedConnections:
 
 
 def share_connection(client: Any, manager: SharedConnections) -> None:
-    """Make ``client``'s consumers open their links on ``manager``'s connection (``client._conn_manager``)."""
+    """Make ``client``'s consumers open their links on ``manager``'s connection (``client._conn_manager``), a
+    connection whose opening gives up when unanswered (:func:`bound_connection_opening`)."""
+    bound_connection_opening()
     client._conn_manager = manager
 
 
@@ -605,8 +611,88 @@ class SendConnection:
             self.connection = None
 
 
+OPENING_ANSWER_TIMEOUT = 60.0  # seconds: a connection opened with no bound of its own must be answered within this
+_OPENING = threading.local()  # .bound: what connections opened on this thread wait at most (opening_bound)
+
+
+@contextlib.contextmanager
+def opening_bound(seconds: float) -> Iterator[None]:
+    """Connections the SDK opens on this thread meanwhile give up opening after ``seconds`` unanswered (see
+    :func:`bound_connection_opening`). For the sink's producers, which the SDK gives no idle time-out (nothing
+    reads their connection between sends): they are bounded by ``eventhubs.connectionIdleTimeout`` all the same."""
+    previous = getattr(_OPENING, "bound", None)
+    _OPENING.bound = seconds if seconds > 0 else None
+    try:
+        yield
+    finally:
+        _OPENING.bound = previous
+
+
+def bound_connection_opening() -> None:
+    """Make every synchronous SDK connection in this process give up opening when the service does not answer.
+
+    Why: the SDK's ``Connection._connect`` negotiates SASL on a socket it sets to block with no time-out
+    (``SASLTransport.negotiate`` under ``block()``), and before the first frame arrives its idle time-out does not
+    apply either: a connection accepted by something that then never answers (a connection that fell into a black
+    hole as it opened, a proxy or load balancer that accepts and drops) held the sink's task in ``recv`` for ever,
+    whatever ``eventhubs.operationTimeout`` said (a lane's first batch opens its connection). Here the opening
+    (TCP, TLS, SASL and the protocol header) is watched: when it has not finished within the connection's idle
+    time-out (the time in which a live service always shows a frame), or the thread's :func:`opening_bound`, or
+    :data:`OPENING_ANSWER_TIMEOUT`, its socket is shut, the SDK's read ends, and the opening fails as a socket
+    error, which the caller retries on a new connection. Idempotent; wraps
+    ``azure.eventhub._pyamqp._connection.Connection._connect`` and reads its ``_idle_timeout`` and
+    ``_transport.sock``."""
+    from azure.eventhub._pyamqp import _connection
+    from azure.eventhub._pyamqp.constants import ConnectionState
+    from azure.eventhub._pyamqp.error import AMQPConnectionError, ErrorCondition
+
+    cls: Any = _connection.Connection
+    original = cls._connect
+    if getattr(original, "_eventhubs_bounded", False):
+        return
+
+    def _connect(self: Any) -> None:
+        own = getattr(self, "_idle_timeout", None)
+        bound = float(own or getattr(_OPENING, "bound", None) or OPENING_ANSWER_TIMEOUT)
+        cut = threading.Event()
+
+        def shut() -> None:
+            sock = getattr(getattr(self, "_transport", None), "sock", None)
+            if sock is None:
+                return
+            cut.set()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # the blocked recv returns, and the SDK's read fails
+
+        timer = threading.Timer(bound, shut)
+        timer.daemon = True
+        timer.start()
+        try:
+            original(self)
+        except Exception as exc:
+            if cut.is_set():
+                raise AMQPConnectionError(
+                    ErrorCondition.SocketError,
+                    description=f"the service did not answer the opening of a connection (TLS, sign-in, protocol "
+                    f"header) within {bound:g} s; the connection was closed (it is made again)",
+                ) from exc
+            raise
+        finally:
+            timer.cancel()
+        if cut.is_set() and self.state != ConnectionState.END:  # cut as it finished: the socket is shut
+            raise AMQPConnectionError(
+                ErrorCondition.SocketError,
+                description=f"the opening of a connection finished as its {bound:g} s limit closed it; made again",
+            )
+
+    _connect._eventhubs_bounded = True  # type: ignore[attr-defined]
+    cls._connect = _connect
+
+
 def share_send_connection(client: Any) -> SendConnection:
-    """Make every producer of ``client`` (an ``EventHubProducerClient``) open its link on one connection."""
+    """Make every producer of ``client`` (an ``EventHubProducerClient``) open its link on one connection (and
+    every connection of the process's SDK give up opening when unanswered: :func:`bound_connection_opening`)."""
+    bound_connection_opening()
     manager = SendConnection()
     client._conn_manager = manager
     return manager
@@ -705,6 +791,7 @@ MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
     "azure.eventhub._pyamqp._decode._DECODE_BY_CONSTRUCTOR",  # fill_decoder_gaps
     "azure.eventhub._pyamqp.error.AuthenticationException",  # sign_in_wrappers
     "azure.eventhub._constants.ALL_PARTITIONS",  # send_once
+    "azure.eventhub._pyamqp._connection.Connection",  # bound_connection_opening (its _connect, _idle_timeout)
 )
 BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes", "_partition_id")  # EventDataBatch
 PRODUCER_INTERNALS = ("_producers", "_start_producer", "_conn_manager")  # EventHubProducerClient (send_once)

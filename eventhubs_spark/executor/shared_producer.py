@@ -82,7 +82,7 @@ class SharedProducer:
     def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> Any:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
         lane = self._lane(partition_id, partition_key)
-        with lane.lock:
+        with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
             try:
                 return sdk_internals.create_batch(
                     lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key
@@ -97,7 +97,7 @@ class SharedProducer:
     def send(self, batch: Any, timeout: float) -> None:
         """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
         lane = self._lane(batch._partition_id, batch._partition_key)
-        with lane.lock:
+        with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
             try:
                 sdk_internals.send_once(lane.client, batch, timeout, lane.shared)
             except Exception as exc:

@@ -195,6 +195,74 @@ def test_a_black_holed_connection_is_found_dead_by_its_idle_timeout_and_the_rang
     assert stats["reconnects"] >= 1 and time.monotonic() - started < 30
 
 
+def _bounded(call, seconds: float):
+    """``call()``'s result, run on a thread: a call still running after ``seconds`` fails the test instead of
+    holding it (what a wait with no time-out of its own would do)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s: a wait with no time-out of its own"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_write_whose_connection_falls_into_a_black_hole_as_it_opens_is_made_on_a_new_one():
+    """The sink's first connection is accepted and then never answered (not even the protocol header): the SDK's
+    sign-in waits on a socket with no time-out there, so its opening is bounded by eventhubs.connectionIdleTimeout,
+    and the write goes on over a new connection, every event once."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.sink import EventHubsBatchWriter
+
+    emulator = Emulator({"opening": 1}).start()
+    try:
+        connection = emulator.connection_string("opening")
+        options = {"eventhubs.connectionString": connection, "eventhubs.connectionIdleTimeout": "2s"}
+        writer = EventHubsBatchWriter(options, StructType([StructField("body", StringType())]))
+        emulator.black_hole_openings(1)
+        rows = pa.RecordBatch.from_pydict({"body": [f"e{i}" for i in range(10)]})
+        report = _bounded(lambda: writer.write(iter([rows])), 60)
+        assert report.by_partition == {"0": 10} and report.resent == 0, report
+        assert emulator.stats()["black_holes"] == 1
+        bodies = [e.body_as_str() for e in receive(connection, 10, partition_id="0", starting_position="-1")]
+        assert bodies == [f"e{i}" for i in range(10)]
+        assert emulator.partition_properties("opening", 0)["last_enqueued_sequence_number"] == 9
+    finally:
+        emulator.stop()
+
+
+def test_a_range_read_whose_connection_falls_into_a_black_hole_as_it_opens_is_read_on_a_new_one():
+    """The receivers' first connection is accepted and never answered: its opening gives up after the connection
+    idle time-out, and the range is read exactly over a new connection."""
+    emulator = Emulator({"opening": 1}).start()
+    try:
+        connection = emulator.connection_string("opening")
+        send(connection, [f"b{i}" for i in range(50)], partition_id="0")
+        settings = parse_connection_string(connection)
+        settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=2.0))
+        runtime = Runtime(reap_every=0)
+        request = RangeRequest(ReceiverConfig(receiver_timeout=60), "0", 0, 50, True, settings=settings)
+        emulator.black_hole_openings(1)
+
+        def read() -> list[int]:
+            return [s for b in runtime.read(request, False, {}) for s in b.column("sequenceNumber").to_pylist()]
+
+        assert _bounded(read, 60) == list(range(50))
+        assert emulator.stats()["black_holes"] == 1
+    finally:
+        emulator.stop()
+
+
 def test_a_black_hole_that_heals_delivers_what_it_held():
     """A black hole for a set time: the connection's frames wait, then go through in order (a network that
     heals); a producer's connection made after it is served at once."""
