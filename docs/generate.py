@@ -38,6 +38,7 @@ BENCHES = {
     "sandbox": "Where it runs: firewalls and sandboxes (bench `sandbox`)",
     "latency": "Latency (bench `latency`)",
     "task_cost": "What a small task costs (bench `task_cost`)",
+    "partitions": "Big hubs: 4 to 1,024 partitions beside Spark's floor (bench `partitions`)",
     "planning": "Planning a trigger (bench `planning`)",
     "planning_lag": "Planning with lag figures (bench `planning`)",
     "networks": "TLS and WebSockets (bench `networks`)",
