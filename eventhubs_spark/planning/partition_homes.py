@@ -162,7 +162,11 @@ class QueryDriver:
         executor = str(message.get("executor", ""))
         with self._cond:
             known = self._services.pop(executor, None)
-            self._jvms.pop(executor, None)
+            jvm = self._jvms.pop(executor, None)
+            if jvm is not None:
+                # its executor ended: a first batch's question no longer waits for that JVM's service (it would
+                # have waited MAX_SETTLE seconds in every task of the batch, one executor kill after another)
+                self._expected.pop(jvm, None)
             self._cond.notify_all()
         if known is not None:
             _LOG.info("eventhubs: hub %s: receiver service %s has stopped (%s): it is no longer a home", self.hub,
@@ -178,12 +182,18 @@ class QueryDriver:
                 now = self.clock()
                 quiet = now - self._last_new
                 announced = set(self._jvms.values())
-                awaited = [j for j in self._expected if j not in announced]
+                # a JVM said a task runs in it; its service is awaited for MAX_SETTLE seconds from then, no longer
+                # (a service starts cold in a few seconds; an executor killed before its service came never sends one)
+                awaited = [j for j, since in self._expected.items() if j not in announced and now - since < MAX_SETTLE]
                 settled = self._services and (quiet >= SETTLE or self._local()) and not awaited
                 if settled or now - asked >= MAX_SETTLE:
                     break
-                left = MAX_SETTLE - (now - asked)
-                self._cond.wait(max(0.05, left if quiet >= SETTLE else min(SETTLE - quiet, left)))
+                wait = MAX_SETTLE - (now - asked)
+                if quiet < SETTLE:
+                    wait = min(wait, SETTLE - quiet)
+                if awaited:  # until the first awaited JVM stops being awaited (or a service comes)
+                    wait = min(wait, min(MAX_SETTLE - (now - self._expected[j]) for j in awaited))
+                self._cond.wait(max(0.05, wait))
         home = self.homes([partition]).get(partition)
         if home is None:
             return {}

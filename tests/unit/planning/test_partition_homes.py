@@ -38,3 +38,54 @@ def test_homes_follow_the_services_heard_from_and_a_service_that_goes_or_falls_s
         assert reads == [("3", 40, 1_700_000_000_000_000)], "a malformed entry says nothing"
     finally:
         driver.close()
+
+
+def _ask_home(driver: QueryDriver, partition: str) -> dict:
+    """The driver's answer to a first batch's home question, asked on a thread: its waits go by the injected
+    clock, which the test holds still, so an answer that waits for something that never comes never returns."""
+    import threading
+
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.update(driver.handle({"kind": "home", "partition": partition})))
+    thread.daemon = True
+    thread.start()
+    thread.join(5)
+    assert not thread.is_alive(), "the home question waits for a service that will not come"
+    return out
+
+
+def test_a_first_batch_does_not_wait_for_the_service_of_an_executor_that_ended():
+    """Issue 64: on local-cluster with an executor killed every 12 s, every task of a first batch waited the full
+    settling time (10 s) for the service of a JVM that had said a task ran in it and whose service then said it
+    was gone: the JVM stayed awaited for ever. Gone: no longer awaited."""
+    from eventhubs_spark.planning.partition_homes import SETTLE
+
+    clock = Clock()
+    driver = QueryDriver("hub", clock=clock, bind="127.0.0.1")
+    try:
+        driver.handle({"kind": "coming", "jvm": "host:1001"})
+        driver.handle({"kind": "coming", "jvm": "host:1002"})
+        driver.handle(_service("a", 1001))
+        driver.handle(_service("b", 1002))
+        clock.now += SETTLE + 1  # settled: both came
+        assert _ask_home(driver, "0")["home"]["executor"] in ("a", "b")
+        driver.handle({"kind": "gone", "executor": "a", "why": "its executor ended"})
+        assert _ask_home(driver, "0")["home"]["executor"] == "b"
+    finally:
+        driver.close()
+
+
+def test_a_first_batch_awaits_an_executor_whose_service_never_came_for_the_settling_time_only():
+    """A JVM said a task runs in it, and was killed before its service came: its service is awaited for
+    MAX_SETTLE seconds from that word, not by every later question."""
+    from eventhubs_spark.planning.partition_homes import MAX_SETTLE, SETTLE
+
+    clock = Clock()
+    driver = QueryDriver("hub", clock=clock, bind="127.0.0.1")
+    try:
+        driver.handle(_service("b", 1002))
+        driver.handle({"kind": "coming", "jvm": "host:killed"})
+        clock.now += max(SETTLE, MAX_SETTLE) + 1
+        assert _ask_home(driver, "3")["home"]["executor"] == "b"
+    finally:
+        driver.close()
