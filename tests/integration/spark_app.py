@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-CLUSTER_MODES = ("local-cluster", "local-cluster-kill", "local-cluster-homes-cut")
+CLUSTER_MODES = ("local-cluster", "local-cluster-kill", "local-cluster-homes-cut", "local-cluster-kills")
+KILL_EVERY = 12.0  # local-cluster-kills: seconds between SIGKILLs of an executor JVM (issue 64's cadence)
 
 
 def connect_session() -> Any:
@@ -60,15 +61,16 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     from pyspark.sql import SparkSession
 
     if mode in CLUSTER_MODES:
+        executors = 2 if mode == "local-cluster-kills" else 3
         spark = (
-            SparkSession.builder.master("local-cluster[3,1,1024]")
+            SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
             .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .getOrCreate()
         )
-        executors_up(spark, 3)
+        executors_up(spark, executors)
     elif mode == "connect":
         spark = connect_session()
         assert spark.__module__ == "pyspark.sql.connect.session", spark  # the query goes through Connect
@@ -100,6 +102,10 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     if mode == "local-cluster-kill":
         killer = threading.Thread(target=kill_an_executor, args=(spark, out), daemon=True)
         killer.start()
+    done = threading.Event()
+    kills: list[float] = []
+    if mode == "local-cluster-kills":
+        threading.Thread(target=keep_killing, args=(spark, done, kills), daemon=True).start()
     faults: dict[str, object] = {}
     if mode == "local-cluster-homes-cut":
         cutter = threading.Thread(target=cut_the_homes, args=(spark, out, faults), daemon=True)
@@ -109,8 +115,11 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
         # no admission control for Python sources: each AvailableNow run reads one capped batch
         while more := run():
             batches += more
+    done.set()
     rows = [r.body for r in spark.read.parquet(os.path.join(out, "data")).collect()]
     result: dict[str, object] = {"rows": rows, "batches": batches}
+    if mode == "local-cluster-kills":
+        result["kills"] = kills
     if mode == "local-cluster-kill":
         result["killed"] = Path(out, "killed").read_text() if Path(out, "killed").exists() else ""
     if mode == "local-cluster-homes-cut":
@@ -160,6 +169,29 @@ def kill_an_executor(spark: object, out: str) -> None:
     for pid in executor_pids(app)[:1]:
         os.kill(pid, signal.SIGKILL)
         Path(out, "killed").write_text(str(pid))
+
+
+def keep_killing(spark: object, done: threading.Event, kills: list[float]) -> None:
+    """Until ``done``: SIGKILL one of the application's executor JVMs at random (seeded) while the first batch's
+    tasks run, then every KILL_EVERY seconds, noting when. With Spark's default of 4 attempts a task, the query
+    fails when a task is lost four times, so a replacement executor's first tasks must finish well inside the
+    cadence (issue 64: after a kill in the first batch, that batch's tasks once waited 10 s each, and the query
+    failed)."""
+    import random
+
+    rng = random.Random(64)
+    app = spark.sparkContext.applicationId  # type: ignore[attr-defined]
+    tracker = spark.sparkContext.statusTracker()  # type: ignore[attr-defined]
+    started = time.monotonic()
+    while not tracker.getActiveStageIds() and not done.wait(0.05):
+        pass  # the first batch's stage has not started yet
+    wait = 0.5  # the first kill: half a second into the first batch, as its tasks ask where their homes are
+    while not done.wait(wait):
+        wait = KILL_EVERY
+        pids = executor_pids(app)
+        if pids:
+            os.kill(rng.choice(pids), signal.SIGKILL)
+            kills.append(round(time.monotonic() - started, 1))
 
 
 def executor_pids(app: str) -> list[int]:
