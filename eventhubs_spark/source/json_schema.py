@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -85,17 +87,26 @@ def _plain(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def infer(planner: Any, options: ReadOptions) -> pa.StructType:
+SAMPLE_READERS = 16  # partitions sampled at once: each read is a link attach and a round trip or two
+SAMPLE_SECONDS = 60.0  # partitions not begun within this are not sampled (said in the log): a big hub's bound
+
+
+def infer(planner: Any, options: ReadOptions, budget: float = SAMPLE_SECONDS) -> pa.StructType:
     """A schema for the JSON objects among a sample of the events the query will read first: up to
     ``eventhubs.json.sampleEvents`` in all, spread over the partitions, from each one's starting position (a
-    stream starting at the end: the latest events)."""
+    stream starting at the end: the latest events).
+
+    Why concurrently and within ``budget`` seconds: the sample is read on the driver at ``.load()``, one small
+    range per partition, and each range costs a link attach (a token, a round trip) however few events it holds:
+    one after another, a 1,024-partition hub made the user wait seconds to minutes before the query even started.
+    Partitions are read SAMPLE_READERS at a time; a partition not begun within the budget is left out (the log
+    says how many), and the types are merged in partition order whatever order the reads end in."""
     infos = planner.partition_infos()
     starts = planner.resolve(infos, planner.configured_starts(infos))
     per = max(1, options.json_sample_events // max(1, len(infos)))
     config = ReceiverConfig(consumer_group=options.consumer_group, exclusive=False,
                             receiver_timeout=options.receiver_timeout)  # fmt: skip
-    found: pa.DataType = types.NULL
-    seen = objects = 0
+    requests: list[RangeRequest] = []
     for pid, info in infos.items():
         if info.is_empty:
             continue
@@ -105,18 +116,38 @@ def infer(planner: Any, options: ReadOptions) -> pa.StructType:
         end = min(info.end, start + per)
         if start >= end:
             continue
-        request = RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
-                               idle_timeout=0.0, settings=options.settings)  # fmt: skip
-        for batch in runtime.current().read(request, False, {}):
-            for body in batch.column("body").to_pylist():
-                seen += 1
-                try:
-                    document = json.loads(body)
-                except ValueError:
-                    continue
-                if isinstance(document, dict):
-                    objects += 1
-                    found = types.merge(found, types.of_value(document))
+        requests.append(RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
+                                     idle_timeout=0.0, settings=options.settings))  # fmt: skip
+    deadline = time.monotonic() + budget
+
+    def bodies(request: RangeRequest) -> list[Any] | None:
+        if time.monotonic() > deadline:
+            return None  # not begun within the budget
+        return [b for batch in runtime.current().read(request, False, {}) for b in batch.column("body").to_pylist()]
+
+    if len(requests) > 1:
+        with ThreadPoolExecutor(max_workers=min(SAMPLE_READERS, len(requests)),
+                                thread_name_prefix="eventhubs-json-sample") as pool:  # fmt: skip
+            sampled = list(pool.map(bodies, requests))
+    else:
+        sampled = [bodies(r) for r in requests]
+    left_out = sum(1 for b in sampled if b is None)
+    if left_out:
+        _LOG.warning("eventhubs.json: sampled %d of %d partitions within %g s; the schema is inferred from those "
+                     "(give eventhubs.json.schema to read with a schema of your own)", len(requests) - left_out,
+                     len(requests), budget)  # fmt: skip
+    found: pa.DataType = types.NULL
+    seen = objects = 0
+    for partition_bodies in sampled:
+        for body in partition_bodies or ():
+            seen += 1
+            try:
+                document = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(document, dict):
+                objects += 1
+                found = types.merge(found, types.of_value(document))
     if not objects:
         example = ".option('eventhubs.json.schema', 'id bigint, device string')"
         raise OptionError(
