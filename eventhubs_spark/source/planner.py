@@ -52,6 +52,11 @@ MIN_STREAM_IDLE_TIMEOUT = 10.0
 MAX_STREAM_IDLE_TIMEOUT = 120.0
 
 
+# A first batch's interval is not known when it is planned: it is taken as this many seconds of wall time a
+# partition (a task each, Spark's own per-task cost on a small cluster: bench partitions), at least the minimum.
+FIRST_BATCH_TASK_SECONDS = 0.05
+
+
 # Events from Capture a task reads at least, in whole files: a partition's long history goes to many tasks at once
 # (each file is read by the one task whose range holds its first event), without a task for every small file.
 CAPTURE_TASK_EVENTS = 200_000

@@ -27,6 +27,7 @@ from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, worker_logging
 from eventhubs_spark.source.planner import (
+    FIRST_BATCH_TASK_SECONDS,
     MAX_STREAM_IDLE_TIMEOUT,
     MIN_STREAM_IDLE_TIMEOUT,
     MetadataSource,
@@ -138,7 +139,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def idle_timeout(self) -> float:
         """How long executors keep an idle receiver of this query: a few trigger intervals, bounded,
         and in ownership mode at most one update interval, so a partition handed over is free in time."""
-        cadence = self._cadence if self._cadence is not None else MIN_STREAM_IDLE_TIMEOUT
+        cadence = self._cadence
+        if cadence is None:
+            # the first trigger: no interval measured yet. Its batch takes at least a task per partition at Spark's
+            # own cost (tens of ms of wall time each on a small cluster), and a partition read early in a long
+            # first batch must still have its link when the second batch comes: at 1,024 partitions the first
+            # batch took 40 s, and every link it opened was closed idle after 10 s and attached again.
+            cadence = max(MIN_STREAM_IDLE_TIMEOUT, len(self._infos) * FIRST_BATCH_TASK_SECONDS)
         timeout = min(max(MIN_STREAM_IDLE_TIMEOUT, 3 * cadence + 2), MAX_STREAM_IDLE_TIMEOUT)
         ownership = self.planner.options.ownership
         if ownership is not None:

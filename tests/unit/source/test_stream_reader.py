@@ -105,3 +105,28 @@ def test_events_removed_before_they_were_read_fail_the_plan_naming_the_range():
 
 
 lag_Table = Table
+
+
+@pytest.mark.parametrize("partitions", [4, 1024])
+def test_a_first_batchs_links_are_kept_long_enough_for_its_many_tasks(partitions):
+    """Issue 64: the first trigger has no measured interval, and its links were kept idle 10 s whatever the
+    partition count; a 1,024-partition first batch took 40 s, so every link it opened was closed before the second
+    batch and attached again (2.0 attaches a partition in bench partitions). Now the first batch is taken to cost a
+    task per partition: a small hub keeps the minimum, a big one more (within the maximum)."""
+    from eventhubs_spark.source.planner import (
+        FIRST_BATCH_TASK_SECONDS,
+        MAX_STREAM_IDLE_TIMEOUT,
+        MIN_STREAM_IDLE_TIMEOUT,
+    )
+
+    table = planning_Table({str(p): (0, 10) for p in range(partitions)})
+    options = {"eventhubs.connectionString": planning_CONN, "eventhubs.startingPosition": '{"seqNo": 0}'}
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    reader.latestOffset(reader.initialOffset())
+    first = reader.idle_timeout()
+    batch = max(MIN_STREAM_IDLE_TIMEOUT, partitions * FIRST_BATCH_TASK_SECONDS)
+    assert first == min(3 * batch + 2, MAX_STREAM_IDLE_TIMEOUT)
+    if partitions == 4:
+        assert first == 3 * MIN_STREAM_IDLE_TIMEOUT + 2, "a small hub: unchanged"
+    else:
+        assert first == MAX_STREAM_IDLE_TIMEOUT and first > 40, "longer than the first batch took at 1,024"
