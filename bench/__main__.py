@@ -18,6 +18,7 @@ from . import (
     latency,
     memory,
     networks,
+    partitions,
     planning,
     pushback,
     read,
@@ -45,7 +46,8 @@ BENCHMARKS = {
     "memory": memory.run,  # issue 28: the receiver service's read-ahead at 32 partitions, against its bound
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
     "jvm": jvm.run,  # issue 47: the old Scala connector on Spark 3.5 beside this one, same emulator and events
-    "cluster_kill": cluster.run_kills,  # issue 37: executors SIGKILLed every 15 s, every event exactly once
+    "cluster_kill": cluster.run_kills,  # issues 37 and 64: executors SIGKILLed every 15 s and 12 s, exactly once
+    "partitions": partitions.run,  # issue 64: 4 to 1,024 partitions beside Spark's floor; first batch, attaches
     "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode
     "capture": capture.run,  # issue 48: a partition's history from Capture files in Azurite, against the hub

@@ -1,0 +1,305 @@
+"""Big hubs: planning and reading at 4, 32, 256 and 1,024 partitions, beside Spark's own floor (issue 64).
+
+For each partition count, one hub holds the same 51,200 events of 200 bytes, and fresh Spark processes
+(``local[2]``, so every run pays a first batch as a new query does) read it with ``Trigger.AvailableNow`` in four
+micro-batches of 12,800 events into the noop sink:
+
+- ``default``: the connector as it ships (a task per partition, partition homes and the receiver service on);
+- ``homes off``: ``eventhubs.partitionHomes=false`` (the first-batch tax is the ratio of the two first batches);
+- ``packed``: ``eventhubs.minEventsPerTask`` set so small ranges share a task (at most
+  ``eventhubs.maxPartitionsPerTask``, 32 by default): the opt-in for many small partitions;
+- ``floor``: a trivial Python source with the same partitions and rows, no I/O, in the same kind of process: what
+  Spark itself costs a micro-batch of that many tasks on this machine.
+
+Per micro-batch: Spark's ``latestOffset`` and ``addBatch`` durations. Per run: link attaches per partition (the
+emulator, in this process, counts every receiving link attached), and the peak descriptors and resident memory
+of the receiver service and of the largest Spark Python worker, sampled five times a second.
+
+The hubs are filled by the connector's sink (a few connections, a link per partition). The issue found the
+official SDK filling a 1,024-partition hub with a batch per partition slow (503 s) and asked which side was: its
+producer sending a batch to each of SDK_SAMPLE new partitions is timed and profiled beside the sink (the share of
+its time in its own ``time.sleep``: it polls each step of opening a link, 50 ms a poll).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .receivers import _processes
+from .results import record
+
+COUNTS = (4, 32, 256, 1024)
+EVENTS = 51_200
+SIZE = 200
+PER_TRIGGER = 12_800
+MODES = ("default", "homes off", "packed", "floor")
+PACK_EVENTS = 400  # eventhubs.minEventsPerTask in "packed": a range under this shares a task
+
+
+def child(conn: str, out: str, partitions: int, mode: str) -> None:
+    """Runs in a fresh process: one AvailableNow read of the hub (or the floor's source), per-batch durations
+    written to ``out``/result.json."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    started = time.monotonic()
+    if mode == "floor":
+        spark.dataSource.register(_floor_source(partitions))
+        query = (
+            spark.readStream.format("bench_partitions_floor").load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(out, "checkpoint"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )  # fmt: skip
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            if sum(p["numInputRows"] for p in query.recentProgress) >= EVENTS:
+                break
+            time.sleep(0.2)
+        query.stop()
+    else:
+        reader = (
+            spark.readStream.format("eventhubs")
+            .option("eventhubs.connectionString", conn)
+            .option("eventhubs.startingPosition", '{"offset": "-1"}')
+            .option("maxEventsPerTrigger", str(PER_TRIGGER))
+        )
+        if mode == "homes off":
+            reader = reader.option("eventhubs.partitionHomes", "false")
+        if mode == "packed":
+            reader = reader.option("eventhubs.minEventsPerTask", str(PACK_EVENTS))
+        query = (
+            reader.load().writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(out, "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )  # fmt: skip
+        query.awaitTermination()
+    seconds = time.monotonic() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    Path(out, "result.json").write_text(json.dumps({
+        "rows": sum(p["numInputRows"] for p in batches),
+        "latestOffset": [p["durationMs"].get("latestOffset", 0) for p in batches],
+        "addBatch": [p["durationMs"].get("addBatch", 0) for p in batches],
+        "trigger": [p["durationMs"].get("triggerExecution", 0) for p in batches],
+        "seconds": round(seconds, 1),
+    }))  # fmt: skip
+    spark.stop()
+
+
+def _floor_source(partitions: int) -> Any:
+    """A Python streaming source with ``partitions`` partitions and PER_TRIGGER constant rows a micro-batch,
+    EVENTS in all, no I/O: Spark's own cost of a micro-batch of that many tasks."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class Reader(DataSourceStreamReader):
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            self.at = min(EVENTS, getattr(self, "at", 0) + PER_TRIGGER)
+            return {"o": self.at}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            rows = end["o"] - start["o"]
+            return [InputPartition(rows // partitions + (1 if i < rows % partitions else 0)) for i in range(partitions)]
+
+        def read(self, partition: Any) -> Any:
+            body = b"x" * SIZE
+            for i in range(partition.value):
+                yield (body, i)
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_partitions_floor"
+
+        def schema(self) -> str:
+            return "body binary, sequenceNumber long"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return Reader()
+
+    return Floor
+
+
+def _sample(root: int, stop: threading.Event, peaks: dict[str, int]) -> None:
+    """Peak descriptors and RSS (MiB) of the receiver services and of the largest other Python process under
+    ``root`` (Spark's Python workers and daemon), five times a second."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    while not stop.wait(0.2):
+        for pid in _processes(root):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"python" not in os.path.basename(cmd.split(b"\0", 1)[0]):
+                    continue  # the executor's JVM (its class path names pyspark) is not a Python process
+                rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page // (1 << 20)
+                fds = len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                continue
+            kind = "service" if b"eventhubs_spark.executor.receiver_service" in cmd else "worker"
+            peaks[f"{kind} rss"] = max(peaks.get(f"{kind} rss", 0), rss)
+            peaks[f"{kind} fds"] = max(peaks.get(f"{kind} fds", 0), fds)
+
+
+def _run(emulator: Any, hub: str, partitions: int, mode: str) -> dict[str, Any]:
+    conn = emulator.connection_string(hub)
+    before = sum(emulator.consumer_attaches(hub).values())
+    with tempfile.TemporaryDirectory() as out:
+        code = f"from bench.partitions import child; child({conn!r}, {out!r}, {partitions}, {mode!r})"
+        with open(Path(out, "stderr.log"), "w") as log:
+            proc = subprocess.Popen([sys.executable, "-c", code], stderr=log, stdout=subprocess.DEVNULL)
+            stop, peaks = threading.Event(), {}
+            sampler = threading.Thread(target=_sample, args=(proc.pid, stop, peaks), daemon=True)
+            sampler.start()
+            code_ = proc.wait()
+            stop.set()
+            sampler.join()
+        if code_ != 0:
+            raise RuntimeError(f"{partitions} partitions, {mode}: {Path(out, 'stderr.log').read_text()[-3000:]}")
+        result = json.loads(Path(out, "result.json").read_text())
+    attaches = sum(emulator.consumer_attaches(hub).values()) - before
+    return {
+        "partitions": partitions,
+        "mode": mode,
+        "rows": result["rows"],
+        "micro-batches": len(result["addBatch"]),
+        "latestOffset per batch (ms)": result["latestOffset"],
+        "addBatch per batch (ms)": result["addBatch"],
+        "first batch (ms)": result["trigger"][0] if result["trigger"] else None,
+        "later batches, median (ms)": statistics.median(result["trigger"][1:]) if len(result["trigger"]) > 1 else None,
+        "attaches per partition": None if mode == "floor" else round(attaches / partitions, 2),
+        "peak descriptors, service / worker": f"{peaks.get('service fds', 0)} / {peaks.get('worker fds', 0)}",
+        "peak RSS MiB, service / worker": f"{peaks.get('service rss', 0)} / {peaks.get('worker rss', 0)}",
+        "query seconds": result["seconds"],
+    }
+
+
+SDK_SAMPLE = 32  # partitions the official SDK's producer sends a batch to (1,024 took 503 s: sampled)
+
+
+def _fill_with_sdk(conn: str) -> tuple[float, float]:
+    """The official SDK's producer sending one batch to each of SDK_SAMPLE partitions (it opens a connection and
+    a link per partition it sends to): (seconds a partition, the share of that time spent in ``time.sleep``)."""
+    import cProfile
+    import pstats
+
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    with EventHubProducerClient.from_connection_string(conn) as producer:
+        producer.get_partition_ids()
+        profile = cProfile.Profile()
+        started = time.monotonic()
+        profile.enable()
+        for pid in range(SDK_SAMPLE):
+            batch = producer.create_batch(partition_id=str(pid))
+            batch.add(EventData(b"x" * SIZE))
+            producer.send_batch(batch)
+        profile.disable()
+        seconds = time.monotonic() - started
+    stats: Any = pstats.Stats(profile).stats
+    slept = sum(v[2] for (_, _, name), v in stats.items() if name == "<built-in method time.sleep>")
+    return seconds / SDK_SAMPLE, slept / seconds
+
+
+def _fill(conn: str, partitions: int) -> float:
+    """Seconds the connector's sink (a few connections, a link per partition) takes to store EVENTS events, the
+    same number in every partition."""
+    import pyarrow as pa
+
+    from eventhubs_spark.auth.settings import parse_connection_string
+    from eventhubs_spark.sink import EventSender, SinkLayout
+
+    started = time.monotonic()
+    sender = EventSender(parse_connection_string(conn), SinkLayout(body=0, body_is_text=False, partition_id=1), 300.0)
+    body = b"x" * SIZE
+    step = 12_800
+    for first in range(0, EVENTS, step):
+        ids = [str(i % partitions) for i in range(first, first + step)]
+        sender.add_batch(pa.record_batch([pa.array([body] * step), pa.array(ids)], ["body", "partitionId"]))
+    sender.flush()
+    return time.monotonic() - started
+
+
+def run() -> None:
+    from eventhubs_emulator import Emulator
+
+    counts = tuple(int(c) for c in os.environ.get("EVENTHUBS_BENCH_PARTITIONS", "").split(",") if c) or COUNTS
+    rows: list[dict[str, Any]] = []
+    fills: dict[str, float] = {}
+    hubs = {f"p{n}": n for n in counts} | {"sdk-fill": SDK_SAMPLE}
+    with Emulator(hubs) as emulator:
+        per_partition, asleep = _fill_with_sdk(emulator.connection_string("sdk-fill"))
+        fills["the official SDK's producer, a batch to a new partition (s)"] = round(per_partition, 3)
+        fills["... of which in the SDK's own time.sleep"] = f"{asleep:.0%}"
+        for n in counts:
+            fills[f"the sink, {EVENTS:,} events over {n} partitions (s)"] = round(
+                _fill(emulator.connection_string(f"p{n}"), n), 1
+            )
+            for mode in MODES:
+                print(f"  {n} partitions, {mode} ...", flush=True)
+                rows.append(_run(emulator, f"p{n}", n, mode))
+
+    def row(n: int, mode: str) -> dict[str, Any]:
+        return next(r for r in rows if r["partitions"] == n and r["mode"] == mode)
+
+    top, small = max(counts), (32 if 32 in counts else min(counts))
+    planning_top = row(top, "default")["latestOffset per batch (ms)"]
+    planning_small = row(small, "default")["latestOffset per batch (ms)"]
+    first_tax = row(top, "default")["first batch (ms)"] / max(1, row(top, "homes off")["first batch (ms)"])
+    first_tax_small = row(4 if 4 in counts else small, "default")["first batch (ms)"] / max(
+        1, row(4 if 4 in counts else small, "homes off")["first batch (ms)"]
+    )
+    packed_ratio = statistics.median(row(top, "packed")["addBatch per batch (ms)"]) / max(
+        1, statistics.median(row(small, "default")["addBatch per batch (ms)"])
+    )
+    attaches = max(r["attaches per partition"] or 0 for r in rows if r["mode"] != "floor")
+    record(
+        "partitions",
+        {
+            "target": "latestOffset at 1,024 partitions <= 1 s in every micro-batch and <= 3x 32 partitions'; first "
+            "batch <= 1.5x homes off; packed 1,024-partition batch <= 3x a 32-partition one; <= 1.2 attaches a "
+            "partition (issue 64)",
+            f"latestOffset at {top} partitions, worst batch (ms)": max(planning_top),
+            f"latestOffset at {small} partitions, worst batch (ms)": max(planning_small),
+            "planning target met": max(planning_top) <= 1000 and max(planning_top) <= 3 * max(1, max(planning_small)),
+            f"first batch, homes on / off, {top} partitions": round(first_tax, 2),
+            f"first batch, homes on / off, {4 if 4 in counts else small} partitions": round(first_tax_small, 2),
+            "first-batch target met": first_tax <= 1.5 and first_tax_small <= 1.5,
+            f"packed {top}-partition addBatch / default {small}-partition addBatch (medians)": round(packed_ratio, 2),
+            "packing target met": packed_ratio <= 3.0,
+            "most attaches per partition, any run": attaches,
+            "attaches target met": attaches <= 1.2,
+            **fills,
+        },
+        rows,
+        notes=(
+            f"{EVENTS:,} events of {SIZE} bytes in each hub; each row a fresh local[2] Spark process reading the hub "
+            f"with Trigger.AvailableNow in micro-batches of {PER_TRIGGER:,} events (maxEventsPerTrigger) into the noop "
+            "sink; 'floor' is a trivial Python source with the same partitions and rows (Spark's own cost of that "
+            f"many tasks); 'packed' sets eventhubs.minEventsPerTask={PACK_EVENTS} (at most "
+            "eventhubs.maxPartitionsPerTask, 32, share a task). Durations are Spark's own (StreamingQueryProgress "
+            "durationMs). Attaches: receiving links the emulator saw attached during the run, per partition. "
+            "Descriptors and RSS: peaks over the run of the receiver service and of the largest Spark Python "
+            "process. One run each on a 2-core machine: single figures swing."
+        ),
+    )
