@@ -94,6 +94,7 @@ class ManagementClient:
         self.calls = 0
         self._in_flight = 0
         self.most_in_flight = 0  # requests unanswered at once, the most seen (for tests and benchmarks)
+        self.credit_renewals = 0  # times the response link was given credit again (for tests)
         self.granted_credit: int | None = None  # the request link's credit left before the last call, once known
 
     # -- public, synchronous --
@@ -225,6 +226,10 @@ class ManagementClient:
             await self._ensure_open()
             failures.reached(self.settings)
             client, mgmt = self._client, self._mgmt
+            # answers need credit on the kept response link, which the SDK grants once (at most _IN_FLIGHT are
+            # unanswered at a time, so that many left is enough)
+            if await sdk_internals.keep_management_answers_coming(mgmt, 2 * _IN_FLIGHT):
+                self.credit_renewals += 1
             message = sdk_internals.management_message(client, properties)
             message.application_properties["security_token"] = await self._token()
             self.calls += 1
