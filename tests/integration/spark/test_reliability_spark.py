@@ -271,20 +271,36 @@ def test_driver_killed_three_times_then_restarted_loses_and_repeats_nothing(even
 
 
 def _committed_files(data: Path) -> list[Path]:
-    """The parquet files the sink's metadata log lists as committed (a killed batch leaves others)."""
+    """The parquet files the sink's metadata log lists as committed (a killed batch leaves others), read as Spark
+    reads it: every tenth batch's log is a compaction (``9.compact``: every file committed up to it), so the
+    entries are the newest compaction's and those of the batches after it (counting the older batches' own logs
+    too listed their files twice once a run passed ten batches); a ``delete`` action removes a file."""
     import json
 
     log = data / "_spark_metadata"
     if not log.exists():
         return []
-    files: list[Path] = []
-    for entry in sorted(log.iterdir(), key=lambda p: int(p.name.split(".")[0]) if p.name[0].isdigit() else -1):
-        if not entry.name[0].isdigit() or entry.name.endswith(".tmp") or entry.name.startswith("."):
+    batches: dict[int, Path] = {}
+    for entry in log.iterdir():
+        name = entry.name
+        if not name[0].isdigit() or name.endswith(".tmp"):
             continue
-        for line in entry.read_text().splitlines()[1:]:
+        batch = int(name.split(".")[0])
+        if name.endswith(".compact") or batch not in batches:
+            batches[batch] = entry
+    compactions = [b for b, e in batches.items() if e.name.endswith(".compact")]
+    since = max(compactions) if compactions else -1
+    files: dict[str, None] = {}
+    for batch in sorted(b for b in batches if b >= since):
+        for line in batches[batch].read_text().splitlines()[1:]:
             if line.strip():
-                files.append(Path(json.loads(line)["path"].replace("file://", "").replace("file:", "")))
-    return files
+                entry = json.loads(line)
+                path = entry["path"].replace("file://", "").replace("file:", "")
+                if entry.get("action") == "delete":
+                    files.pop(path, None)
+                else:
+                    files[path] = None
+    return [Path(p) for p in files]
 
 
 def test_one_partition_stalled(spark, eventhub):
