@@ -7,7 +7,8 @@ micro-batches of 12,800 events into the noop sink:
 - ``default``: the connector as it ships (a task per partition, partition homes and the receiver service on);
 - ``homes off``: ``eventhubs.partitionHomes=false`` (the first-batch tax is the ratio of the two first batches);
 - ``packed``: ``eventhubs.minEventsPerTask`` set so small ranges share a task (at most
-  ``eventhubs.maxPartitionsPerTask``, 32 by default): the opt-in for many small partitions;
+  ``eventhubs.maxPartitionsPerTask``, 32 by default; at the largest count also 8, 16, 64 and 128, to choose that
+  default from): the opt-in for many small partitions;
 - ``floor``: a trivial Python source with the same partitions and rows, no I/O, in the same kind of process: what
   Spark itself costs a micro-batch of that many tasks on this machine.
 
@@ -43,6 +44,7 @@ SIZE = 200
 PER_TRIGGER = 12_800
 MODES = ("default", "homes off", "packed", "floor")
 PACK_EVENTS = 400  # eventhubs.minEventsPerTask in "packed": a range under this shares a task
+PACK_BOUNDS = (8, 16, 64, 128)  # eventhubs.maxPartitionsPerTask tried beside its default (32) at the largest count
 
 
 def child(conn: str, out: str, partitions: int, mode: str) -> None:
@@ -82,8 +84,10 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         )
         if mode == "homes off":
             reader = reader.option("eventhubs.partitionHomes", "false")
-        if mode == "packed":
+        if mode.startswith("packed"):
             reader = reader.option("eventhubs.minEventsPerTask", str(PACK_EVENTS))
+            if "," in mode:  # "packed, at most N a task"
+                reader = reader.option("eventhubs.maxPartitionsPerTask", mode.split()[-3])
         query = (
             reader.load().writeStream.format("noop")
             .option("checkpointLocation", os.path.join(out, "checkpoint"))
@@ -255,7 +259,10 @@ def run() -> None:
             fills[f"the sink, {EVENTS:,} events over {n} partitions (s)"] = round(
                 _fill(emulator.connection_string(f"p{n}"), n), 1
             )
-            for mode in MODES:
+            modes = list(MODES)
+            if n == max(counts):
+                modes += [f"packed, at most {bound} a task" for bound in PACK_BOUNDS]
+            for mode in modes:
                 print(f"  {n} partitions, {mode} ...", flush=True)
                 rows.append(_run(emulator, f"p{n}", n, mode))
 
@@ -273,6 +280,8 @@ def run() -> None:
         1, statistics.median(row(small, "default")["addBatch per batch (ms)"])
     )
     attaches = max(r["attaches per partition"] or 0 for r in rows if r["mode"] != "floor")
+    bounds = {32: row(top, "packed")} | {b: row(top, f"packed, at most {b} a task") for b in PACK_BOUNDS}
+    later = {b: statistics.median(r["addBatch per batch (ms)"][1:]) for b, r in bounds.items()}
     record(
         "partitions",
         {
@@ -289,6 +298,9 @@ def run() -> None:
             "packing target met": packed_ratio <= 3.0,
             "most attaches per partition, any run": attaches,
             "attaches target met": attaches <= 1.2,
+            f"packed {top}-partition addBatch after the first (median ms) by eventhubs.maxPartitionsPerTask": ", ".join(
+                f"{b}: {later[b]:.0f}" for b in sorted(later)
+            ),
             **fills,
         },
         rows,
