@@ -87,12 +87,12 @@ def test_partitions_are_sampled_several_at_once_and_every_partitions_fields_are_
 
 def test_partitions_not_begun_within_the_budget_are_left_out_and_said(reads, caplog):
     reads.held = frozenset(str(p) for p in range(json_schema.SAMPLE_READERS))  # every reader busy past the budget
-    threading.Timer(0.5, reads.release.set).start()
-    schema = json_schema.infer(_Planner(40), _options(400), budget=0.2)
+    threading.Timer(2.0, reads.release.set).start()  # well past the budget, even on a loaded machine
+    schema = json_schema.infer(_Planner(40), _options(400), budget=1.0)
     assert len(reads.read) == json_schema.SAMPLE_READERS, "the partitions left waiting were not begun"
     assert {f.name for f in schema} == {"id"} | {f"p{p}" for p in range(json_schema.SAMPLE_READERS)}
     said = [r.getMessage() for r in caplog.records if "sampled" in r.getMessage()]
     assert said == [
-        f"eventhubs.json: sampled {json_schema.SAMPLE_READERS} of 40 partitions within 0.2 s; the schema "
+        f"eventhubs.json: sampled {json_schema.SAMPLE_READERS} of 40 partitions within 1 s; the schema "
         "is inferred from those (give eventhubs.json.schema to read with a schema of your own)"
     ], said
