@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .receivers import _processes
+from .receivers import _SERVICES, _python_rss
 from .results import record
 
 COUNTS = (4, 32, 256, 1024)
@@ -149,19 +149,14 @@ def _floor_source(partitions: int) -> Any:
 def _sample(root: int, stop: threading.Event, peaks: dict[str, int]) -> None:
     """Peak descriptors and RSS (MiB) of the receiver services and of the largest other Python process under
     ``root`` (Spark's Python workers and daemon), five times a second."""
-    page = os.sysconf("SC_PAGE_SIZE")
     while not stop.wait(0.2):
-        for pid in _processes(root):
+        for pid, rss in _python_rss(root).items():
             try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"python" not in os.path.basename(cmd.split(b"\0", 1)[0]):
-                    continue  # the executor's JVM (its class path names pyspark) is not a Python process
-                rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page // (1 << 20)
                 fds = len(os.listdir(f"/proc/{pid}/fd"))
             except OSError:
                 continue
-            kind = "service" if b"eventhubs_spark.executor.receiver_service" in cmd else "worker"
-            peaks[f"{kind} rss"] = max(peaks.get(f"{kind} rss", 0), rss)
+            kind = "service" if pid in _SERVICES else "worker"
+            peaks[f"{kind} rss"] = max(peaks.get(f"{kind} rss", 0), rss >> 20)
             peaks[f"{kind} fds"] = max(peaks.get(f"{kind} fds", 0), fds)
 
 

@@ -643,7 +643,6 @@ def bound_connection_opening() -> None:
     ``azure.eventhub._pyamqp._connection.Connection._connect`` and reads its ``_idle_timeout`` and
     ``_transport.sock``."""
     from azure.eventhub._pyamqp import _connection
-    from azure.eventhub._pyamqp.constants import ConnectionState
     from azure.eventhub._pyamqp.error import AMQPConnectionError, ErrorCondition
 
     cls: Any = _connection.Connection
@@ -667,23 +666,21 @@ def bound_connection_opening() -> None:
         timer = threading.Timer(bound, shut)
         timer.daemon = True
         timer.start()
+        failure: Exception | None = None
         try:
             original(self)
         except Exception as exc:
-            if cut.is_set():
-                raise AMQPConnectionError(
-                    ErrorCondition.SocketError,
-                    description=f"the service did not answer the opening of a connection (TLS, sign-in, protocol "
-                    f"header) within {bound:g} s; the connection was closed (it is made again)",
-                ) from exc
-            raise
+            if not cut.is_set():
+                raise
+            failure = exc
         finally:
             timer.cancel()
-        if cut.is_set() and self.state != ConnectionState.END:  # cut as it finished: the socket is shut
+        if cut.is_set():  # unanswered in time, or cut just as it finished: either way its socket is shut
             raise AMQPConnectionError(
                 ErrorCondition.SocketError,
-                description=f"the opening of a connection finished as its {bound:g} s limit closed it; made again",
-            )
+                description=f"the service did not answer the opening of a connection (TLS, sign-in, protocol "
+                f"header) within {bound:g} s; the connection was closed (it is made again)",
+            ) from failure
 
     _connect._eventhubs_bounded = True  # type: ignore[attr-defined]
     cls._connect = _connect
@@ -732,10 +729,15 @@ def management_credit(mgmt: Any) -> int | None:
     ``current_link_credit``), None before the first request made the link. Read when no request is unanswered,
     it is what the service granted and has not used up: the SDK's link does not wait for credit when it runs out
     (it resets its count to its own default and sends on), so the caller must not send more than this at once."""
-    operation = getattr(mgmt, "_mgmt_links", {}).get(b"$management")
-    request_link = getattr(getattr(operation, "_mgmt_link", None), "_request_link", None)
-    credit = getattr(request_link, "current_link_credit", None)
+    credit = getattr(_management_link(mgmt, "_request_link"), "current_link_credit", None)
     return int(credit) if isinstance(credit, int) else None
+
+
+def _management_link(mgmt: Any, side: str) -> Any:
+    """The ``$management`` node's request or response link (``side``: ``_request_link``, ``_response_link``) of an
+    open management client (``_mgmt_links``, ``_mgmt_link``); None before the first request made them."""
+    operation = getattr(mgmt, "_mgmt_links", {}).get(b"$management")
+    return getattr(getattr(operation, "_mgmt_link", None), side, None)
 
 
 async def keep_management_answers_coming(mgmt: Any, wanted: int) -> bool:
@@ -746,8 +748,7 @@ async def keep_management_answers_coming(mgmt: Any, wanted: int) -> bool:
     every ~10th trigger at 1,024 partitions (every ~300th at 32) waited for its attempt's time-out (30 s) and
     reconnected. Uses ``_mgmt_links``, ``_mgmt_link``, ``_response_link``, ``current_link_credit``, ``link_credit``
     and ``flow``."""
-    operation = getattr(mgmt, "_mgmt_links", {}).get(b"$management")
-    response: Any = getattr(getattr(operation, "_mgmt_link", None), "_response_link", None)
+    response = _management_link(mgmt, "_response_link")
     credit = getattr(response, "current_link_credit", None)
     if response is None or not isinstance(credit, int) or credit >= wanted:
         return False

@@ -125,12 +125,9 @@ def infer(planner: Any, options: ReadOptions, budget: float = SAMPLE_SECONDS) ->
             return None  # not begun within the budget
         return [b for batch in runtime.current().read(request, False, {}) for b in batch.column("body").to_pylist()]
 
-    if len(requests) > 1:
-        with ThreadPoolExecutor(max_workers=min(SAMPLE_READERS, len(requests)),
-                                thread_name_prefix="eventhubs-json-sample") as pool:  # fmt: skip
-            sampled = list(pool.map(bodies, requests))
-    else:
-        sampled = [bodies(r) for r in requests]
+    with ThreadPoolExecutor(max_workers=max(1, min(SAMPLE_READERS, len(requests))),
+                            thread_name_prefix="eventhubs-json-sample") as pool:  # fmt: skip
+        sampled = list(pool.map(bodies, requests))
     left_out = sum(1 for b in sampled if b is None)
     if left_out:
         _LOG.warning("eventhubs.json: sampled %d of %d partitions within %g s; the schema is inferred from those "
