@@ -487,6 +487,16 @@ class Emulator:
 
         self._call(apply)
 
+    def black_hole_sign_ins(self, count: int) -> None:
+        """The next ``count`` connections to sign in (a CBS put-token) fall into a black hole for good right
+        then: the opening was answered, the sign-in and everything after it are not, nothing is closed. What a
+        client's wait for its sign-in must bound (the SDK waits ``auth_timeout``, 60 s unless told)."""
+
+        def apply() -> None:
+            self._server().holed_sign_ins = count
+
+        self._call(apply)
+
     def set_throughput_units(
         self, units: int | None, burst_seconds: float | None = None, clock: Callable[[], float] | None = None
     ) -> None:

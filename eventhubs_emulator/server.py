@@ -160,6 +160,7 @@ class Server:
         # Connections made from now that fall into a black hole for good before answering anything (not even the
         # protocol header): a network that drops a connection while it opens (Emulator.black_hole_openings)
         self.holed_openings = 0
+        self.holed_sign_ins = 0  # the next connections to sign in fall into a black hole at their put-token
         self.failing_status = 503
         self._servers: list[asyncio.base_events.Server] = []
         self._retention_task: asyncio.Task[None] | None = None
@@ -592,6 +593,11 @@ class Server:
     # -- $cbs and $management --
     def on_cbs(self, conn: Connection, session: Session, data: bytes) -> None:
         """A put-token request: the entity must exist and the token be valid for it."""
+        if self.holed_sign_ins > 0:  # opened and answered so far; the sign-in and all after it go unanswered
+            self.holed_sign_ins -= 1
+            conn.holed, conn.hole_heals = True, False
+            self.stats["black_holes"] += 1
+            return
         props, app, body = _decode_request(data)
         token = body if isinstance(body, str) else (body.decode("utf-8") if isinstance(body, bytes) else "")
         audience = str(app.get("name", ""))

@@ -684,6 +684,44 @@ def bound_connection_opening() -> None:
 
     _connect._eventhubs_bounded = True  # type: ignore[attr-defined]
     cls._connect = _connect
+    honour_auth_timeout()
+
+
+def honour_auth_timeout() -> None:
+    """Make the SDK's send and receive clients wait for their sign-in only as long as their client was told.
+
+    Why: ``EventHubProducerClient(auth_timeout=...)`` and the consumer's keep it in their configuration and give
+    it to the token (``JWTTokenAuth``), but the pyamqp transport does not pass it to the ``SendClient`` or
+    ``ReceiveClient`` that waits for the put-token's answer, which therefore always waits its default, 60 s. A
+    connection that fell into a black hole after it opened and before the answer came held a sink's send (and,
+    exactly once, each read back that settles one) 60 s, one after another. Wraps the synchronous and asyncio
+    transports' ``create_send_client`` and ``create_receive_client`` (static methods) to pass the configuration's
+    ``auth_timeout`` on, unless told otherwise; idempotent. The connector sets it from
+    ``eventhubs.connectionIdleTimeout`` (:meth:`~eventhubs_spark.auth.network.NetworkSettings.sdk_kwargs`)."""
+    from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
+    from azure.eventhub.aio._transport._pyamqp_transport_async import PyamqpTransportAsync
+
+    for transport in (PyamqpTransport, PyamqpTransportAsync):
+        for name in ("create_send_client", "create_receive_client"):
+            original = transport.__dict__.get(name)
+            if original is None:  # inherited: wrapped on the class that defines it
+                continue
+            function = original.__func__ if isinstance(original, staticmethod) else original
+            if getattr(function, "_eventhubs_auth_timeout", False):
+                continue
+            setattr(transport, name, staticmethod(_passing_auth_timeout(function)))
+
+
+def _passing_auth_timeout(create: Callable[..., Any]) -> Callable[..., Any]:
+    def created(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("config")
+        seconds = getattr(config, "auth_timeout", None)
+        if seconds:
+            kwargs.setdefault("auth_timeout", seconds)
+        return create(*args, **kwargs)
+
+    created._eventhubs_auth_timeout = True  # type: ignore[attr-defined]
+    return created
 
 
 def share_send_connection(client: Any) -> SendConnection:
@@ -810,6 +848,7 @@ MODULE_INTERNALS = (  # module-level functions (decode_frame, decode_message)
     "azure.eventhub._pyamqp.error.AuthenticationException",  # sign_in_wrappers
     "azure.eventhub._constants.ALL_PARTITIONS",  # send_once
     "azure.eventhub._pyamqp._connection.Connection",  # bound_connection_opening (its _connect, _idle_timeout)
+    "azure.eventhub._transport._pyamqp_transport.PyamqpTransport",  # honour_auth_timeout (create_*_client)
 )
 BATCH_INTERNALS = ("_message", "_size", "_count", "max_size_in_bytes", "_partition_id")  # EventDataBatch
 PRODUCER_INTERNALS = ("_producers", "_start_producer", "_conn_manager")  # EventHubProducerClient (send_once)

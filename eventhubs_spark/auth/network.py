@@ -68,10 +68,18 @@ class NetworkSettings:
         return self.transport == WEBSOCKETS
 
     def sdk_kwargs(self, is_async: bool) -> dict[str, Any]:
-        """The SDK client's keyword arguments for these settings (nothing for the defaults)."""
+        """The SDK client's keyword arguments for these settings.
+
+        Every client's sign-in waits at most the connection idle time-out (the SDK's ``auth_timeout``, 60 s
+        unless told): a live service answers a put-token at once, and one whose connection fell into a black
+        hole between the opening and the sign-in never does, so each such connection held a send or a read
+        back 60 s (one after another when the sink settled unanswered sends; bounded openings alone did not
+        cover it, :func:`~eventhubs_spark.amqp.sdk_internals.bound_connection_opening`)."""
         from azure.eventhub import TransportType
 
         kwargs: dict[str, Any] = {}
+        if self.idle_timeout > 0:
+            kwargs["auth_timeout"] = self.idle_timeout
         if self.websockets:
             kwargs["transport_type"] = TransportType.AmqpOverWebsocket
         elif self.custom_endpoint is not None:

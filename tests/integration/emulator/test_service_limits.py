@@ -263,6 +263,43 @@ def test_a_range_read_whose_connection_falls_into_a_black_hole_as_it_opens_is_re
         emulator.stop()
 
 
+def test_a_write_and_a_range_read_whose_sign_in_falls_into_a_black_hole_go_on_over_a_new_connection():
+    """The connection opens and is answered, then its sign-in (the CBS put-token) and everything after it are not:
+    the SDK would wait its auth_timeout, 60 s; each client's sign-in waits eventhubs.connectionIdleTimeout, and
+    the write, then a range read, go on over new connections, every event once."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventhubs_spark.sink import EventHubsBatchWriter
+
+    emulator = Emulator({"signin": 1}).start()
+    try:
+        connection = emulator.connection_string("signin")
+        options = {"eventhubs.connectionString": connection, "eventhubs.connectionIdleTimeout": "2s"}
+        # to a partition named: the producer's connection is the first to sign in (not the management client's)
+        schema = StructType([StructField("body", StringType()), StructField("partitionId", StringType())])
+        writer = EventHubsBatchWriter(options, schema)
+        emulator.black_hole_sign_ins(1)
+        rows = pa.RecordBatch.from_pydict({"body": [f"e{i}" for i in range(10)], "partitionId": ["0"] * 10})
+        report = _bounded(lambda: writer.write(iter([rows])), 30)
+        assert report.by_partition == {"0": 10} and report.resent == 0, report
+        assert emulator.stats()["black_holes"] == 1
+
+        settings = parse_connection_string(connection)
+        settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=2.0))
+        runtime = Runtime(reap_every=0)
+        request = RangeRequest(ReceiverConfig(receiver_timeout=60), "0", 0, 10, True, settings=settings)
+        emulator.black_hole_sign_ins(1)
+
+        def read() -> list[str]:
+            return [b for batch in runtime.read(request, False, {}) for b in batch.column("body").to_pylist()]
+
+        assert [b.decode() if isinstance(b, bytes) else b for b in _bounded(read, 30)] == [f"e{i}" for i in range(10)]
+        assert emulator.stats()["black_holes"] == 2
+    finally:
+        emulator.stop()
+
+
 def test_a_black_hole_that_heals_delivers_what_it_held():
     """A black hole for a set time: the connection's frames wait, then go through in order (a network that
     heals); a producer's connection made after it is served at once."""

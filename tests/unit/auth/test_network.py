@@ -12,7 +12,9 @@ from tests.unit.support.network import _client, _served, net
 
 def test_the_defaults_are_the_sdks_amqp_over_tls():
     assert net() == NetworkSettings()
-    assert net().sdk_kwargs(False) == {} and net().http_kwargs() == {}
+    assert net().http_kwargs() == {}
+    # every client's sign-in waits the idle time-out, not the SDK's 60 s (a connection holed before its put-token)
+    assert net().sdk_kwargs(False) == {"auth_timeout": 30.0} and NetworkSettings(idle_timeout=0).sdk_kwargs(False) == {}
     # the receivers' connection asks for an idle time-out (eventhubs.connectionIdleTimeout): a black hole is found
     assert net().reader_kwargs() == {"idle_timeout": 30.0}
     assert NetworkSettings(idle_timeout=0).reader_kwargs() == {}
@@ -69,6 +71,7 @@ def test_the_sdk_gets_its_own_names():
     )
     sync = settings.sdk_kwargs(False)
     assert sync == {
+        "auth_timeout": 30.0,
         "transport_type": TransportType.AmqpOverWebsocket,
         "http_proxy": {"proxy_hostname": "proxy.corp", "proxy_port": 3128, "username": "svc", "password": "p@ss:w/rd"},
         "custom_endpoint_address": "sb://gw.internal:8443",
