@@ -50,6 +50,9 @@ class HttpProxy:
         return f"{self.hostname}:{self.port}"
 
 
+SIGN_IN_FLOOR = 5.0  # seconds a sign-in may wait at the least, whatever the idle time-out (see sdk_kwargs)
+
+
 @dataclass(frozen=True)
 class NetworkSettings:
     """Transport, proxy, custom endpoint and CA bundle; the defaults are the SDK's (AMQPS on 5671)."""
@@ -79,7 +82,8 @@ class NetworkSettings:
 
         kwargs: dict[str, Any] = {}
         if self.idle_timeout > 0:
-            kwargs["auth_timeout"] = self.idle_timeout
+            # at least SIGN_IN_FLOOR: the SDK counts the wait in whole seconds (a 1 s bound could end at once)
+            kwargs["auth_timeout"] = max(self.idle_timeout, SIGN_IN_FLOOR)
         if self.websockets:
             kwargs["transport_type"] = TransportType.AmqpOverWebsocket
         elif self.custom_endpoint is not None:

@@ -172,8 +172,9 @@ SPECS: tuple[Spec, ...] = (
         "The receivers' connection, when it receives nothing for this long (the service sends heartbeats at least "
         "twice as often), is taken for dead and opened again: a network that drops packets without closing costs "
         "this long, not a failed task; keep it below eventhubs.receiverTimeout. Every connection's opening and "
-        "sign-in (the sink's and management calls' too) and each of the sink's send attempts wait at most this "
-        "long for the service's answer, then go on over a new connection. 0 = never (openings then wait 60 s).",
+        "sign-in (the sink's and management calls' too; a sign-in at least 5 s) and each of the sink's send "
+        "attempts wait at most this long for the service's answer, then go on over a new connection. 0 = never "
+        "(openings and sign-ins then wait 60 s).",
         "30s",
     ),
     Spec(

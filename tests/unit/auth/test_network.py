@@ -15,6 +15,7 @@ def test_the_defaults_are_the_sdks_amqp_over_tls():
     assert net().http_kwargs() == {}
     # every client's sign-in waits the idle time-out, not the SDK's 60 s (a connection holed before its put-token)
     assert net().sdk_kwargs(False) == {"auth_timeout": 30.0} and NetworkSettings(idle_timeout=0).sdk_kwargs(False) == {}
+    assert NetworkSettings(idle_timeout=1).sdk_kwargs(False) == {"auth_timeout": 5.0}  # the SDK counts whole seconds
     # the receivers' connection asks for an idle time-out (eventhubs.connectionIdleTimeout): a black hole is found
     assert net().reader_kwargs() == {"idle_timeout": 30.0}
     assert NetworkSettings(idle_timeout=0).reader_kwargs() == {}
