@@ -10,7 +10,10 @@ micro-batches of 12,800 events into the noop sink:
   ``eventhubs.maxPartitionsPerTask``, 32 by default; at the largest count also 8, 16, 64 and 128, to choose that
   default from): the opt-in for many small partitions;
 - ``floor``: a trivial Python source with the same partitions and rows, no I/O, in the same kind of process: what
-  Spark itself costs a micro-batch of that many tasks on this machine.
+  Spark itself costs a micro-batch of that many tasks on this machine;
+- ``Kafka source``: Spark's own Kafka source (the JVM's figure) reading a topic with the same partitions and events
+  from a one-node broker on plain TCP (bench ``jvm``'s), ``maxOffsetsPerTrigger`` the same, in the same kind of
+  process (skipped, and said, where java and Maven are missing).
 
 Per micro-batch: Spark's ``latestOffset`` and ``addBatch`` durations. Per run: link attaches per partition (the
 emulator, in this process, counts every receiving link attached), and the peak descriptors and resident memory
@@ -53,14 +56,31 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if mode.startswith("Kafka"):  # conn is "bootstrap servers|topic|classpath"
+        bootstrap, topic, classpath = conn.split("|")
+        builder = builder.config("spark.driver.extraClassPath", classpath)
+    spark = builder.getOrCreate()
     started = time.monotonic()
-    if mode == "floor":
+    if mode == "Kafka fill":
+        _kafka_fill(spark, bootstrap, topic, partitions)
+        spark.stop()
+        return
+    if mode == "Kafka source":
+        query = (
+            spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(PER_TRIGGER)).load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(out, "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )  # fmt: skip
+        query.awaitTermination()
+    elif mode == "floor":
         spark.dataSource.register(_floor_source(partitions))
         query = (
             spark.readStream.format("bench_partitions_floor").load()
@@ -105,6 +125,25 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         "seconds": round(seconds, 1),
     }))  # fmt: skip
     spark.stop()
+
+
+def _kafka_fill(spark: Any, bootstrap: str, topic: str, partitions: int) -> None:
+    """The topic made with ``partitions`` partitions and filled by Spark's Kafka sink with EVENTS events of SIZE
+    bytes, the same number in each partition (as the hubs: the sink's round robin)."""
+    jvm = spark._jvm
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", bootstrap)
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    topics = jvm.java.util.ArrayList()
+    topics.add(jvm.org.apache.kafka.clients.admin.NewTopic(topic, jvm.java.util.Optional.of(partitions),
+                                                           jvm.java.util.Optional.empty()))  # fmt: skip
+    admin.createTopics(topics).all().get()
+    admin.close()
+    (
+        spark.range(EVENTS)
+        .selectExpr(f"cast(id % {partitions} as int) as partition", f"cast(repeat('x', {SIZE}) as binary) as value")
+        .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
+    )  # fmt: skip
 
 
 def _floor_source(partitions: int) -> Any:
@@ -160,8 +199,13 @@ def _sample(root: int, stop: threading.Event, peaks: dict[str, int]) -> None:
             peaks[f"{kind} fds"] = max(peaks.get(f"{kind} fds", 0), fds)
 
 
-def _run(emulator: Any, hub: str, partitions: int, mode: str) -> dict[str, Any]:
+def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None = None) -> dict[str, Any]:
+    """One fresh process's run of ``mode`` (``kafka``: "bootstrap|classpath" of the broker, for the Kafka modes)."""
     conn = emulator.connection_string(hub)
+    if mode.startswith("Kafka"):
+        assert kafka is not None
+        bootstrap, classpath = kafka.split("|")
+        conn = f"{bootstrap}|{hub}|{classpath}"
     before = sum(emulator.consumer_attaches(hub).values())
     with tempfile.TemporaryDirectory() as out:
         code = f"from bench.partitions import child; child({conn!r}, {out!r}, {partitions}, {mode!r})"
@@ -175,6 +219,8 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str) -> dict[str, Any]:
             sampler.join()
         if code_ != 0:
             raise RuntimeError(f"{partitions} partitions, {mode}: {Path(out, 'stderr.log').read_text()[-3000:]}")
+        if mode == "Kafka fill":
+            return {}
         result = json.loads(Path(out, "result.json").read_text())
     attaches = sum(emulator.consumer_attaches(hub).values()) - before
     return {
@@ -186,7 +232,7 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str) -> dict[str, Any]:
         "addBatch per batch (ms)": result["addBatch"],
         "first batch (ms)": result["trigger"][0] if result["trigger"] else None,
         "later batches, median (ms)": statistics.median(result["trigger"][1:]) if len(result["trigger"]) > 1 else None,
-        "attaches per partition": None if mode == "floor" else round(attaches / partitions, 2),
+        "attaches per partition": None if mode in ("floor", "Kafka source") else round(attaches / partitions, 2),
         "peak descriptors, service / worker": f"{peaks.get('service fds', 0)} / {peaks.get('worker fds', 0)}",
         "peak RSS MiB, service / worker": f"{peaks.get('service rss', 0)} / {peaks.get('worker rss', 0)}",
         "query seconds": result["seconds"],
@@ -241,11 +287,23 @@ def _fill(conn: str, partitions: int) -> float:
 
 def run() -> None:
     from eventhubs_emulator import Emulator
+    from tests import jvm_peers
 
     counts = tuple(int(c) for c in os.environ.get("EVENTHUBS_BENCH_PARTITIONS", "").split(",") if c) or COUNTS
     rows: list[dict[str, Any]] = []
-    fills: dict[str, float] = {}
+    fills: dict[str, Any] = {}
     hubs = {f"p{n}": n for n in counts} | {"sdk-fill": SDK_SAMPLE}
+    lacking = jvm_peers.missing()
+    kafka: str | None = None
+    broker = None
+    where = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
+    if lacking:
+        fills["Spark's Kafka source"] = f"not measured: this machine {lacking}"
+    else:
+        from .jvm import kafka_broker
+
+        broker, bootstrap, _ = kafka_broker(where)
+        kafka = f"{bootstrap}|{jvm_peers.classpath('kafka-spark')}"
     with Emulator(hubs) as emulator:
         per_partition, asleep = _fill_with_sdk(emulator.connection_string("sdk-fill"))
         fills["the official SDK's producer, a batch to a new partition (s)"] = round(per_partition, 3)
@@ -257,9 +315,19 @@ def run() -> None:
             modes = list(MODES)
             if n == max(counts):
                 modes += [f"packed, at most {bound} a task" for bound in PACK_BOUNDS]
+            if kafka is not None:
+                started = time.monotonic()
+                _run(emulator, f"p{n}", n, "Kafka fill", kafka)
+                fills[f"Spark's Kafka sink, {EVENTS:,} events over {n} partitions (s, with its process's start)"] = (
+                    round(time.monotonic() - started, 1)
+                )
+                modes.append("Kafka source")
             for mode in modes:
                 print(f"  {n} partitions, {mode} ...", flush=True)
-                rows.append(_run(emulator, f"p{n}", n, mode))
+                rows.append(_run(emulator, f"p{n}", n, mode, kafka))
+    if broker is not None:
+        broker.terminate()
+        broker.wait(60)
 
     def row(n: int, mode: str) -> dict[str, Any]:
         return next(r for r in rows if r["partitions"] == n and r["mode"] == mode)
@@ -296,6 +364,7 @@ def run() -> None:
             f"packed {top}-partition addBatch after the first (median ms) by eventhubs.maxPartitionsPerTask": ", ".join(
                 f"{b}: {later[b]:.0f}" for b in sorted(later)
             ),
+            **_beside_kafka(rows, counts),
             **fills,
         },
         rows,
@@ -307,6 +376,27 @@ def run() -> None:
             "eventhubs.maxPartitionsPerTask, 32, share a task). Durations are Spark's own (StreamingQueryProgress "
             "durationMs). Attaches: receiving links the emulator saw attached during the run, per partition. "
             "Descriptors and RSS: peaks over the run of the receiver service and of the largest Spark Python "
-            "process. One run each on a 2-core machine: single figures swing."
+            "process. 'Kafka source' is Spark's Kafka source (spark-sql-kafka-0-10, the same Spark) reading a topic "
+            "of the same partitions and events (filled by Spark's Kafka sink, in a process of its own first) from a "
+            "one-node KRaft broker on plain TCP, maxOffsetsPerTrigger the same: the JVM's figure, no target. One run "
+            "each on a 2-core machine: single figures swing."
         ),
     )
+
+
+def _beside_kafka(rows: list[dict[str, Any]], counts: tuple[int, ...]) -> dict[str, str]:
+    """Ours (as it ships) beside Spark's Kafka source at each count: worst latestOffset and the later batches'
+    median trigger, ours / Kafka's (nothing when the Kafka source was not measured)."""
+    by = {(r["partitions"], r["mode"]): r for r in rows}
+    if not any(mode == "Kafka source" for _, mode in by):
+        return {}
+    planning, later = [], []
+    for n in counts:
+        ours, jvm = by[(n, "default")], by[(n, "Kafka source")]
+        planning.append(f"{n}: {max(ours['latestOffset per batch (ms)'])} / {max(jvm['latestOffset per batch (ms)'])}")
+        if ours["later batches, median (ms)"] and jvm["later batches, median (ms)"]:
+            later.append(f"{n}: {ours['later batches, median (ms)'] / jvm['later batches, median (ms)']:.2f}")
+    return {
+        "worst latestOffset (ms), ours / Spark's Kafka source, by partitions": ", ".join(planning),
+        "later batches' median trigger, ours / Spark's Kafka source, by partitions": ", ".join(later),
+    }
