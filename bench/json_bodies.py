@@ -142,8 +142,9 @@ def run() -> None:
         notes=f"{EVENTS} JSON documents per case in a 4-partition hub of the emulator (its own process), written by "
         "the connector's sink; each side reads them all as one Trigger.AvailableNow micro-batch into the noop sink "
         f"with the document's columns selected, local[2], after two warm-up reads; {ROUNDS} rounds turning the "
-        "order of the sides, medians. 'Only value read': the source asked for its value column alone "
-        "(.schema('value struct<...>')), as a query that needs no body can (Spark gives Python sources no column "
-        "pruning). The source's side decodes in its Python task (pyarrow's JSON reader); from_json's side "
+        "order of the sides, medians. The source's side reads with its default columns (a JSON read leaves the body "
+        "out unless eventhubs.json.keepBody); 'only value read': the source asked for its value column alone "
+        "(.schema('value struct<...>')), the other event columns left behind too (Spark gives Python sources no "
+        "column pruning). The source's side decodes in its Python task (pyarrow's JSON reader); from_json's side "
         "reads the bodies as binary and Spark decodes them in the JVM.",
     )

@@ -78,6 +78,10 @@ class AvroReading:
             out.append(pa.field(self.corrupt_column, CORRUPT_TYPE))
         return out
 
+    def source_fields(self, own: pa.Schema) -> list[pa.Field]:
+        """The read's columns: the source's own ``own`` (the body among them), then those of :meth:`fields`."""
+        return [*own, *self.fields()]
+
     def ddl(self) -> str:
         """Those columns in Spark DDL, to follow the source's own."""
         text = f"value {types.spark_type(self.column)}"

@@ -105,6 +105,7 @@ class ReadOptions:
     json_mode: str | None
     json_rescue_column: str
     json_sample_events: int
+    json_keep_body: bool
 
     @property
     def default_start(self) -> Position:

@@ -38,7 +38,8 @@ def json_of_options(
         return None
     mode = options.json_mode or (ADD if options.json_schema_location else RESCUE)
     if options.json_schema:
-        return JsonReading(types.to_text(types.parse_schema(options.json_schema)), mode, options.json_rescue_column)
+        return JsonReading(types.to_text(types.parse_schema(options.json_schema)), mode, options.json_rescue_column,
+                           keep_body=options.json_keep_body)  # fmt: skip
     location = str(options.json_schema_location)
     kept = KeptSchemas(location)
     latest = kept.latest()
@@ -53,14 +54,14 @@ def json_of_options(
                 example,
             )  # fmt: skip
         return JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
-                           latest.number if latest is not None else 0)  # fmt: skip
+                           latest.number if latest is not None else 0, options.json_keep_body)  # fmt: skip
     if latest is None:
         inferred = infer(planner(raw, options.mode), options)
         if not kept.create(0, types.to_text(inferred), [f.name for f in inferred]):
             _LOG.info("eventhubs.json: another process kept a schema at %s first; reading with it", location)
         latest = kept.latest()
         assert latest is not None
-    return JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number)
+    return JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number, options.json_keep_body)
 
 
 def _value_of(spark_schema: Any) -> pa.StructType | None:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from eventhubs_spark.capture.store import CaptureRead
-from eventhubs_spark.codec.schema import ARROW_SCHEMA, Projection
+from eventhubs_spark.codec.schema import ARROW_SCHEMA, SCHEMA_DDL, Projection
 from eventhubs_spark.errors import EventHubsError
 from eventhubs_spark.interprocess import driver_channel
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
@@ -161,8 +161,19 @@ def said_first(batches: Iterator[Any]) -> Iterator[Any]:
 
 
 def source_schema(avro: AvroReading | JsonReading | None) -> pa.Schema:
-    """The source's columns: its own, then (decoding Avro or JSON) ``value`` and the corrupt-record (rescue) column."""
-    return ARROW_SCHEMA if avro is None else pa.schema([*ARROW_SCHEMA, *avro.fields()])
+    """The source's columns: its own, then (decoding Avro or JSON) ``value`` and the corrupt-record (rescue) column;
+    a JSON read leaves the body out unless told to keep it (``eventhubs.json.keepBody``)."""
+    if avro is None:
+        return ARROW_SCHEMA
+    return pa.schema(avro.source_fields(ARROW_SCHEMA))
+
+
+def source_ddl(avro: AvroReading | JsonReading | None) -> str:
+    """:func:`source_schema` as the DDL Spark is told (the source's own columns spelt as the old connector's)."""
+    if avro is None:
+        return SCHEMA_DDL
+    own = SCHEMA_DDL if "body" in source_schema(avro).names else SCHEMA_DDL.removeprefix("body binary, ")
+    return f"{own}, {avro.ddl()}"
 
 
 # What a task logs of its read: the range's counts, then (pid: the process that read, the executor's

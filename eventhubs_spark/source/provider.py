@@ -12,9 +12,9 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from eventhubs_spark.avro.registry import RegistryError
-from eventhubs_spark.codec.schema import SCHEMA_DDL
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.source.batch_reader import EventHubsBatchReader
+from eventhubs_spark.source.partition_reader import source_ddl
 from eventhubs_spark.source.planner import body_decoding
 from eventhubs_spark.source.stream_reader import EventHubsStreamReader
 
@@ -38,7 +38,7 @@ class EventHubsDataSource(DataSource):
         except RegistryError as exc:
             error = RegistryError(str(exc), exc.retriable)
         else:
-            return SCHEMA_DDL if decoding is None else f"{SCHEMA_DDL}, {decoding.ddl()}"
+            return source_ddl(decoding)
         raise error
 
     # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.

@@ -141,6 +141,25 @@ def test_a_json_read_that_asks_for_value_alone_leaves_the_body_behind(spark, eve
     assert [tuple(r) for r in rows] == [(1, "a", 20.5), (2, "b", None)]
 
 
+def test_a_json_read_has_no_body_column_unless_told_to_keep_it(spark, eventhub):
+    """The body would travel to the JVM beside its parsed value (no column pruning for a Python source): a JSON
+    read's columns leave it out; eventhubs.json.keepBody keeps it, the bytes as sent."""
+    send(eventhub.connection_string, ['{"id": 7}'], partition_id="2")
+
+    def read(**options: str):
+        r = (spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
+             .option("eventhubs.json.schema", "id bigint"))  # fmt: skip
+        return r.options(**options).load().where("partition = '2'")
+
+    plain = read()
+    assert "body" not in plain.columns and plain.columns[:2] == ["partition", "offset"]
+    assert plain.columns[-2:] == ["value", "_rescued_data"]
+    assert [r.value.id for r in plain.collect()] == [7]
+    kept = read(**{"eventhubs.json.keepBody": "true"})
+    assert kept.columns[0] == "body" and kept.columns[-2:] == ["value", "_rescued_data"]
+    assert [(bytes(r.body), r.value.id) for r in kept.collect()] == [(b'{"id": 7}', 7)]
+
+
 def test_bad_json_options_name_the_option(spark, eventhub, tmp_path):
     def base():  # a DataFrameReader keeps its options: a new one per case
         return spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)

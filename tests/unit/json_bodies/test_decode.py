@@ -132,6 +132,51 @@ def test_fail_on_new_columns_names_the_partition_and_sequence_number():
         reading.apply(_batch([b'{"id": 1}', b'{"x": 1}']))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1500), st.sampled_from([None, b"\n", b"\r", b"\r\n"])), min_size=1,
+                max_size=12))  # fmt: skip
+def test_large_bodies_are_found_one_per_line_exactly_when_none_holds_a_line_break(shapes):
+    """The check that the C++ reader's lines are the bodies, by a find per body for large bodies (the count for
+    small ones): the same answer as counting every byte, wherever a body holds a line break."""
+    bodies = [b"x" * size + (brk or b"") + b"y" * (size % 7) for size, brk in shapes]
+    array = pa.array([b"z" * 700, *bodies], pa.binary()).slice(1)  # a slice: its offsets start past 0
+    text, ends = D._joined(array)
+    expected = text.count(b"\n") == len(bodies) - 1 and b"\r" not in text
+    assert D._one_per_line(text, ends) is expected
+    assert expected is all(b"\n" not in b and b"\r" not in b for b in bodies)
+
+
+def test_large_pretty_printed_bodies_are_read_whole():
+    """2 KB documents, one of them printed over several lines: every one read, in order, none split."""
+    docs = [{"id": i, "note": "x" * 2000} for i in range(6)]
+    bodies = [json.dumps(d).encode() for d in docs]
+    bodies[3] = json.dumps(docs[3], indent=2).encode()
+    outcome = D.decode(pa.array(bodies, pa.binary()), T.parse_schema("id bigint, note string"), D.RESCUE)
+    assert [v["id"] for v in outcome.values.to_pylist()] == list(range(6))
+    assert outcome.rescued.null_count == 6 and outcome.slow_rows in (0, 1)
+
+
+def test_a_json_read_leaves_the_body_out_unless_told_to_keep_it():
+    """The read's columns are the source's own less the body (it would travel to the JVM beside its parsed value),
+    then value and the rescue column; eventhubs.json.keepBody keeps it. What the batches hold is what the schema
+    says, either way."""
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA
+    from eventhubs_spark.source.partition_reader import source_ddl, source_schema
+
+    rows = [{"body": b'{"id": 1}', "partition": "3", "sequenceNumber": 100},
+            {"body": b"not json", "partition": "3", "sequenceNumber": 101}]  # fmt: skip
+    batch = pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)  # the source's own columns, as a task has them
+    for keep in (False, True):
+        reading = D.JsonReading("`id` bigint", D.RESCUE, "_rescued_data", keep_body=keep)
+        out = reading.apply(batch)
+        assert out.schema == source_schema(reading)
+        assert ("body" in out.schema.names) is keep and out.schema.names[-2:] == ["value", "_rescued_data"]
+        assert source_ddl(reading).startswith("body binary, partition string" if keep else "partition string, ")
+        assert out.column("value").to_pylist() == [{"id": 1}, None]
+        assert out.column("_rescued_data").to_pylist() == [None, '{"_body": "not json"}']  # the odd body kept
+    assert [f.name for f in source_schema(None)] == ARROW_SCHEMA.names
+
+
 def test_types_read_back_what_they_write_and_merge_by_the_rules():
     schema = T.parse_schema("`odd `` name` bigint, p struct<kind:string, n:array<double>>, t timestamp, d date")
     assert T.parse_schema(T.to_text(schema)) == schema

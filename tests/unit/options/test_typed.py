@@ -424,6 +424,7 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in(monkeypatch
         "eventhubs.json.schemaEvolutionMode": ({**by_connection, "eventhubs.json.schema": "id bigint"}, "none"),
         "eventhubs.json.rescuedDataColumn": ({**by_connection, "eventhubs.json.schema": "id bigint"}, "_bad"),
         "eventhubs.json.sampleEvents": ({**by_connection, "eventhubs.json.schemaLocation": "/tmp/s"}, "5"),
+        "eventhubs.json.keepBody": ({**by_connection, "eventhubs.json.schema": "id bigint"}, "true"),
         "eventhubs.avro.corruptRecordColumn": ({**avro, "eventhubs.avro.mode": "PERMISSIVE"}, "_bad"),
         "eventhubs.capture.location": (by_connection, "/capture"),
         "eventhubs.capture.nameFormat": ({**by_connection, "eventhubs.capture.location": "/capture"},
