@@ -241,6 +241,21 @@ def test_a_write_whose_connection_falls_into_a_black_hole_as_it_opens_is_made_on
         emulator.stop()
 
 
+def _read_after(hole, connection: str, count: int, seconds: float) -> list[int]:
+    """The sequence numbers of partition 0's first ``count`` events, read by a fresh runtime's receivers (idle
+    time-out 2 s) once ``hole(1)`` has set the next connection to fall into a black hole; bounded by ``seconds``."""
+    settings = parse_connection_string(connection)
+    settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=2.0))
+    runtime = Runtime(reap_every=0)
+    request = RangeRequest(ReceiverConfig(receiver_timeout=60), "0", 0, count, True, settings=settings)
+    hole(1)
+
+    def read() -> list[int]:
+        return [s for b in runtime.read(request, False, {}) for s in b.column("sequenceNumber").to_pylist()]
+
+    return _bounded(read, seconds)
+
+
 def test_a_range_read_whose_connection_falls_into_a_black_hole_as_it_opens_is_read_on_a_new_one():
     """The receivers' first connection is accepted and never answered: its opening gives up after the connection
     idle time-out, and the range is read exactly over a new connection."""
@@ -248,16 +263,7 @@ def test_a_range_read_whose_connection_falls_into_a_black_hole_as_it_opens_is_re
     try:
         connection = emulator.connection_string("opening")
         send(connection, [f"b{i}" for i in range(50)], partition_id="0")
-        settings = parse_connection_string(connection)
-        settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=2.0))
-        runtime = Runtime(reap_every=0)
-        request = RangeRequest(ReceiverConfig(receiver_timeout=60), "0", 0, 50, True, settings=settings)
-        emulator.black_hole_openings(1)
-
-        def read() -> list[int]:
-            return [s for b in runtime.read(request, False, {}) for s in b.column("sequenceNumber").to_pylist()]
-
-        assert _bounded(read, 60) == list(range(50))
+        assert _read_after(emulator.black_hole_openings, connection, 50, 60) == list(range(50))
         assert emulator.stats()["black_holes"] == 1
     finally:
         emulator.stop()
@@ -285,16 +291,7 @@ def test_a_write_and_a_range_read_whose_sign_in_falls_into_a_black_hole_go_on_ov
         assert report.by_partition == {"0": 10} and report.resent == 0, report
         assert emulator.stats()["black_holes"] == 1
 
-        settings = parse_connection_string(connection)
-        settings = dataclasses.replace(settings, network=dataclasses.replace(settings.network, idle_timeout=2.0))
-        runtime = Runtime(reap_every=0)
-        request = RangeRequest(ReceiverConfig(receiver_timeout=60), "0", 0, 10, True, settings=settings)
-        emulator.black_hole_sign_ins(1)
-
-        def read() -> list[str]:
-            return [b for batch in runtime.read(request, False, {}) for b in batch.column("body").to_pylist()]
-
-        assert [b.decode() if isinstance(b, bytes) else b for b in _bounded(read, 30)] == [f"e{i}" for i in range(10)]
+        assert _read_after(emulator.black_hole_sign_ins, connection, 10, 30) == list(range(10))
         assert emulator.stats()["black_holes"] == 2
     finally:
         emulator.stop()
