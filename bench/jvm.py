@@ -107,28 +107,13 @@ def kafka(plan_file: str, out_file: str) -> None:
         .getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
-    jvm = spark._jvm
-    assert jvm is not None
     servers = plan["bootstrap"]
-    props = jvm.java.util.Properties()
-    props.put("bootstrap.servers", servers)
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
-    topics = jvm.java.util.ArrayList()
-    for name, case in plan["topics"].items():
-        topics.add(jvm.org.apache.kafka.clients.admin.NewTopic(
-            name, jvm.java.util.Optional.of(case["partitions"]), jvm.java.util.Optional.empty()))  # fmt: skip
-    admin.createTopics(topics).all().get()
-    admin.close()
+    kafka_topics(spark, servers, {name: case["partitions"] for name, case in plan["topics"].items()})
     old_app = _old_app()
     results = {}
     for name, case in plan["topics"].items():
         started = time.perf_counter()
-        (
-            spark.range(case["events"])
-            .selectExpr(f"cast(id % {case['partitions']} as int) as partition",
-                        f"cast(repeat('x', {case['size']}) as binary) as value")
-            .write.format("kafka").option("kafka.bootstrap.servers", servers).option("topic", name).save()
-        )  # fmt: skip
+        kafka_fill(spark, servers, name, case["events"], case["partitions"], case["size"])
         print(f"kafka {name}: {case['events']} events in {time.perf_counter() - started:.0f} s", flush=True)
     # over plain TCP, then over TLS (the broker's SSL listener, the emulator's certificate): each beside ours the same
     over = {"": {"kafka.bootstrap.servers": servers}}
@@ -150,6 +135,32 @@ def kafka(plan_file: str, out_file: str) -> None:
     spark.stop()
     old_app.add_in_batch(results, plan["event_log"])
     Path(out_file).write_text(json.dumps(results))
+
+
+def kafka_topics(spark: Any, servers: str, partitions: dict[str, int]) -> None:
+    """Make the topics (name: partitions) on the broker at ``servers``, through Spark's JVM (the Kafka admin client on
+    its class path)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", servers)
+    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    topics = jvm.java.util.ArrayList()
+    for name, count in partitions.items():
+        topics.add(jvm.org.apache.kafka.clients.admin.NewTopic(
+            name, jvm.java.util.Optional.of(count), jvm.java.util.Optional.empty()))  # fmt: skip
+    admin.createTopics(topics).all().get()
+    admin.close()
+
+
+def kafka_fill(spark: Any, servers: str, topic: str, events: int, partitions: int, size: int) -> None:
+    """``events`` values of ``size`` bytes into ``topic`` by Spark's Kafka sink, the same number in each of its
+    ``partitions`` (round robin, as the hubs are filled)."""
+    (
+        spark.range(events)
+        .selectExpr(f"cast(id % {partitions} as int) as partition", f"cast(repeat('x', {size}) as binary) as value")
+        .write.format("kafka").option("kafka.bootstrap.servers", servers).option("topic", topic).save()
+    )  # fmt: skip
 
 
 def _free_port() -> int:

@@ -66,8 +66,11 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         builder = builder.config("spark.driver.extraClassPath", classpath)
     spark = builder.getOrCreate()
     started = time.monotonic()
-    if mode == "Kafka fill":
-        _kafka_fill(spark, bootstrap, topic, partitions)
+    if mode == "Kafka fill":  # the topic made and filled with the hubs' events (bench jvm's way)
+        from .jvm import kafka_fill, kafka_topics
+
+        kafka_topics(spark, bootstrap, {topic: partitions})
+        kafka_fill(spark, bootstrap, topic, EVENTS, partitions, SIZE)
         spark.stop()
         return
     if mode == "Kafka source":
@@ -125,25 +128,6 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         "seconds": round(seconds, 1),
     }))  # fmt: skip
     spark.stop()
-
-
-def _kafka_fill(spark: Any, bootstrap: str, topic: str, partitions: int) -> None:
-    """The topic made with ``partitions`` partitions and filled by Spark's Kafka sink with EVENTS events of SIZE
-    bytes, the same number in each partition (as the hubs: the sink's round robin)."""
-    jvm = spark._jvm
-    props = jvm.java.util.Properties()
-    props.put("bootstrap.servers", bootstrap)
-    admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
-    topics = jvm.java.util.ArrayList()
-    topics.add(jvm.org.apache.kafka.clients.admin.NewTopic(topic, jvm.java.util.Optional.of(partitions),
-                                                           jvm.java.util.Optional.empty()))  # fmt: skip
-    admin.createTopics(topics).all().get()
-    admin.close()
-    (
-        spark.range(EVENTS)
-        .selectExpr(f"cast(id % {partitions} as int) as partition", f"cast(repeat('x', {SIZE}) as binary) as value")
-        .write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic).save()
-    )  # fmt: skip
 
 
 def _floor_source(partitions: int) -> Any:

@@ -192,8 +192,12 @@ class Server:
         self.connections.add(conn)
         if self.holed_openings > 0:
             self.holed_openings -= 1
-            conn.holed, conn.hole_heals = True, False
-            self.stats["black_holes"] += 1
+            self._hole_for_good(conn)
+
+    def _hole_for_good(self, conn: Connection) -> None:
+        """``conn`` stops answering for good, now (Emulator.black_hole_openings, black_hole_sign_ins)."""
+        conn.holed, conn.hole_heals = True, False
+        self.stats["black_holes"] += 1
 
     def disconnected(self, conn: Connection) -> None:
         self.connections.discard(conn)
@@ -595,8 +599,7 @@ class Server:
         """A put-token request: the entity must exist and the token be valid for it."""
         if self.holed_sign_ins > 0:  # opened and answered so far; the sign-in and all after it go unanswered
             self.holed_sign_ins -= 1
-            conn.holed, conn.hole_heals = True, False
-            self.stats["black_holes"] += 1
+            self._hole_for_good(conn)
             return
         props, app, body = _decode_request(data)
         token = body if isinstance(body, str) else (body.decode("utf-8") if isinstance(body, bytes) else "")

@@ -311,10 +311,9 @@ class JsonReading:
                              "rescue column instead")  # fmt: skip
         if outcome.added and self.mode == ADD:
             raise self._evolve(batch, outcome)
-        kept = [i for i, f in enumerate(batch.schema) if self.keep_body or f.name != "body"]
+        own = batch if self.keep_body else batch.drop_columns(["body"])
         return pa.RecordBatch.from_arrays(
-            [*(batch.column(i) for i in kept), outcome.values, outcome.rescued],
-            schema=pa.schema([*(batch.schema.field(i) for i in kept), *self.fields()]),
+            [*own.columns, outcome.values, outcome.rescued], schema=pa.schema(self.source_fields(batch.schema))
         )
 
     def _where(self, batch: pa.RecordBatch, row: int, what: str) -> str:
