@@ -132,6 +132,8 @@ class Service(Protocol):
     host: str
     idle_timeout: float
     max_frame_size: int
+    unsettled_answers: bool  # management answers go unsettled (a fault control)
+    stats: dict[str, int]
 
     @property
     def max_message_size(self) -> int: ...
@@ -184,6 +186,7 @@ class Connection(asyncio.Protocol):
         self._lost_in_hole = False
         self._held_in = bytearray()
         self._held_out: list[bytes] = []
+        self._out: list[bytes] | None = None  # writes held while a read's frames are processed (data_received)
 
     # -- asyncio callbacks --
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,11 +232,21 @@ class Connection(asyncio.Protocol):
             return
         self.last_received = time.monotonic()
         self.buffer += data
+        # What the frames just read make the emulator write goes out in one write when they are all processed
+        # (a client that pipelines 64 management requests gets 128 frames back in one send, not 128 sends).
+        self._out = []
         try:
             self._process()
         except Exception as exc:  # a protocol error ends this connection, never the emulator
             _LOG.exception("closing connection after a protocol error")
             self._close_with_error("amqp:internal-error", f"emulator error: {exc}")
+        finally:
+            self._flush_out()
+
+    def _flush_out(self) -> None:
+        out, self._out = self._out, None
+        if out and self.transport is not None and not self.closed:
+            self.transport.write(b"".join(out))
 
     # -- parsing --
     def _process(self) -> None:
@@ -288,7 +301,12 @@ class Connection(asyncio.Protocol):
             if session is not None:
                 self._on_flow(session, fields)
         elif code == amqp.DISPOSITION:
-            pass  # everything the emulator sends is pre-settled
+            # the emulator sends everything pre-settled, but management answers when told otherwise
+            # (Server.unsettled_answers): the client's settlements of those are counted
+            if fields and fields[0] and len(fields) > 3 and fields[3]:
+                first = int(fields[1])
+                last = int(fields[2]) if fields[2] is not None else first
+                self.server.stats["answers_settled_by_client"] += last - first + 1
         elif code == amqp.ATTACH:
             session = self.sessions.get(channel)
             if session is not None:
@@ -354,17 +372,22 @@ class Connection(asyncio.Protocol):
             return
         if self.transport is not None and not self.closed:
             self.last_sent = time.monotonic()
-            self.transport.write(data)
+            if self._out is not None:
+                self._out.append(data)
+            else:
+                self.transport.write(data)
 
     def send(self, channel: int, code: int, fields: list[Any], payload: bytes = b"") -> None:
         self.write(amqp.encode_frame(channel, amqp.encode_performative(code, fields), payload))
 
     def _close_transport(self) -> None:
+        self._flush_out()
         self.closed = True
         if self.transport is not None:
             self.transport.close()
 
     def _abort(self) -> None:
+        self._flush_out()
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
@@ -596,13 +619,16 @@ class Connection(asyncio.Protocol):
         if link.credit < _SEND_CREDIT // 2:
             self._grant(link)
 
-    def reply(self, session: Session, node: str, request_props: list[Any], app: dict[str, Any], body: Any) -> None:
-        """Answer a request on node ``$cbs`` or ``$management`` on the session's reply link for it."""
+    def reply(
+        self, session: Session, node: str, request_props: list[Any], app: dict[str, Any] | bytes, body: Any
+    ) -> None:
+        """Answer a request on node ``$cbs`` or ``$management`` on the session's reply link for it. ``app``: the
+        application properties, or their section already encoded (the same for every answer that went well)."""
         message_id = request_props[0] if request_props else None
-        reply_props = [None, None, None, None, None, message_id, None, None, None, None, None, None, None]
-        message = amqp.encode_section(amqp.PROPERTIES, reply_props) + amqp.encode_section(
-            amqp.APPLICATION_PROPERTIES, app
-        )
+        # the correlation id is the properties' sixth field; the ones after it are null and left out, as AMQP allows
+        reply_props = [None, None, None, None, None, message_id]
+        application = app if isinstance(app, bytes) else amqp.encode_section(amqp.APPLICATION_PROPERTIES, app)
+        message = amqp.encode_section(amqp.PROPERTIES, reply_props) + application
         if body is not None:
             message += amqp.encode_section(amqp.AMQP_VALUE, body)
         link = session.reply_link(node)
@@ -613,8 +639,9 @@ class Connection(asyncio.Protocol):
         self._flush_replies(link)
 
     def _flush_replies(self, link: OutLink) -> None:
+        settled = not (self.server.unsettled_answers and link.source_address == "$management")
         while link.pending and link.credit > 0 and not link.detached:
-            self.deliver(link, link.pending.pop(0))
+            self.write(self.encode_delivery(link, link.pending.pop(0), settled))
 
     def deliver(self, link: OutLink, payload: bytes) -> None:
         """Send one pre-settled message on ``link``, split over frames as the peer's frame size needs."""
@@ -650,7 +677,7 @@ class Connection(asyncio.Protocol):
             ]
         )  # fmt: skip
 
-    def encode_delivery(self, link: OutLink, payload: bytes) -> bytes:
+    def encode_delivery(self, link: OutLink, payload: bytes, settled: bool = True) -> bytes:
         session = link.session
         delivery_id = session.next_outgoing_id
         tag = link.next_tag
@@ -658,7 +685,7 @@ class Connection(asyncio.Protocol):
         link.credit -= 1
         link.delivery_count += 1
         prefix = _transfer_prefix(link)
-        ids = _I.pack(delivery_id) + b"\xa0\x04" + _I.pack(tag) + b"\x43\x41"
+        ids = _I.pack(delivery_id) + b"\xa0\x04" + _I.pack(tag) + (b"\x43\x41" if settled else b"\x43\x42")
         head_len = 8 + len(prefix) + len(ids) + 6
         room = max(512, min(self.remote_max_frame, 4294967295) - head_len)
         channel = session.channel

@@ -542,6 +542,24 @@ class Emulator:
 
         self._call(apply)
 
+    def reject_management_calls(self, count: int) -> None:
+        """Refuse the next ``count`` management requests at the link (a rejected disposition, no answer), as the
+        service does with a request it cannot take."""
+
+        def apply() -> None:
+            self._server().rejecting_management_calls = count
+
+        self._call(apply)
+
+    def unsettled_management_answers(self, on: bool = True) -> None:
+        """Send management answers unsettled (the client settles them: ``stats()["answers_settled_by_client"]``
+        counts what it settled); the emulator's default is pre-settled."""
+
+        def apply() -> None:
+            self._server().unsettled_answers = on
+
+        self._call(apply)
+
     def ignore_management_calls(self, count: int) -> None:
         """Leave the next ``count`` management requests unanswered (a request or reply lost on the way)."""
 

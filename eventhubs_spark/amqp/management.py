@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from eventhubs_spark.amqp import failures, sdk_internals
+from eventhubs_spark.amqp.management_pipe import ManagementPipe
+from eventhubs_spark.amqp.messages import Unsupported
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import EventHubsError, TransientError
 from eventhubs_spark.positions import geo_segments
@@ -91,6 +93,10 @@ class ManagementClient:
         self._auth: Any = None
         self._open_lock: asyncio.Lock | None = None
         self._cached_token: tuple[Any, float] | None = None  # (token, when it expires): see _token
+        self._lock: asyncio.Lock | None = None
+        # the connection's pipe (False: the SDK's path, the pipe cannot run on it), None until its first request
+        self._pipe: ManagementPipe | bool | None = None
+        self.pipelined = True  # False: every request through the SDK (the A/B of bench planning, tests)
         self.calls = 0
         self._in_flight = 0
         self.most_in_flight = 0  # requests unanswered at once, the most seen (for tests and benchmarks)
@@ -104,29 +110,78 @@ class ManagementClient:
 
     def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
         """Properties of all ``partition_ids``, requested concurrently on one connection."""
-
-        async def all_of() -> list[Any]:
-            # At most _IN_FLIGHT requests (and never more than the credit the service granted the request link)
-            # are unanswered at once: the SDK's request link does not wait for credit when it runs out (it grants
-            # itself more), so 1,024 requests at once went past what the service takes, and each reuse of the
-            # connection got slower (3.6 s, 10.9 s, 23.6 s, 31.6 s at 1,024 partitions, with requests repeated).
-            window = asyncio.Semaphore(self._window())
-
-            async def one(pid: str) -> Any:
-                async with window:
-                    self._in_flight += 1
-                    self.most_in_flight = max(self.most_in_flight, self._in_flight)
-                    try:
-                        return await self._request(
-                            {"name": self.settings.hub, "partition": pid}, "com.microsoft:partition"
-                        )
-                    finally:
-                        self._in_flight -= 1
-
-            return await asyncio.gather(*(one(pid) for pid in partition_ids))
-
-        replies = self._run(all_of)
+        replies = self._run(lambda: self._all_partitions(partition_ids))
         return {pid: _partition_info(pid, reply) for pid, reply in zip(partition_ids, replies, strict=True)}
+
+    async def _all_partitions(self, partition_ids: list[str]) -> list[Any]:
+        """Every partition's answer: the first request of a connection through the SDK (which attaches the
+        ``$management`` links), the others pipelined on those links by a
+        :class:`~eventhubs_spark.amqp.management_pipe.ManagementPipe` (the SDK's path where the pipe cannot run)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one call at a time reads the connection: the pipe takes frames the SDK would
+            rest = list(partition_ids)
+            first: list[Any] = []
+            if self._pipe is None and rest:
+                first = [await self._request(self._partition(rest[0]), "com.microsoft:partition")]
+                rest = rest[1:]
+                pipe = ManagementPipe.of(self._mgmt) if self.pipelined else None
+                if pipe is None and self.pipelined:
+                    _LOG.info("management requests for %s go through the SDK: its links lack what the pipe uses "
+                              "(sdk_internals.MANAGEMENT_INTERNALS)", self.settings.hub)  # fmt: skip
+                self._pipe = pipe if pipe is not None else False
+            if not rest:
+                return first
+            if isinstance(self._pipe, ManagementPipe):
+                try:
+                    return first + await self._through_pipe(self._pipe, rest)
+                except Unsupported as exc:  # said before anything was sent: a token too large for a frame, say
+                    _LOG.info("management requests for %s go through the SDK: %s", self.settings.hub, exc)
+                    self._pipe = False
+            return first + await self._through_sdk(rest)
+
+    def _partition(self, pid: str) -> dict[str, str]:
+        return {"name": self.settings.hub, "partition": pid}
+
+    async def _through_pipe(self, pipe: ManagementPipe, partition_ids: list[str]) -> list[Any]:
+        try:
+            await self._ensure_open()  # the sign-in renewed when it nears its expiry, as before every SDK request
+            window = self._window()
+            shared = {
+                "name": self.settings.hub,
+                "security_token": str(await self._token()),
+                "operation": "READ",
+                "type": "com.microsoft:partition",
+            }
+            self.calls += len(partition_ids)
+            replies = await pipe.ask(shared, partition_ids, window)
+        except (EventHubsError, asyncio.CancelledError, Unsupported):
+            raise
+        except Exception as exc:
+            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.most_in_flight = max(self.most_in_flight, pipe.most_in_flight)
+            self.credit_renewals = max(self.credit_renewals, pipe.credit_renewals)
+        return [self._answer(self._partition(pid), r.status, r.description, r.body)
+                for pid, r in zip(partition_ids, replies, strict=True)]  # fmt: skip
+
+    async def _through_sdk(self, partition_ids: list[str]) -> list[Any]:
+        # At most _IN_FLIGHT requests (and never more than the credit the service granted the request link)
+        # are unanswered at once: the SDK's request link does not wait for credit when it runs out (it grants
+        # itself more), so 1,024 requests at once went past what the service takes, and each reuse of the
+        # connection got slower (3.6 s, 10.9 s, 23.6 s, 31.6 s at 1,024 partitions, with requests repeated).
+        window = asyncio.Semaphore(self._window())
+
+        async def one(pid: str) -> Any:
+            async with window:
+                self._in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self._in_flight)
+                try:
+                    return await self._request(self._partition(pid), "com.microsoft:partition")
+                finally:
+                    self._in_flight -= 1
+
+        return await asyncio.gather(*(one(pid) for pid in partition_ids))
 
     def _window(self) -> int:
         """How many requests may be unanswered at once: at most ``_IN_FLIGHT``, and at most the credit the
@@ -209,6 +264,7 @@ class ManagementClient:
     async def _close(self) -> None:
         mgmt, client = self._mgmt, self._client
         self._mgmt = self._client = self._auth = None
+        self._pipe = None
         self._cached_token = None
         if mgmt is not None:
             try:
@@ -246,11 +302,14 @@ class ManagementClient:
         except Exception as exc:
             with failures.sign_in_errors(self.settings):  # a refused sign-in is not transient: it fails at once
                 raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-        status = int(status)
+        return self._answer(properties, int(status), description, response.value)
+
+    def _answer(self, properties: dict[str, str], status: int, description: Any, body: Any) -> Any:
+        """A request's body, or the error its status says."""
         if isinstance(description, bytes):
             description = description.decode("utf-8", "replace")
         if status < 400:
-            return response.value
+            return body
         if status == 401:
             raise failures.auth_error(self.settings, f"management request refused with status 401: {description}")
         if status == 404:

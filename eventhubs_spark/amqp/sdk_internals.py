@@ -12,15 +12,18 @@ the SDK would): an SDK that lacks one fails the contract test in CI, naming it, 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import io
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from eventhubs_spark.errors import (
@@ -787,11 +790,144 @@ async def keep_management_answers_coming(mgmt: Any, wanted: int) -> bool:
     reconnected. Uses ``_mgmt_links``, ``_mgmt_link``, ``_response_link``, ``current_link_credit``, ``link_credit``
     and ``flow``."""
     response = _management_link(mgmt, "_response_link")
+    return response is not None and await keep_answers_coming(response, wanted)
+
+
+async def keep_answers_coming(response: Any, wanted: int) -> bool:
+    """:func:`keep_management_answers_coming` on the response link itself."""
     credit = getattr(response, "current_link_credit", None)
-    if response is None or not isinstance(credit, int) or credit >= wanted:
+    if not isinstance(credit, int) or credit >= wanted:
         return False
     await response.flow(link_credit=max(int(getattr(response, "link_credit", 0) or 0), 2 * wanted))
     return True
+
+
+@dataclass
+class ManagementWire:
+    """What :class:`~eventhubs_spark.amqp.management_pipe.ManagementPipe` writes and reads on: the management
+    client's connection, its transport, the session and the ``$management`` request and response links."""
+
+    connection: Any
+    transport: Any
+    session: Any
+    request: Any
+    response: Any
+
+
+def management_wire(mgmt: Any) -> ManagementWire | None:
+    """The open ``$management`` links of an async management client and what carries them, or None before a
+    request through the SDK made them or when one of the internals is missing (MANAGEMENT_INTERNALS)."""
+    request, response = _management_link(mgmt, "_request_link"), _management_link(mgmt, "_response_link")
+    if request is None or response is None or _missing(request, MANAGEMENT_INTERNALS):
+        return None
+    session = request._session
+    if response._session is not session or not _attached(request) or not _attached(response):
+        return None
+    connection = session._connection
+    return ManagementWire(connection, connection._transport, session, request, response)
+
+
+def _attached(link: Any) -> bool:
+    return getattr(getattr(link, "state", None), "name", "") == "ATTACHED"
+
+
+def management_broken(wire: ManagementWire) -> str | None:
+    """Why the pipe's connection or links can no longer carry requests, or None while they can."""
+    closed = connection_closed(wire.connection)
+    if closed is not None:
+        return str(closed) or type(closed).__name__
+    for name, link in (("request", wire.request), ("response", wire.response)):
+        if not _attached(link):
+            return f"the {name} link is {getattr(getattr(link, 'state', None), 'name', '?')}"
+    return None
+
+
+def remote_max_frame_size(connection: Any) -> int:
+    """The largest frame the peer takes (``_remote_max_frame_size``)."""
+    return int(getattr(connection, "_remote_max_frame_size", 0) or 512)
+
+
+def session_at(connection: Any, channel: int) -> Any:
+    """The session frames on ``channel`` are for (``_incoming_endpoints``), or None."""
+    return connection._incoming_endpoints.get(channel)
+
+
+class FrameSource:
+    """Frames off an async transport for a while, undecoded: over TCP and TLS read in bulk from its stream reader
+    (``reader``, after the bytes its own reader had buffered, ``_read_buffer``) and cut here, one ``recv`` for many
+    frames; elsewhere (WebSockets) one by one through the transport's ``read``. :meth:`stop` gives the bytes of a
+    frame not yet whole back to the transport, so its own reader goes on from there."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        reader = getattr(transport, "reader", None)
+        self.reader = reader if isinstance(reader, asyncio.StreamReader) else None
+        self.data = take_buffered_bytes(transport) if self.reader is not None else b""
+        self.pos = 0
+
+    async def next(self) -> tuple[int, memoryview | None]:
+        """The next frame's channel and its body from the performative on (None for an empty frame)."""
+        if self.reader is None:
+            _header, channel, body = await self.transport.read()
+            return channel, (body if body is not None and len(body) else None)
+        while True:
+            data, pos = self.data, self.pos
+            if len(data) - pos >= 8:
+                size, doff, _type, channel = _FRAME_HEADER(data, pos)
+                if len(data) - pos >= size:
+                    self.pos = pos + size
+                    return channel, (memoryview(data)[pos + 4 * doff : pos + size] if size > 4 * doff else None)
+            chunk = await self.reader.read(1 << 16)
+            if not chunk:
+                raise ConnectionError("the service closed the connection")
+            self.data, self.pos = data[pos:] + chunk, 0
+
+    def stop(self) -> None:
+        if self.reader is not None:
+            self.transport._read_buffer = io.BytesIO(self.data[self.pos :])
+            self.data, self.pos = b"", 0
+
+
+_FRAME_HEADER = struct.Struct(">IBBH").unpack_from
+
+
+def note_frame_received(connection: Any) -> None:
+    """The connection heard from its peer (``_last_frame_received_time``: its idle time-out counts from it)."""
+    connection._last_frame_received_time = time.time()
+
+
+async def process_frame(connection: Any, channel: int, body: memoryview) -> None:
+    """Hand a frame read by the connector to the SDK, decoded, as its own reader would (``_process_incoming_frame``)."""
+    await connection._process_incoming_frame(channel, decode_frame(body))
+
+
+async def write(wire: ManagementWire, data: bytes) -> None:
+    """Frames written by the connector on the SDK's transport (``write``, ``_last_frame_sent_time``)."""
+    await wire.transport.write(data)
+    wire.connection._last_frame_sent_time = time.time()
+
+
+def count_sent(session: Any, link: Any) -> None:
+    """Move the counters for one transfer the connector wrote as the SDK's own sending does
+    (``Session._outgoing_transfer``, ``SenderLink._outgoing_transfer``)."""
+    session.next_outgoing_id += 1
+    session.remote_incoming_window -= 1
+    session.outgoing_window -= 1
+    link.delivery_count += 1
+    link.current_link_credit -= 1
+
+
+async def count_received(session: Any, link: Any, more: bool) -> None:
+    """:func:`count_transfer` on an async session (its ``_outgoing_flow`` is a coroutine)."""
+    session.next_incoming_id += 1
+    session.remote_outgoing_window -= 1
+    session.incoming_window -= 1
+    if session.incoming_window == 0:
+        session.incoming_window = session.target_incoming_window
+        await session._outgoing_flow()
+    if not more:
+        link.current_link_credit -= 1
+        link.delivery_count += 1
 
 
 def management_message(client: Any, properties: dict[str, str]) -> Any:
@@ -866,6 +1002,33 @@ PARTITION_PRODUCER_INTERNALS = (  # EventHubProducer on a shared connection (sen
     "_max_message_size_on_link",
     "_do_retryable_operation",
     "_close_handler",
+)
+# A $management link (either side) of an open async management client (management_wire and what the pipe reads).
+MANAGEMENT_INTERNALS = (
+    "_session.channel",
+    "_session.next_outgoing_id",
+    "_session.remote_incoming_window",
+    "_session.outgoing_window",
+    "_session.next_incoming_id",
+    "_session.remote_outgoing_window",
+    "_session.incoming_window",
+    "_session.target_incoming_window",
+    "_session._outgoing_flow",
+    "_session._connection._transport.read",
+    "_session._connection._transport._read_buffer",
+    "_session._connection._transport.write",
+    "_session._connection._incoming_endpoints",
+    "_session._connection._process_incoming_frame",
+    "_session._connection._remote_max_frame_size",
+    "_session._connection._last_frame_received_time",
+    "_session._connection._last_frame_sent_time",
+    "handle",
+    "remote_handle",
+    "state",
+    "delivery_count",
+    "current_link_credit",
+    "link_credit",
+    "flow",
 )
 ASYNC_CLIENT_INTERNALS = (  # azure.eventhub.aio.EventHubProducerClient, the management link's transport
     "_create_auth_async",
