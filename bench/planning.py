@@ -26,7 +26,8 @@ HISTORY = (
     "against today's 41.5 ms: no slowdown in the code. The 24 ms was that day's machine; the 112 ms came under "
     "load and with a SAS token signed for every request (one token a minute since 2026-11-26). Of today's "
     "trigger at 100 partitions the connector's process spends about 41 ms of CPU (0.4 ms a partition request, "
-    "the SDK's management request path) and the emulator 18 ms (0.18 ms a request), on two cores."
+    "the SDK's management request path) and the emulator 18 ms (0.18 ms a request), on two cores. Since "
+    "2026-11-29 the requests go through the management pipe (see planning_pipe): a few tens of microseconds each."
 )
 ROUNDS = 30
 
@@ -90,6 +91,49 @@ class _Trigger:
         return took
 
 
+PIPE_PARTITIONS = 1024
+PIPE_ROUNDS = 15
+
+
+def _pipe_against_sdk(conn: str, emulator_pid: int) -> list[dict[str, Any]]:
+    """One partition-properties call for all of a 1,024-partition hub on a kept connection: through the management
+    pipe (the connector's own request and answer frames) and through the SDK's own request path, the two clients
+    taking turns each round; wall time and the CPU of this process and of the emulator, medians."""
+    from eventhubs_spark.amqp.management import ManagementClient
+    from eventhubs_spark.auth.settings import parse_connection_string
+
+    from .emulator_sdk import _cpu_seconds
+
+    clients = {}
+    for name, pipelined in (("pipe", True), ("SDK path", False)):
+        clients[name] = client = ManagementClient(parse_connection_string(conn), 120.0)
+        client.pipelined = pipelined
+    ids = clients["pipe"].partition_ids()
+    figures: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "emulator": []} for name in clients}
+    try:
+        for round_ in range(PIPE_ROUNDS + 2):
+            for name, client in clients.items():
+                cpu, emulator, started = time.process_time(), _cpu_seconds(emulator_pid), time.perf_counter()
+                client.partition_properties(ids)
+                if round_ >= 2:  # the first two: connections, links, warm-up
+                    figures[name]["wall"].append(time.perf_counter() - started)
+                    figures[name]["cpu"].append(time.process_time() - cpu)
+                    figures[name]["emulator"].append(_cpu_seconds(emulator_pid) - emulator)
+    finally:
+        for client in clients.values():
+            client.close()
+    return [
+        {
+            "partitions": len(ids),
+            "path": name,
+            "one call (ms)": round(statistics.median(f["wall"]) * 1e3, 1),
+            "connector CPU per request (us)": round(statistics.median(f["cpu"]) * 1e6 / len(ids), 1),
+            "emulator CPU per request (us)": round(statistics.median(f["emulator"]) * 1e6 / len(ids), 1),
+        }
+        for name, f in figures.items()
+    ]
+
+
 def _plan_seconds(conn: str) -> float:
     trigger = _Trigger(conn)
     return statistics.median(trigger.once() for _ in range(ROUNDS))
@@ -107,9 +151,11 @@ def _lag_cost(conn: str, files: str) -> dict[str, float]:
 
 
 def run() -> None:
-    proc, conns = start_emulator({f"plan{n}": n for n in SIZES})
+    proc, conns = start_emulator({f"plan{n}": n for n in (*SIZES, PIPE_PARTITIONS)})
     rows = []
     try:
+        pipe_rows = _pipe_against_sdk(conns[f"plan{PIPE_PARTITIONS}"], proc.pid)
+        print(pipe_rows, flush=True)
         for n in SIZES:
             conn = conns[f"plan{n}"]
             fill(conn, n * 50, 100)
@@ -145,6 +191,24 @@ def run() -> None:
             "figures and the planned-end note), so the difference is what lag costs the driver: the figures come "
             "from the partition properties every trigger asks anyway. The lag file is written when a batch is "
             "planned (every trigger here)."
+        ),
+    )
+    pipe, sdk = (next(r for r in pipe_rows if r["path"] == name) for name in ("pipe", "SDK path"))
+    record(
+        "planning_pipe",
+        {
+            "one call at 1,024 partitions, SDK path / pipe": round(sdk["one call (ms)"] / pipe["one call (ms)"], 2),
+            "connector CPU per request, SDK path / pipe": round(
+                sdk["connector CPU per request (us)"] / pipe["connector CPU per request (us)"], 2
+            ),
+        },
+        pipe_rows,
+        notes=(
+            f"Medians of {PIPE_ROUNDS} rounds: one partition-properties call for every partition of a "
+            f"{PIPE_PARTITIONS}-partition hub on a kept-open connection, through the management pipe "
+            "(amqp/management_pipe.py: the connector writes the requests and reads the answers on the SDK's links) "
+            "and through the SDK's own request path (the same client with the pipe off), taking turns each round. "
+            "The emulator runs in its own process; its CPU is what serving the requests cost it."
         ),
     )
     record(

@@ -9,6 +9,7 @@ Deliveries to consumers are written in bursts, pre-settled as the service does.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 import time
@@ -120,6 +121,13 @@ class Session:
             if isinstance(link, OutLink) and link.kind == "reply" and link.source_address == node:
                 return link
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedSection:
+    """A message section already encoded (an answer's body the service keeps encoded while it stays the same)."""
+
+    data: bytes
 
 
 # --- what a connection asks of the service --------------------------------------------------------------
@@ -623,13 +631,16 @@ class Connection(asyncio.Protocol):
         self, session: Session, node: str, request_props: list[Any], app: dict[str, Any] | bytes, body: Any
     ) -> None:
         """Answer a request on node ``$cbs`` or ``$management`` on the session's reply link for it. ``app``: the
-        application properties, or their section already encoded (the same for every answer that went well)."""
+        application properties, or their section already encoded (the same for every answer that went well);
+        ``body``: the answer's value, or its section already encoded (an :class:`EncodedSection`)."""
         message_id = request_props[0] if request_props else None
         # the correlation id is the properties' sixth field; the ones after it are null and left out, as AMQP allows
         reply_props = [None, None, None, None, None, message_id]
         application = app if isinstance(app, bytes) else amqp.encode_section(amqp.APPLICATION_PROPERTIES, app)
         message = amqp.encode_section(amqp.PROPERTIES, reply_props) + application
-        if body is not None:
+        if isinstance(body, EncodedSection):
+            message += body.data
+        elif body is not None:
             message += amqp.encode_section(amqp.AMQP_VALUE, body)
         link = session.reply_link(node)
         if link is None:

@@ -27,7 +27,17 @@ from typing import Any
 from . import amqp
 from .amqp import Described, Int, Symbol, Timestamp
 from .broker import Broker, Hub, Partition, parse_batch, parse_message
-from .connection import GEO_REPLICATION, RUNTIME_METRIC, Connection, InLink, Link, LinkError, OutLink, Session
+from .connection import (
+    GEO_REPLICATION,
+    RUNTIME_METRIC,
+    Connection,
+    EncodedSection,
+    InLink,
+    Link,
+    LinkError,
+    OutLink,
+    Session,
+)
 from .metering import Meter
 from .tls import Certificate
 
@@ -83,6 +93,13 @@ def _reply_application(status: int, description: str) -> bytes:
     if status >= 400:
         reply_app["error-condition"] = Symbol(_STATUS_CONDITIONS.get(status, "amqp:internal-error"))
     return amqp.encode_section(amqp.APPLICATION_PROPERTIES, reply_app)
+
+
+@functools.lru_cache(maxsize=8192)
+def _encoded_body(items: tuple[tuple[str, Any], ...]) -> EncodedSection:
+    """A management answer's body, encoded once while a partition's properties stay the same (a trigger asks
+    every partition, and most did not change since the last)."""
+    return EncodedSection(amqp.encode_section(amqp.AMQP_VALUE, dict(items)))
 
 
 def _text(value: Any) -> str:
@@ -640,6 +657,8 @@ class Server:
             self.rejecting_management_calls -= 1
             raise LinkError("com.microsoft:server-busy", "The request was refused (the emulator's fault controls).")
         status, description, body = self.management(conn, app)
+        if isinstance(body, dict) and app.get("type") == "com.microsoft:partition":  # flat: every value hashable
+            body = _encoded_body(tuple(body.items()))
         conn.reply(session, "$management", props, _reply_application(status, description), body)
 
     # -- management --

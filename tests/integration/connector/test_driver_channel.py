@@ -27,6 +27,10 @@ def wait_for(predicate, timeout: float = 10.0) -> bool:
     return False
 
 
+def _said(caplog) -> str:
+    return " ".join(r.getMessage() for r in caplog.records)
+
+
 def test_the_driver_answers_the_querys_processes_and_refuses_others(caplog):
     driver = QueryDriver("telemetry", bind="127.0.0.1")
     try:
@@ -39,9 +43,10 @@ def test_the_driver_answers_the_querys_processes_and_refuses_others(caplog):
         with caplog.at_level(logging.WARNING, logger="eventhubs_spark"):
             assert driver_channel.ask(where, impostor, {**announce, "executor": "e2"}) is None
             assert wait_for(lambda: driver.channel.refused == 1)
+            # the driver counts the refusal, then says it: wait for the line, not only the count
+            assert wait_for(lambda: "refused a connection to the query's driver" in _said(caplog))
         assert [h.executor for h in driver.live()] == ["e1"], "nothing of a refused connection is used"
-        said = " ".join(r.getMessage() for r in caplog.records)
-        assert "refused a connection to the query's driver" in said
+        said = _said(caplog)
         assert driver.query.key.reveal() not in said and "not-the-key" not in said
     finally:
         driver.close()
