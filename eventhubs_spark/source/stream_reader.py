@@ -219,7 +219,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _said_lag(self, report: LagReport, planned: int) -> None:
         """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
         file in the checkpoint location (when a batch is planned, the figures changed, or a minute passed)."""
-        _LOG.info("hub %s: planned %d events; %s", self.hub, planned, report.log_line())
+        if _LOG.isEnabledFor(logging.INFO):  # the line sorts and formats every partition: only when it is logged
+            _LOG.info("hub %s: planned %d events; %s", self.hub, planned, report.log_line())
         for lag in self._lag.newly_stalled(report):
             _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, lag.partition, lag.stalled)
         if self._lag_files is None:
