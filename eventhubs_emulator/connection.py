@@ -654,10 +654,6 @@ class Connection(asyncio.Protocol):
         while link.pending and link.credit > 0 and not link.detached:
             self.write(self.encode_delivery(link, link.pending.pop(0), settled))
 
-    def deliver(self, link: OutLink, payload: bytes) -> None:
-        """Send one pre-settled message on ``link``, split over frames as the peer's frame size needs."""
-        self.write(self.encode_delivery(link, payload))
-
     def encode_run(self, link: OutLink, payloads: list[bytes]) -> bytes | None:
         """A run of pre-settled deliveries on ``link``, each in one frame, as one write; None (nothing counted) when
         one of them needs more than a frame: the caller sends them one by one (:meth:`encode_delivery`). The

@@ -148,7 +148,8 @@ class ManagementClient:
 
     async def _through_pipe(self, pipe: ManagementPipe, partition_ids: list[str]) -> list[Any]:
         try:
-            await self._ensure_open()  # the sign-in renewed when it nears its expiry, as before every SDK request
+            await self._ensure_open()
+            await _signed_in(self._mgmt)  # the connection's sign-in renewed near its expiry, as every SDK request does
             window = self._window()
             token = await self._token()
             shared = {
@@ -250,8 +251,7 @@ class ManagementClient:
                 return
             client = self.settings.async_producer(retry_total=0)
             auth, mgmt = await sdk_internals.open_management(client)
-            while not await mgmt.client_ready_async():
-                await asyncio.sleep(0.01)
+            await _signed_in(mgmt)
             self._client, self._auth, self._mgmt = client, auth, mgmt
 
     async def _token(self) -> Any:
@@ -321,6 +321,14 @@ class ManagementClient:
             raise failures.not_found(self.settings, f"management request answered 404: {description}")
         error_cls = TransientError if status >= 500 or status in (408, 429) else EventHubsError
         raise error_cls(f"management request {properties} failed with status {status}: {description}")
+
+
+async def _signed_in(mgmt: Any) -> None:
+    """Wait until the management client's connection is signed in (``client_ready_async``), which also renews its
+    token when it nears its expiry: the SDK does this before each of its own requests; the pipe's requests do not
+    pass through the SDK, so each call does it once."""
+    while not await mgmt.client_ready_async():
+        await asyncio.sleep(0.01)
 
 
 def _partition_info(pid: str, reply: Any) -> PartitionInfo:

@@ -36,8 +36,9 @@ _U32 = struct.Struct(">I").pack
 _TRANSFER = 0x14
 _DISPOSITION = 0x15
 _PROPERTIES, _APPLICATION_PROPERTIES, _AMQP_VALUE = 0x73, 0x74, 0x77
+_ACCEPTED_CODE = 0x24
 _ACCEPTED = b"\x00\x53\x24\x45"  # the accepted outcome: described, an empty list
-_OUTCOMES = {0x24: "accepted", 0x25: "rejected", 0x26: "released", 0x27: "modified"}
+_OUTCOMES = {_ACCEPTED_CODE: "accepted", 0x25: "rejected", 0x26: "released", 0x27: "modified"}
 
 
 def _string(value: str | bytes) -> bytes:
@@ -269,8 +270,9 @@ class ManagementPipe:
                 fields, _end = _fields(data, 5)
                 first, last = fields[1], fields[2] if fields[2] is not None else fields[1]
                 if fields[0] and first in our_ids and last in our_ids:
-                    outcome = _outcome(data, fields)
-                    if outcome not in (None, "accepted"):
+                    state = fields[4]  # the outcome's descriptor, None when the disposition has no state
+                    if state is not None and state != _ACCEPTED_CODE:
+                        outcome = _OUTCOMES.get(state, f"outcome {state!r}")
                         raise TransientError(f"the service answered a management request with {outcome}")
                     return 0
         await sdk_internals.process_frame(wire.connection, channel, body)
@@ -292,12 +294,17 @@ class ManagementPipe:
 
 
 def _fields(data: bytes, wanted: int) -> tuple[list[Any], int]:
-    """The first ``wanted`` fields of a performative (missing ones None, a described or compound one too) and
-    where the performative ends (a transfer's message starts there)."""
+    """The first ``wanted`` fields of a performative (missing ones None; a compound one None; a described one, such
+    as a disposition's outcome, its descriptor) and where the performative ends (a transfer's message starts there)."""
     count, p, end = compound(data, 3)
     fields: list[Any] = []
     for _ in range(min(count, wanted)):
-        if data[p] in (0x00, 0xC0, 0xC1, 0xD0, 0xD1, 0x45):  # a delivery state, say: read by _outcome
+        c = data[p]
+        if c == 0x00:
+            descriptor, _after = scalar(data, p + 1)
+            _ignored, p = value(data, p)
+            fields.append(descriptor)
+        elif c in (0xC0, 0xC1, 0xD0, 0xD1, 0x45):
             _ignored, p = value(data, p)
             fields.append(None)
         else:
@@ -305,14 +312,3 @@ def _fields(data: bytes, wanted: int) -> tuple[list[Any], int]:
             fields.append(item)
     fields.extend([None] * (wanted - len(fields)))
     return fields, end
-
-
-def _outcome(data: bytes, fields: list[Any]) -> str | None:
-    """A disposition's outcome (accepted, rejected...), None when it has no state."""
-    count, p, _end = compound(data, 3)
-    for _ in range(min(count, 4)):  # role, first, last, settled
-        _ignored, p = value(data, p)
-    if count < 5 or data[p] != 0x00:
-        return None
-    descriptor, _next = scalar(data, p + 1)
-    return _OUTCOMES.get(descriptor, f"outcome 0x{descriptor:x}") if isinstance(descriptor, int) else str(descriptor)

@@ -315,7 +315,7 @@ def decode_message(payload: bytes) -> Any:
 def link_at(connection: Any, channel: int, handle: int) -> tuple[Any, Any] | None:
     """(session, link) that frames on ``channel`` with ``handle`` are for (``_incoming_endpoints``,
     ``_input_handles``), or None."""
-    session = connection._incoming_endpoints.get(channel)
+    session = session_at(connection, channel)
     link = None if session is None else session._input_handles.get(handle)
     return None if link is None else (session, link)
 
@@ -324,16 +324,24 @@ def count_transfer(session: Any, link: Any, more: bool) -> int:
     """Move the session's and the link's counters for one transfer frame as the SDK's own handling does
     (``Session._incoming_transfer``, ``ReceiverLink._incoming_transfer``): windows and credit stay right.
     Returns the link's credit left."""
+    if _count_incoming(session, link, more):
+        session._outgoing_flow()
+    return int(link.current_link_credit)
+
+
+def _count_incoming(session: Any, link: Any, more: bool) -> bool:
+    """The counter moves of :func:`count_transfer`; True when the session's window was reopened and the caller
+    must send the session's flow (``_outgoing_flow``, a coroutine on an async session)."""
     session.next_incoming_id += 1
     session.remote_outgoing_window -= 1
     session.incoming_window -= 1
-    if session.incoming_window == 0:
+    reopened = session.incoming_window == 0
+    if reopened:
         session.incoming_window = session.target_incoming_window
-        session._outgoing_flow()
     if not more:
         link.current_link_credit -= 1
         link.delivery_count += 1
-    return int(link.current_link_credit)
+    return reopened
 
 
 def count_transfers(session: Any, link: Any, count: int) -> int:
@@ -919,15 +927,8 @@ def count_sent(session: Any, link: Any) -> None:
 
 async def count_received(session: Any, link: Any, more: bool) -> None:
     """:func:`count_transfer` on an async session (its ``_outgoing_flow`` is a coroutine)."""
-    session.next_incoming_id += 1
-    session.remote_outgoing_window -= 1
-    session.incoming_window -= 1
-    if session.incoming_window == 0:
-        session.incoming_window = session.target_incoming_window
+    if _count_incoming(session, link, more):
         await session._outgoing_flow()
-    if not more:
-        link.current_link_credit -= 1
-        link.delivery_count += 1
 
 
 def management_message(client: Any, properties: dict[str, str]) -> Any:

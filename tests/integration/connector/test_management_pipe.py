@@ -105,3 +105,25 @@ def test_answers_sent_unsettled_are_settled_by_the_pipe_in_ranges(eventhub):
     finally:
         eventhub.emulator.unsettled_management_answers(False)
         client.close()
+
+
+@pytest.mark.partitions(PARTITIONS)
+def test_each_call_through_the_pipe_lets_the_sdk_renew_the_connections_sign_in(eventhub):
+    """The SDK renews a connection's token before each of its own requests (client_ready_async); the pipe's
+    requests bypass it, so each call asks for that once."""
+    client = _client(eventhub)
+    try:
+        client.partition_properties(_ids())
+        assert isinstance(client._pipe, ManagementPipe)
+        mgmt = client._mgmt
+        ready, checks = mgmt.client_ready_async, []
+
+        async def counted():
+            checks.append(1)
+            return await ready()
+
+        mgmt.client_ready_async = counted
+        client.partition_properties(_ids())
+        assert len(checks) >= 1, "the sign-in was not checked (nor renewed) before the pipe's requests"
+    finally:
+        client.close()
