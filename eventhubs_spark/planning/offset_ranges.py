@@ -49,7 +49,8 @@ class SourceOffset:
         if not isinstance(positions, dict) or not all(str(p).isascii() and str(p).isdigit() for p in positions):
             raise OptionError(f"offset for {hub!r} must map partition ids to sequence numbers, e.g. {example}", example)
         try:
-            return SourceOffset(hub, {str(int(p)): geo_segments.parse(v) for p, v in positions.items()})
+            parse = geo_segments.parse
+            return SourceOffset(hub, {str(int(p)): v if type(v) is int else parse(v) for p, v in positions.items()})
         except ValueError:
             raise OptionError(f"offset for {hub!r} must map partition ids to sequence numbers (or, on a "
                               f"geo-replicated hub, \"<segment>:<sequence number>\"), e.g. {example}, got "
@@ -58,7 +59,7 @@ class SourceOffset:
 
 def _entry(position: int) -> int | str:
     """A partition's offset entry: its sequence number, or ``"segment:seq"`` on a geo-replicated hub."""
-    return position if geo_segments.segment_of(position) < 0 else geo_segments.show(position)
+    return position if position <= geo_segments.SEQ_MASK else geo_segments.show(position)
 
 
 def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: int | None) -> dict[str, int]:

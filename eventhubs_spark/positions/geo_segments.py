@@ -79,7 +79,7 @@ def count(start: int, end: int) -> int:
     as if it began after ``start``'s sequence number (never less than 1)."""
     if end <= start:
         return 0
-    if segment_of(start) == segment_of(end):
+    if end <= SEQ_MASK or segment_of(start) == segment_of(end):  # the first: no segments (planning's hot path)
         return end - start
     return max(1, seq_of(end) - seq_of(start))
 
@@ -90,7 +90,7 @@ def advance(start: int, n: int, end: int) -> int:
     range that ends there could never read an event. Never before ``start``."""
     if end <= start or n <= 0:
         return start
-    if segment_of(start) != segment_of(end):
+    if end > SEQ_MASK and segment_of(start) != segment_of(end):
         return end
     return min(start + n, end)
 

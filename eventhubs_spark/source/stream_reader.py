@@ -74,6 +74,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_end: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
         self._target: dict[str, int] | None = None
+        self._run_infos: dict[str, PartitionInfo] | None = None  # a Trigger.AvailableNow run's (its ends)
         self._infos: dict[str, PartitionInfo] = {}
         self._last_batch_at = time.monotonic()
         self._last_trigger_at: float | None = None
@@ -105,7 +106,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
-            infos = self._refresh()
+            infos = self._trigger_infos()
             if self.planner.options.ownership is not None:
                 self._initial = {}  # partitions join the offsets as this query gains them
             else:
@@ -127,7 +128,18 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         eventhubs.triggerAvailableNow is not needed (the batches stay capped)."""
         infos = self._refresh()
         self._target = {pid: info.end for pid, info in infos.items()}
+        self._run_infos = infos
         _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
+
+    def _trigger_infos(self) -> dict[str, PartitionInfo]:
+        """The partition properties a trigger plans from: fresh ones, but in a Trigger.AvailableNow run (Spark
+        4.2+) those the run fetched when it began. The run's end is fixed then, so nothing a later lookup could
+        tell changes what its batches read: at 1,024 partitions each lookup is 1,024 requests (Spark's Kafka
+        source likewise plans such a run from the offsets it fetched first). Its lag figures then count what is
+        left of the run. Ownership mode asks every time: the partitions it gains need their fresh ends."""
+        if self._run_infos is not None and self.planner.options.ownership is None:
+            return self._run_infos
+        return self._refresh()
 
     def _note_trigger(self) -> None:
         now = time.monotonic()
@@ -154,7 +166,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         self._note_trigger()
-        infos = self._refresh()
+        infos = self._trigger_infos()
         latest = {pid: info.end for pid, info in infos.items()}
         # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
         # Spark 4.0/4.1 the same holds for this reader's previous answer.

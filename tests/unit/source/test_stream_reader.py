@@ -130,3 +130,52 @@ def test_a_first_batchs_links_are_kept_long_enough_for_its_many_tasks(partitions
         assert first == 3 * MIN_STREAM_IDLE_TIMEOUT + 2, "a small hub: unchanged"
     else:
         assert first == MAX_STREAM_IDLE_TIMEOUT and first > 40, "longer than the first batch took at 1,024"
+
+
+class CountingTable(planning_Table):
+    """A table that counts the properties lookups (one a trigger, each a request per partition on a hub)."""
+
+    def __init__(self, partitions: dict[str, tuple[int, int]]) -> None:
+        super().__init__(partitions)
+        self.lookups = 0
+
+    def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
+        self.lookups += 1
+        return super().partition_properties(partition_ids)
+
+
+def test_an_available_now_run_plans_its_batches_from_the_ends_it_fetched_when_it_began():
+    """Issue 64: a Trigger.AvailableNow run's end is fixed when it begins (Spark 4.2+ calls
+    prepareForTriggerAvailableNow), so its batches need no lookups: at 1,024 partitions each is 1,024 requests.
+    Events that arrive during the run are left to the next run; the lag figures count what is left of this one.
+    A stream not in such a run still looks up every trigger."""
+    pytest.importorskip("pyspark.sql.streaming.datasource", reason="Spark 4.2+ only")
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    table = CountingTable({"0": (0, 30), "1": (0, 10)})
+    options = {"eventhubs.connectionString": planning_CONN, "eventhubs.startingPosition": '{"seqNo": 0}'}
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    reader.prepareForTriggerAvailableNow()  # Spark calls it as it builds the query's plan, before initialOffset
+    asked = table.lookups
+    start = reader.initialOffset()
+    table.partitions["0"] = (0, 50)  # arrives during the run: not this run's
+    ends, shown = [], []
+    offset = start
+    while True:
+        end = reader.latestOffset(offset, ReadMaxRows(16))
+        shown.append(reader.reportLatestOffset()[LAG_KEY]["eventsBehindLatest"])
+        if end == offset:
+            break
+        ends.append(end["hub"])
+        reader.partitions(offset, end)
+        offset = end
+    assert asked == 1 and table.lookups == asked  # no lookup after the run's own
+    sizes = [sum(e.values()) - sum(b.values()) for b, e in zip([start["hub"], *ends[:-1]], ends, strict=True)]
+    assert ends[-1] == {"0": 30, "1": 10} and sizes == [16, 16, 8]
+    assert shown[0] == {"0": 30, "1": 10} and shown[-1] == {"0": 0, "1": 0}  # what is left of the run
+    # a stream not in an AvailableNow run (a new reader: the same query restarted with another trigger)
+    stream = EventHubsStreamReader(options, metadata=lambda: table)
+    before = table.lookups
+    first = stream.latestOffset(stream.initialOffset(), ReadMaxRows(1000))
+    stream.latestOffset(first, ReadMaxRows(1000))
+    assert table.lookups - before >= 2 and first["hub"] == {"0": 50, "1": 10}
