@@ -133,7 +133,13 @@ def main(jobs_file: str, results_file: str) -> None:
         overrides.update(
             {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_log, "spark.eventLog.compress": "false"}
         )  # plain text, to search
-    spark: SparkSession = local_session("eventhubs-auth-tests", **overrides)
+    from tests.integration.cluster_start import distinct_application_id
+
+    if master and master.startswith("local-cluster"):
+        with distinct_application_id():
+            spark: SparkSession = local_session("eventhubs-auth-tests", **overrides)
+    else:
+        spark = local_session("eventhubs-auth-tests", **overrides)
     with open(jobs_file, encoding="utf-8") as f:
         jobs = json.load(f)
     results = [run_job(spark, job) for job in jobs]

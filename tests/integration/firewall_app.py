@@ -101,16 +101,19 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
     os.makedirs(tmp)
     if plan == "all":  # no place for the receiver service: its private directory may not be a symbolic link
         os.symlink(out, os.path.join(tmp, f"ehs-{os.getuid()}"))
-    spark = (
-        SparkSession.builder.master("local-cluster[3,1,1024]")
-        .config("spark.executorEnv.TMPDIR", tmp)
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
-        .config("spark.executorEnv.EVENTHUBS_SPARK_RECHECK", str(RECHECK))
-        .config("spark.ui.port", "4040")  # the namespace's own loopback: the tasks' run times, from its REST API
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    from tests.integration.cluster_start import distinct_application_id
+
+    with distinct_application_id():
+        spark = (
+            SparkSession.builder.master("local-cluster[3,1,1024]")
+            .config("spark.executorEnv.TMPDIR", tmp)
+            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+            .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
+            .config("spark.executorEnv.EVENTHUBS_SPARK_RECHECK", str(RECHECK))
+            .config("spark.ui.port", "4040")  # the namespace's own loopback: the tasks' run times, from its REST API
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
     result: dict[str, object] = {"plan": plan}
     if plan in ("always", "bare", "all"):
         result["dropped"] = drop()

@@ -68,14 +68,16 @@ def main(source: str, target: str, out: str, kills: int, once: bool = True) -> N
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from tests.integration.cluster_start import distinct_application_id
     from tests.integration.spark_app import executors_up
 
-    spark = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    with distinct_application_id():
+        spark = (
+            SparkSession.builder.master("local-cluster[2,1,1024]")
+            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+            .config("spark.ui.enabled", "false")
+            .getOrCreate()
+        )
     executors_up(spark, 2)
     if not once:
         Path(out, "at-least-once").touch()

@@ -61,15 +61,18 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
     from pyspark.sql import SparkSession
 
     if mode in CLUSTER_MODES:
+        from tests.integration.cluster_start import distinct_application_id
+
         executors = 2 if mode == "local-cluster-kills" else 3
-        spark = (
-            SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
-            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-            .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
+        with distinct_application_id():
+            spark = (
+                SparkSession.builder.master(f"local-cluster[{executors},1,1024]")
+                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+                .config("spark.executorEnv.EVENTHUBS_SPARK_LOG_LEVEL", "INFO")
+                .config("spark.ui.enabled", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .getOrCreate()
+            )
         executors_up(spark, executors)
     elif mode == "connect":
         spark = connect_session()
