@@ -77,37 +77,13 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         spark.stop()
         return
     if mode == "Kafka source":
-        query = (
+        source = (
             spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(PER_TRIGGER)).load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", os.path.join(out, "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
         )  # fmt: skip
-        query.awaitTermination()
-    elif mode in ("floor", "processing time"):  # a running stream: stopped once every event is read
-        if mode == "floor":
-            spark.dataSource.register(_floor_source(partitions))
-            source = spark.readStream.format("bench_partitions_floor").load()
-        else:
-            source = (
-                spark.readStream.format("eventhubs").option("eventhubs.connectionString", conn)
-                .option("eventhubs.startingPosition", '{"offset": "-1"}')
-                .option("maxEventsPerTrigger", str(PER_TRIGGER)).load()
-            )  # fmt: skip
-        query = (
-            source.writeStream.format("noop")
-            .option("checkpointLocation", os.path.join(out, "checkpoint"))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )  # fmt: skip
-        deadline = time.monotonic() + 1800
-        while time.monotonic() < deadline:
-            if sum(p["numInputRows"] for p in query.recentProgress) >= EVENTS:
-                break
-            time.sleep(0.2)
-        query.stop()
+    elif mode == "floor":
+        spark.dataSource.register(_floor_source(partitions))
+        source = spark.readStream.format("bench_partitions_floor").load()
     else:
         reader = (
             spark.readStream.format("eventhubs")
@@ -121,12 +97,18 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
             reader = reader.option("eventhubs.minEventsPerTask", str(PACK_EVENTS))
             if "," in mode:  # "packed, at most N a task"
                 reader = reader.option("eventhubs.maxPartitionsPerTask", mode.split()[-3])
-        query = (
-            reader.load().writeStream.format("noop")
-            .option("checkpointLocation", os.path.join(out, "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )  # fmt: skip
+        source = reader.load()
+    writer = source.writeStream.format("noop").option("checkpointLocation", os.path.join(out, "checkpoint"))
+    if mode in ("floor", "processing time"):  # a running stream: stopped once every event is read
+        query = writer.trigger(processingTime="0 seconds").start()
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            if sum(p["numInputRows"] for p in query.recentProgress) >= EVENTS:
+                break
+            time.sleep(0.2)
+        query.stop()
+    else:
+        query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
     seconds = time.monotonic() - started
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]

@@ -276,7 +276,7 @@ class LagTracker:
             info = infos.get(p)
             if info is None:
                 continue
-            end = info.last_enqueued_sequence_number + 1  # info.end, without a property call a partition
+            end = info.end
             latest = end if end > position else position
             events = count(position, latest)
             last_enqueued = None if info.is_empty else info.last_enqueued_time

@@ -59,7 +59,7 @@ class SourceOffset:
 
 def _entry(position: int) -> int | str:
     """A partition's offset entry: its sequence number, or ``"segment:seq"`` on a geo-replicated hub."""
-    return position if position <= geo_segments.SEQ_MASK else geo_segments.show(position)
+    return position if geo_segments.segment_of(position) < 0 else geo_segments.show(position)
 
 
 def rate_limit(start: Mapping[str, int], latest: Mapping[str, int], max_events: int | None) -> dict[str, int]:

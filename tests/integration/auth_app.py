@@ -14,6 +14,7 @@ registered Avro through the Schema Registry (see ``avro``). Each result: ``{"nam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -135,11 +136,9 @@ def main(jobs_file: str, results_file: str) -> None:
         )  # plain text, to search
     from tests.integration.cluster_start import distinct_application_id
 
-    if master and master.startswith("local-cluster"):
-        with distinct_application_id():
-            spark: SparkSession = local_session("eventhubs-auth-tests", **overrides)
-    else:
-        spark = local_session("eventhubs-auth-tests", **overrides)
+    cluster = master is not None and master.startswith("local-cluster")
+    with distinct_application_id() if cluster else contextlib.nullcontext():
+        spark: SparkSession = local_session("eventhubs-auth-tests", **overrides)
     with open(jobs_file, encoding="utf-8") as f:
         jobs = json.load(f)
     results = [run_job(spark, job) for job in jobs]

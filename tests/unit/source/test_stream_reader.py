@@ -132,18 +132,6 @@ def test_a_first_batchs_links_are_kept_long_enough_for_its_many_tasks(partitions
         assert first == MAX_STREAM_IDLE_TIMEOUT and first > 40, "longer than the first batch took at 1,024"
 
 
-class CountingTable(planning_Table):
-    """A table that counts the properties lookups (one a trigger, each a request per partition on a hub)."""
-
-    def __init__(self, partitions: dict[str, tuple[int, int]]) -> None:
-        super().__init__(partitions)
-        self.lookups = 0
-
-    def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
-        self.lookups += 1
-        return super().partition_properties(partition_ids)
-
-
 def test_an_available_now_run_plans_its_batches_from_the_ends_it_fetched_when_it_began():
     """Issue 64: a Trigger.AvailableNow run's end is fixed when it begins (Spark 4.2+ calls
     prepareForTriggerAvailableNow), so its batches need no lookups: at 1,024 partitions each is 1,024 requests.
@@ -152,7 +140,7 @@ def test_an_available_now_run_plans_its_batches_from_the_ends_it_fetched_when_it
     pytest.importorskip("pyspark.sql.streaming.datasource", reason="Spark 4.2+ only")
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    table = CountingTable({"0": (0, 30), "1": (0, 10)})
+    table = planning_Table({"0": (0, 30), "1": (0, 10)})
     options = {"eventhubs.connectionString": planning_CONN, "eventhubs.startingPosition": '{"seqNo": 0}'}
     reader = EventHubsStreamReader(options, metadata=lambda: table)
     reader.prepareForTriggerAvailableNow()  # Spark calls it as it builds the query's plan, before initialOffset

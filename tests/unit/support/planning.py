@@ -15,12 +15,14 @@ class Table:
     def __init__(self, partitions: dict[str, tuple[int, int]]) -> None:
         self.partitions = dict(partitions)
         self.listings = 0
+        self.lookups = 0  # partition_properties calls: a trigger's lookup, a request per partition on a hub
 
     def partition_ids(self) -> list[str]:
         self.listings += 1
         return sorted(self.partitions, key=int)
 
     def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
+        self.lookups += 1
         now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
         return {
             pid: PartitionInfo(pid, begin, end - 1, str(end * 100), now, begin >= end)
