@@ -203,6 +203,7 @@ class Server:
             "events_in": 0,
             "events_out": 0,
             "connections": 0,
+            "connections_accepted": 0,  # every connection a client opened (stats()' "connections": those open now)
             "idle_connections_closed": 0,
             "idle_links_detached": 0,
             "heartbeats": 0,
@@ -223,6 +224,7 @@ class Server:
 
     def connected(self, conn: Connection) -> None:
         self._connection_numbers += 1
+        self.stats["connections_accepted"] += 1
         conn.number = self._connection_numbers
         self.connections.add(conn)
         if self.holed_openings > 0:

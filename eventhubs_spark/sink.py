@@ -373,7 +373,7 @@ class EventSender:
             f"key {key!r}" if key is not None else f"partition {partition_id!r}" if partition_id else "any partition"
         )
         return self._retrying(
-            lambda seconds: self._client.create_batch(partition_id=partition_id, partition_key=key),
+            lambda seconds: self._client.create_batch(partition_id=partition_id, partition_key=key, timeout=seconds),
             f"opening a batch for hub {self.settings.hub!r} ({target})",
         )
 

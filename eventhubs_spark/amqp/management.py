@@ -326,9 +326,17 @@ class ManagementClient:
 async def _signed_in(mgmt: Any) -> None:
     """Wait until the management client's connection is signed in (``client_ready_async``), which also renews its
     token when it nears its expiry: the SDK does this before each of its own requests; the pipe's requests do not
-    pass through the SDK, so each call does it once."""
+    pass through the SDK, so each call does it once.
+
+    Each look reads at most a frame of what has arrived, without waiting for more, so the pause between looks is
+    the wait for each of the sign-in's frames: it starts at half a millisecond and doubles up to 2 ms (at most 500
+    looks a second, each a few microseconds, while a sign-in waits). A fixed 10 ms pause made a sign-in take 73 ms
+    on the emulator, which answers each step in well under a millisecond (14 ms now): most of a query's first
+    lookup, which opens the connection (a query's first trigger)."""
+    pause = 0.0005
     while not await mgmt.client_ready_async():
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 0.002)
 
 
 def _partition_info(pid: str, reply: Any) -> PartitionInfo:

@@ -48,10 +48,16 @@ class SharedProducer:
     """A process's producer for one (namespace, hub, credential, network): ``lanes`` connections, a link per
     partition; safe to use from several threads."""
 
-    def __init__(self, settings: ConnectionSettings, lanes: int = LANES) -> None:
+    def __init__(
+        self, settings: ConnectionSettings, lanes: int = LANES, lookup: Callable[[float], list[str]] | None = None
+    ) -> None:
+        """``lookup(timeout)``: the hub's partition ids, over the process's kept management connection (the
+        lanes' SDK clients are told them: see :meth:`send`); None: each client asks the hub itself, as the SDK
+        does."""
         if lanes < 1:
             raise ValueError(f"lanes must be at least 1, got {lanes}")
         self.settings = settings
+        self._lookup = lookup
         # no connection until a lane is used; partition lookups are the process's management client's (never a
         # lane's: a lane's connection may be black-holed, and a lookup on it would wait with no time-out)
         self._lanes = [_Lane(settings) for _ in range(lanes)]
@@ -79,13 +85,16 @@ class SharedProducer:
                 self._ids = (now, list(lookup()))
             return list(self._ids[1])
 
-    def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> Any:
-        """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice)."""
+    def create_batch(
+        self, partition_id: str | None = None, partition_key: str | None = None, timeout: float = 60.0
+    ) -> Any:
+        """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice); a lane's first
+        opens its connection, giving up after ``timeout``."""
         lane = self._lane(partition_id, partition_key)
         with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
             try:
                 return sdk_internals.create_batch(
-                    lane.client, lane.shared, partition_id=partition_id, partition_key=partition_key
+                    lane.client, lane.shared, timeout=timeout, partition_id=partition_id, partition_key=partition_key
                 )
             except Exception as exc:
                 # The first batch of a lane opens its connection (and signs in) to learn the hub's maximum
@@ -97,12 +106,25 @@ class SharedProducer:
     def send(self, batch: Any, timeout: float) -> None:
         """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
         lane = self._lane(batch._partition_id, batch._partition_key)
+        self._tell_partitions(lane, batch._partition_id, timeout)
         with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
             try:
                 sdk_internals.send_once(lane.client, batch, timeout, lane.shared)
             except Exception as exc:
                 self._renew_unless_link_only(lane, exc)
                 raise
+
+    def _tell_partitions(self, lane: _Lane, partition_id: str | None, timeout: float) -> None:
+        """Before a lane's client starts a producer, tell it the hub's partitions (a partition it does not know yet,
+        after a discovery interval): it would otherwise ask the hub over a management connection of its own, once
+        per client (0.36 s a lane on the emulator, with that connection's opening); this process keeps one. A
+        partition still unknown is left to the SDK, which says it is not the hub's."""
+        if self._lookup is None or sdk_internals.knows_partition(lane.client, partition_id):
+            return
+        lookup = self._lookup
+        ids = self.partition_ids(lambda: lookup(timeout))
+        with lane.lock:
+            sdk_internals.know_partitions(lane.client, ids)
 
     def _renew_unless_link_only(self, lane: _Lane, exc: BaseException) -> None:
         """After a failure on ``lane`` (its lock held): a new client and connection, unless the service refused

@@ -52,9 +52,14 @@ class ProducerPool:
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = SharedProducer(settings, self.lanes)
+                client = SharedProducer(settings, self.lanes, self._lookup(settings))
                 self._clients[key] = client
             return client
+
+    @staticmethod
+    def _lookup(settings: ConnectionSettings) -> Callable[[float], list[str]]:
+        """The hub's partition ids over the process's kept management client (see :meth:`Runtime.management`)."""
+        return lambda timeout: current().management(settings, timeout).partition_ids()
 
     def invalidate(self, settings: ConnectionSettings) -> None:
         with self._lock:

@@ -183,7 +183,9 @@ class _Client:
     def __init__(self, hub: Hub, unanswered: set[int]) -> None:
         self.hub, self.unanswered, self.sends = hub, unanswered, 0
 
-    def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> _Batch:
+    def create_batch(
+        self, partition_id: str | None = None, partition_key: str | None = None, timeout: float = 60.0
+    ) -> _Batch:
         return _Batch(partition_id, partition_key)
 
     def partition_ids(self, lookup: Any = None) -> list[str]:
@@ -319,7 +321,9 @@ def test_a_batch_that_cannot_be_opened_on_a_dead_connection_is_opened_again(monk
     class Holed(_Client):
         opened = 0
 
-        def create_batch(self, partition_id: str | None = None, partition_key: str | None = None) -> _Batch:
+        def create_batch(
+            self, partition_id: str | None = None, partition_key: str | None = None, timeout: float = 60.0
+        ) -> _Batch:
             self.opened += 1
             if self.opened == 1:  # as the SDK's transport says a sign-in that timed out
                 timeout = errors.AuthenticationException(errors.ErrorCondition.InternalError,
