@@ -70,12 +70,13 @@ def run_send(args: argparse.Namespace) -> int:
         options["partition_key"] = args.partition_key
     started = time.monotonic()
     sender = _Sender(lambda: EventHubProducerClient.from_connection_string(conn, eventhub_name=settings.hub,
-                                                                         retry_total=0), args.send_timeout)  # fmt: skip
+                                                                         retry_total=0),
+                     args.send_timeout, partition_ids)  # fmt: skip
     # Neither a partition nor a key: the events are dealt over the partitions one by one, as the sink does (a
     # batch sent without either lands on one partition the service picks: all of a small run on one partition).
     targets = [options] if options else [{"partition_id": p} for p in partition_ids]
     try:
-        batches = [sender.client.create_batch(**target) for target in targets]
+        batches = [sender.create_batch(target) for target in targets]
         for i, body in enumerate(bodies):
             slot = i % len(targets)
             event = EventData(body)
@@ -84,7 +85,7 @@ def run_send(args: argparse.Namespace) -> int:
             except ValueError:
                 sender.send(batches[slot])
                 _progress(sender.sent, total, sys.stderr)
-                batches[slot] = sender.client.create_batch(**targets[slot])
+                batches[slot] = sender.create_batch(targets[slot])
                 batches[slot].add(event)
         for batch in batches:
             if len(batch):
@@ -113,16 +114,34 @@ class _Sender:
     :func:`~eventhubs_spark.amqp.sdk_internals.send_once` and retried here, so a repeat is known and said.
     (``send_batch`` sends a batch a second time after any failure, silently; after a send that timed out, the first
     copy may have been stored all the same.) A send that goes unanswered
-    moves to a new connection, as a black-holed one would answer nothing more."""
+    moves to a new connection, as a black-holed one would answer nothing more.
+
+    As the sink's lanes do, every partition's link is on one connection, opened without the SDK's pauses between
+    the steps of opening, and the client is told the hub's partitions the command already asked for: through the
+    SDK's own paths each partition's first send opened a connection (and a 50 ms pause a step), and the client
+    asked the partitions over another."""
 
     ATTEMPTS = 3
 
-    def __init__(self, new_client: Any, timeout: float) -> None:
+    def __init__(self, new_client: Any, timeout: float, partition_ids: list[str]) -> None:
         self.new_client = new_client
         self.timeout = timeout
-        self.client = new_client()
+        self.partition_ids = partition_ids
+        self._renew()
         self.sent = 0  # events stored (acknowledged)
         self.resent = 0  # of them, sent again after an unanswered send
+
+    def _renew(self) -> None:
+        from eventhubs_spark.amqp import sdk_internals
+
+        self.client = self.new_client()
+        self.shared = sdk_internals.share_send_connection(self.client)
+        sdk_internals.know_partitions(self.client, self.partition_ids)
+
+    def create_batch(self, target: dict[str, Any]) -> Any:
+        from eventhubs_spark.amqp import sdk_internals
+
+        return sdk_internals.create_batch(self.client, self.shared, timeout=self.timeout, **target)
 
     def send(self, batch: Any) -> None:
         from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
@@ -132,7 +151,7 @@ class _Sender:
         unanswered = False
         for attempt in range(1, self.ATTEMPTS + 1):
             try:
-                sdk_internals.send_once(self.client, batch, self.timeout)
+                sdk_internals.send_once(self.client, batch, self.timeout, self.shared)
                 break
             except (EventHubError, TimeoutError) as exc:
                 timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)
@@ -146,7 +165,7 @@ class _Sender:
                                       "sent.") from exc  # fmt: skip
                 if timed_out:  # a new connection: the old one may be a black hole
                     self.close()
-                    self.client = self.new_client()
+                    self._renew()
                 else:
                     time.sleep(attempt)  # refused (busy, a detach): nothing stored; a moment, then again
         self.sent += len(batch)

@@ -30,10 +30,15 @@ def test_send_generated_events_to_a_partition(eventhub, capsys):
 
 
 def test_send_without_a_partition_or_key_spreads_the_events_over_every_partition(eventhub, capsys):
-    """As the sink does: 1,000 small events fit in one batch, which the service would put on one partition."""
+    """As the sink does: 1,000 small events fit in one batch, which the service would put on one partition. And as
+    the sink sends, every partition's link is on one connection: through the SDK's own paths each partition's first
+    send opened a connection of its own (and paused 50 ms a step of opening it: 15.9 s for 32 partitions)."""
+    before = eventhub.emulator.stats()["connections_accepted"]
     assert main(["send", "--connection-string", eventhub.connection_string, "--count", "1000"]) == 0
     assert _ends(eventhub) == {"0": 250, "1": 250, "2": 250, "3": 250}
     assert "sent 1000 events" in capsys.readouterr().err
+    opened = eventhub.emulator.stats()["connections_accepted"] - before
+    assert opened <= 2, f"{opened} connections: more than one to send on and the process's management connection"
 
 
 def test_send_a_json_lines_file_with_the_connection_string_from_the_environment(eventhub, tmp_path, monkeypatch):
@@ -71,12 +76,12 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
         connection = emulator.connection_string("cli-doubt")
         real, holed = sdk_internals.send_once, []
 
-        def first_into_a_hole(client, batch, timeout):
-            if not holed:  # open the partition's producer (its own connection), then hole every connection for 4 s
+        def first_into_a_hole(client, batch, timeout, shared=None):
+            if not holed:  # open the partition's producer (on the client's connection), then hole every connection
                 client._start_producer(batch._partition_id, timeout)
                 client._producers[batch._partition_id]._open_with_retry()
                 holed.append(emulator.black_hole(4.0))
-            return real(client, batch, timeout)
+            return real(client, batch, timeout, shared)
 
         monkeypatch.setattr(sdk_internals, "send_once", first_into_a_hole)
         assert main(["send", "--connection-string", connection, "--count", "10", "--send-timeout", "1.5"]) == 0
