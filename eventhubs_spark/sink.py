@@ -284,11 +284,11 @@ class EventSender:
 
     def _partition_list(self) -> list[str]:
         if self._partition_ids is None:
-            # over the process's kept management connection (a few ms), and kept by the process's producer: the SDK's
-            # lookup opened a connection for each call (0.37 s on the emulator), a seventh of a 2.5 s write per task
-            ask = lambda: runtime.current().management(self.settings, self.timeout).partition_ids()  # noqa: E731
+            # over the process's kept management connection (a few ms: the producer's lookup), and kept by the
+            # process's producer: the SDK's lookup opened a connection for each call (0.37 s on the emulator), a
+            # seventh of a 2.5 s write per task
             self._partition_ids = self._retrying(
-                lambda seconds: self._client.partition_ids(ask),
+                lambda seconds: self._client.partition_ids(timeout=self.timeout),
                 f"listing the partitions of hub {self.settings.hub!r}",
             )
             self._next_partition = random.randrange(len(self._partition_ids))  # tasks start at different ones

@@ -536,9 +536,15 @@ def send_once(client: Any, batch: Any, timeout: float, shared: SendConnection | 
             if connection is None or connection_closed(connection) is not None:
                 producer._close_handler()  # its link was on a connection that ended: open it on the live one
         if not getattr(producer, "running", False):
-            producer._do_retryable_operation(lambda: _open_producer(producer, timeout), operation_need_param=False)
+            _open_producer_once(producer, timeout)
             shared.adopt(producer)
     producer.send(batch, partition_key=None, timeout=timeout)
+
+
+def _open_producer_once(producer: Any, timeout: float) -> None:
+    """:func:`_open_producer` through the producer's ``_do_retryable_operation`` (as the SDK's ``_open_with_retry``
+    calls ``_open``), so a failure comes out as the SDK's own error for it; the clients here make no retries."""
+    producer._do_retryable_operation(lambda: _open_producer(producer, timeout), operation_need_param=False)
 
 
 def _open_producer(producer: Any, timeout: float) -> None:
@@ -756,7 +762,7 @@ def create_batch(client: Any, shared: SendConnection | None, timeout: float = 60
 
     producer = client._producers.get(ALL_PARTITIONS)
     if not client._max_message_size_on_link and producer is not None and not getattr(producer, "running", False):
-        producer._do_retryable_operation(lambda: _open_producer(producer, timeout), operation_need_param=False)
+        _open_producer_once(producer, timeout)
     batch = client.create_batch(**kwargs)
     if shared is not None:
         producer = client._producers.get(ALL_PARTITIONS)

@@ -73,12 +73,18 @@ class SharedProducer:
             index = 0
         return self._lanes[index % len(self._lanes)]
 
-    def partition_ids(self, lookup: Callable[[], list[str]]) -> list[str]:
-        """The hub's partition ids: ``lookup()`` (the process's management client) at most once every
-        :data:`~eventhubs_spark.defaults.PARTITION_DISCOVERY_INTERVAL` seconds per producer, not once per task: a
-        kept management connection that fell into a black hole would hold up every task's first send until its
-        attempt timed out, where a task with the ids at hand sends, times out on the lane in the connection idle
-        time, and goes on over a new connection. A partition added meanwhile is written from the next look."""
+    def partition_ids(self, lookup: Callable[[], list[str]] | None = None, timeout: float = 60.0) -> list[str]:
+        """The hub's partition ids: ``lookup()`` (default: the producer's own lookup, given ``timeout``; the process's
+        management client) at most once every :data:`~eventhubs_spark.defaults.PARTITION_DISCOVERY_INTERVAL` seconds
+        per producer, not once per task: a kept management connection that fell into a black hole would hold up every
+        task's first send until its attempt timed out, where a task with the ids at hand sends, times out on the lane
+        in the connection idle time, and goes on over a new connection. A partition added meanwhile is written from
+        the next look."""
+        if lookup is None:
+            own = self._lookup
+            if own is None:
+                raise ValueError("a SharedProducer made without a lookup needs one to list the hub's partitions")
+            lookup = lambda: own(timeout)  # noqa: E731
         with self._ids_lock:
             now = time.monotonic()
             if self._ids is None or now - self._ids[0] >= PARTITION_DISCOVERY_INTERVAL:
@@ -121,8 +127,7 @@ class SharedProducer:
         partition still unknown is left to the SDK, which says it is not the hub's."""
         if self._lookup is None or sdk_internals.knows_partition(lane.client, partition_id):
             return
-        lookup = self._lookup
-        ids = self.partition_ids(lambda: lookup(timeout))
+        ids = self.partition_ids(timeout=timeout)
         with lane.lock:
             sdk_internals.know_partitions(lane.client, ids)
 

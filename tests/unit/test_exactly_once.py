@@ -188,7 +188,7 @@ class _Client:
     ) -> _Batch:
         return _Batch(partition_id, partition_key)
 
-    def partition_ids(self, lookup: Any = None) -> list[str]:
+    def partition_ids(self, lookup: Any = None, timeout: float = 60.0) -> list[str]:
         return self.hub.partition_ids()
 
     def send(self, batch: _Batch, timeout: float) -> None:
