@@ -148,6 +148,14 @@ class JavaProcessor:
 
 
 @pytest.mark.azurite
+def _checkpointed(store, sent: list[str], partitions: set[str]) -> bool:
+    """Whether the store's checkpoint of each of these partitions names its last event sent (bodies end
+    ``-<partition>-<n>``; a hub's sequence numbers start at 0 here)."""
+    counts = collections.Counter(b.split("-")[-2] for b in sent)
+    at = {c.partition_id: c.sequence_number for c in store.list_checkpoints(HOST, "shared", "$Default")}
+    return all(at.get(p) == counts[p] - 1 for p in partitions)
+
+
 def test_an_ownership_mode_query_and_a_java_event_processor_share_a_consumer_group(
     spark, java, portless, azurite, tmp_path
 ):
@@ -251,7 +259,12 @@ def test_an_ownership_mode_query_and_a_java_event_processor_share_a_consumer_gro
         wait_until(lambda: set(expected) <= set(read_all()), timeout=120, message="every event, split again")
         once_by(late, ours, owned_by("query-a"))
         once_by(late, second.events, owned_by(second.identifier()))
-        # the query stops (Spark never tells a source): Java takes its partitions after the ownership expires
+        # the query stops (Spark never tells a source): Java takes its partitions after the ownership expires, from
+        # the query's checkpoints in the store. Those follow the query's progress by a trigger (each trigger writes
+        # where the batch before it ended): stopped sooner, the query hands over at least once, as any processor
+        # that stops without a last checkpoint does; here it stops once the store has what it read.
+        wait_until(lambda: _checkpointed(store, expected, owned_by("query-a")), timeout=60,
+                   message="the query's checkpoints reach what it read")  # fmt: skip
         query.stop()
         query = None
         wait_until(lambda: owners() == {second.identifier(): 4}, timeout=90, message="Java owns every partition")
