@@ -33,8 +33,11 @@ def _micros(when: dt.datetime) -> int:
     return int((when - dt.datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1_000_000)
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _time(micros: int | None) -> dt.datetime | None:
-    return None if micros is None else dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=micros)
+    return None if micros is None else _EPOCH + dt.timedelta(microseconds=micros)
 
 
 @dataclass(slots=True)
@@ -194,6 +197,8 @@ class LagTracker:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(UTC))
     _read: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> (position, its event's time)
+    # partition -> (the time in _read, as a datetime): made when a task says it, not when a trigger plans
+    _read_when: dict[str, tuple[int, dt.datetime]] = field(default_factory=dict)
     _done: dict[str, int] = field(default_factory=dict)  # partition -> the furthest end a task said it read
     _moving: dict[str, _Moving] = field(default_factory=dict)
     _inflight: dict[str, tuple[int, int]] = field(default_factory=dict)  # the running batch's ranges
@@ -215,6 +220,7 @@ class LagTracker:
         with self._lock:
             self._done[partition] = max(end, self._done.get(partition, end))
         self._know(partition, end, enqueued_micros)
+        self._when(partition, enqueued_micros)  # here, while the batch runs, rather than in the next trigger
 
     def known_reads(self) -> dict[str, tuple[int, int]]:
         """Each partition's furthest end whose previous event's enqueued time is known (µs)."""
@@ -227,6 +233,13 @@ class LagTracker:
             known = self._read.get(partition)
             if known is None or end >= known[0]:
                 self._read[partition] = (end, enqueued_micros)
+
+    def _when(self, partition: str, micros: int) -> dt.datetime:
+        """``micros`` as a datetime, kept per partition: a trigger asks it of every partition the query read to."""
+        held = self._read_when.get(partition)
+        if held is None or held[0] != micros:
+            held = self._read_when[partition] = (micros, _EPOCH + dt.timedelta(microseconds=micros))
+        return held[1]
 
     def running(self, ranges: Mapping[str, tuple[int, int]]) -> None:
         """Spark runs a batch of these ranges (partition -> [start, end)) now."""
@@ -272,16 +285,23 @@ class LagTracker:
             reads = dict(self._read)  # one lock a trigger, not one a partition (1,024 of them on a big hub)
         out: dict[str, PartitionLag] = {}
         count = geo_segments.count
+        plain = geo_segments.SEQ_MASK
+        moving_of = self._moving
+        when = self._when
+        # one pass a partition, with no call a partition where nothing is late: 1,024 partitions every trigger
         for p, position in committed.items():
             info = infos.get(p)
             if info is None:
                 continue
-            end = info.end
-            latest = end if end > position else position
-            events = count(position, latest)
+            end = info.last_enqueued_sequence_number + 1
+            if end > position:
+                latest = end
+                events = end - position if end <= plain else count(position, end)
+            else:
+                latest, events = position, 0
             last_enqueued = None if info.is_empty else info.last_enqueued_time
             known = reads.get(p)
-            last_read = _time(known[1]) if known is not None and known[0] == position else None
+            last_read = when(p, known[1]) if known is not None and known[0] == position else None
             if events == 0:
                 seconds: float | None = 0.0
                 last_read = last_read or last_enqueued
@@ -289,17 +309,23 @@ class LagTracker:
                 seconds = max(0.0, (last_enqueued - last_read).total_seconds())
             else:
                 seconds = None
-            out[p] = PartitionLag(p, position, latest, events, seconds, last_enqueued, last_read,
-                                  self._stall(p, position, events, batch_planned, now, cause))  # fmt: skip
+            moving = moving_of.get(p)
+            if moving is None:
+                moving_of[p] = _Moving(position, now)
+                stalled = None
+            elif moving.position != position or events == 0:  # moved, or nothing waits: a new start
+                moving.position, moving.since, moving.batches, moving.said = position, now, 0, False
+                stalled = None
+            else:
+                stalled = self._stall(p, moving, events, batch_planned, now, cause)
+            out[p] = PartitionLag(p, position, latest, events, seconds, last_enqueued, last_read, stalled)
         return LagReport(self.hub, self.wall(), out)
 
     def _stall(
-        self, p: str, position: int, events: int, batch_planned: bool, now: float, cause: Callable[[str], str | None]
+        self, p: str, moving: _Moving, events: int, batch_planned: bool, now: float, cause: Callable[[str], str | None]
     ) -> str | None:
-        moving = self._moving.get(p)
-        if moving is None or moving.position != position or events == 0:
-            self._moving[p] = _Moving(position, now)
-            return None
+        """Why partition ``p`` is stalled (None while it is not): it has ``events`` waiting and has not moved
+        since ``moving`` began."""
         if batch_planned:
             moving.batches += 1
         waited = now - moving.since
@@ -311,7 +337,8 @@ class LagTracker:
     def newly_stalled(self, report: LagReport) -> list[PartitionLag]:
         """The stalled partitions not said before (each is said once until it moves again)."""
         out = []
-        for p, lag in report.partitions.items():
+        for lag in [lag for lag in report.partitions.values() if lag.stalled]:
+            p = lag.partition
             moving = self._moving.get(p)
             if lag.stalled and moving is not None and not moving.said:
                 moving.said = True

@@ -21,7 +21,7 @@ from eventhubs_spark import defaults
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
-from eventhubs_spark.planning.offset_ranges import Range, SourceOffset, plan_trigger
+from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
@@ -72,6 +72,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.hub = self.planner.settings.hub
         self._initial: dict[str, int] | None = None
         self._last_end: dict[str, int] | None = None
+        self._ends_of: tuple[dict[str, PartitionInfo], dict[str, int]] | None = None  # see _ends
+        self._offsets = OffsetCodec(self.hub)  # Spark hands back the offsets it was given: known, not parsed again
         self._latest: dict[str, int] | None = None
         self._target: dict[str, int] | None = None
         self._run_infos: dict[str, PartitionInfo] | None = None  # a Trigger.AvailableNow run's (its ends)
@@ -141,6 +143,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return self._run_infos
         return self._refresh()
 
+    def _ends(self, infos: dict[str, PartitionInfo]) -> dict[str, int]:
+        """Each partition's end in ``infos``; kept while the same properties are planned from (a
+        Trigger.AvailableNow run plans every batch from those it fetched when it began)."""
+        if self._ends_of is None or self._ends_of[0] is not infos:
+            self._ends_of = (infos, {pid: info.end for pid, info in infos.items()})
+        return self._ends_of[1]
+
     def _note_trigger(self) -> None:
         now = time.monotonic()
         if self._last_trigger_at is not None:
@@ -167,15 +176,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         self._note_trigger()
         infos = self._trigger_infos()
-        latest = {pid: info.end for pid, info in infos.items()}
+        latest = self._ends(infos)
         # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
         # Spark 4.0/4.1 the same holds for this reader's previous answer.
         if start is not None:
-            begin, completed = dict(SourceOffset.from_json(start, self.hub).positions), True
+            begin, completed = self._offsets.positions(start), True
         elif self._last_end is not None:
             begin, completed = dict(self._last_end), True
         else:
-            begin, completed = dict(SourceOffset.from_json(self.initialOffset(), self.hub).positions), False
+            begin, completed = self._offsets.positions(self.initialOffset()), False
         fresh: dict[str, int] = {}
         ownership = self.planner.ownership()
         if ownership is not None:
@@ -217,7 +226,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._last_end = begin
             self._planned_batch = False
             self._said_lag(report, 0)
-            return SourceOffset(self.hub, begin).to_json()
+            return self._offsets.to_json(begin)
         end = plan.end
         if end != begin:
             self._last_batch_at = now
@@ -225,8 +234,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_end = end
         self._planned_batch = end != begin
         self._lag.planned(end, infos)
-        self._said_lag(report, sum(geo_segments.count(begin[p], end[p]) for p in begin))
-        return SourceOffset(self.hub, end).to_json()
+        self._said_lag(report, plan.planned)
+        return self._offsets.to_json(end)
 
     def _said_lag(self, report: LagReport, planned: int) -> None:
         """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
@@ -294,8 +303,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return shown
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:
-        s = SourceOffset.from_json(start, self.hub).positions
-        e = SourceOffset.from_json(end, self.hub).positions
+        s = self._offsets.positions(start)
+        e = self._offsets.positions(end)
         infos = self._infos if set(e) <= set(self._infos) else self._refresh()
         self._last_end = dict(e)
         ranges = []
@@ -417,7 +426,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return read_batches(partition, self.columns, self.avro)
 
     def commit(self, end: dict[str, Any]) -> None:
-        positions = SourceOffset.from_json(end, self.hub).positions
+        positions = self._offsets.positions(end)
         _LOG.info("hub %s: committed %s", self.hub, dict(positions))
         self.planner.mirror.mirror(positions, self._infos)
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import random
+from fractions import Fraction
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -50,6 +54,49 @@ def test_rate_limit_properties(pairs, budget):
             assert end[p] > start[p]  # at least one event for every partition with data
     assert total <= max(budget, with_data)
     assert total == min(budget, sum(n for _, n in pairs)) or total == with_data
+
+
+def _shares(start: dict[str, int], latest: dict[str, int], budget: int) -> dict[str, int]:
+    """The rule rate_limit follows, written plainly in exact arithmetic: each partition with a backlog gets its
+    share's whole part (at least one event), the largest shares give back what the minimum overshot, and what is
+    left goes one event each by the share's fraction, largest first, then by partition number."""
+    backlog = {p: max(0, latest[p] - start[p]) for p in latest}
+    total = sum(backlog.values())
+    if total <= budget:
+        return {p: max(start[p], latest[p]) for p in latest}
+    exact = {p: Fraction(budget * n, total) for p, n in backlog.items()}
+    quota = {p: min(n, max(1, math.floor(exact[p]))) if n else 0 for p, n in backlog.items()}
+    with_data = [p for p in backlog if backlog[p]]
+    for _ in range(sum(quota.values()) - max(budget, len(with_data))):
+        quota[min((p for p in quota if quota[p] > 1), key=lambda p: (-quota[p], int(p)))] -= 1
+    leftover = budget - sum(quota.values())
+    for p in sorted(with_data, key=lambda p: (-(exact[p] - math.floor(exact[p])), int(p))):
+        if leftover > 0 and quota[p] < backlog[p]:
+            quota[p] += 1
+            leftover -= 1
+    return {p: start[p] + quota[p] for p in latest}
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(-3, 5000)), min_size=1, max_size=60),
+    st.integers(1, 20_000),
+    st.randoms(use_true_random=False),
+)
+@example([(0, 1), (0, 1), (0, 4)], 3, random.Random(0))
+@example([(0, 50)] * 1024, 12_800, random.Random(0))  # a Dedicated hub's AvailableNow batch: every share x.5
+def test_rate_limit_splits_as_the_plain_rule_says(pairs, budget, shuffle):
+    """The list-based planning of rate_limit and plan_trigger gives what the plain rule does, whatever the
+    order the partitions come in (a start past the end counts as no backlog)."""
+    ids = [str(i) for i in range(len(pairs))]
+    shuffle.shuffle(ids)
+    start = {p: s for p, (s, _) in zip(ids, pairs, strict=True)}
+    latest = {p: s + n for p, (s, n) in zip(ids, pairs, strict=True)}
+    expected = _shares(start, latest, budget)
+    assert rate_limit(start, latest, budget) == expected
+    plan = plan_trigger(start, latest, max_events=budget)
+    assert plan.end == expected
+    assert plan.latest == {p: max(start[p], latest[p]) for p in latest}
+    assert plan.backlog == sum(max(0, latest[p] - start[p]) for p in latest)
 
 
 def test_split_ranges():
