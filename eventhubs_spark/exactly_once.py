@@ -25,6 +25,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from eventhubs_spark.process import runtime
 
 _LOG = logging.getLogger(__name__)
 
+READ_BACK_PARALLELISM = 16  # partitions a read back reads at once (each a link on the worker's connection)
 STAMP = "eventhubs-spark-stamp"  # the application property every event written exactly once carries
 
 WRITE_ID_HELP = (
@@ -163,14 +165,30 @@ class WriteGuard:
             started = time.monotonic()
             assert self._start is not None, "begin() first"
             infos = self._properties(sorted(partitions or self._partitions(), key=by_number))
-            rows: dict[int, int] = {}
+            ranges = []
             for pid, info in infos.items():
                 # a partition the fence does not know (added to the hub since): from its first event
                 start = self._start.get(pid, info.beginning_sequence_number)
                 if info.is_empty or start >= info.end:
                     continue
                 self.read_back += info.end - start
-                rows.update(stamped_rows(self._read(pid, start, info.end), self.stamp.prefix))
+                ranges.append((pid, start, info.end))
+            prefix = self.stamp.prefix
+
+            def stamped(r: tuple[str, int, int]) -> dict[int, int]:
+                return stamped_rows(self._read(*r), prefix)
+
+            rows: dict[int, int] = {}
+            if len(ranges) <= 1:
+                for r in ranges:
+                    rows.update(stamped(r))
+            else:
+                # Partitions at once: a round-robin or keyed write stores a task's rows in every partition, and one
+                # after another a retried task on a 1,024-partition hub attached and read 1,024 links in turn
+                # before it sent a row. Merged in partition order, as read one by one.
+                with ThreadPoolExecutor(min(READ_BACK_PARALLELISM, len(ranges)), "eventhubs-read-back") as pool:
+                    for found in pool.map(stamped, ranges):
+                        rows.update(found)
             self.read_seconds += time.monotonic() - started
             return rows
 

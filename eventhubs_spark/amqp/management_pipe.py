@@ -33,6 +33,7 @@ from eventhubs_spark.errors import TransientError
 
 _HEADER = struct.Struct(">IBBH").pack
 _U32 = struct.Struct(">I").pack
+_LONG = struct.Struct(">q").unpack_from
 _TRANSFER = 0x14
 _DISPOSITION = 0x15
 _PROPERTIES, _APPLICATION_PROPERTIES, _AMQP_VALUE = 0x73, 0x74, 0x77
@@ -120,9 +121,105 @@ class Reply:
     body: Any
 
 
+_WIDTHS = {
+    **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44), 1),
+    **dict.fromkeys((0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56), 2),
+    **dict.fromkeys((0x60, 0x61), 3),
+    **dict.fromkeys((0x70, 0x71, 0x72, 0x73), 5),
+    **dict.fromkeys((0x80, 0x81, 0x82, 0x83, 0x84), 9),
+    0x98: 17,
+}  # the fixed-width constructors: their width with the constructor byte
+
+
+def _after_scalar(buf: bytes, p: int) -> int:
+    """Where the scalar at ``buf[p]`` ends, without making its value."""
+    c = buf[p]
+    width = _WIDTHS.get(c)
+    if width is not None:
+        return p + width
+    if c == 0xA0 or c == 0xA1 or c == 0xA3:
+        return p + 2 + buf[p + 1]
+    if c == 0xB0 or c == 0xB1 or c == 0xB3:
+        return p + 5 + int.from_bytes(buf[p + 1 : p + 5], "big")
+    raise Unsupported(f"constructor 0x{c:02x}")
+
+
+def _flat_map(buf: bytes, p: int) -> tuple[dict[Any, Any], int]:
+    """A map of scalars at ``buf[p]`` as :func:`value` gives it, read in one loop (a partition's answer is one: 16
+    keys and values); Unsupported when a value is a compound, which :func:`value` reads."""
+    count, q, end = compound(buf, p)
+    if buf[p] == 0x45 or buf[p] == 0xC0 or buf[p] == 0xD0:
+        raise Unsupported("a list")
+    out: dict[Any, Any] = {}
+    for _ in range(count >> 1):
+        if buf[q] == 0xA1 or buf[q] == 0xA3:  # the keys the service writes: str8 and sym8
+            n = buf[q + 1]
+            key: Any = buf[q + 2 : q + 2 + n]
+            q += 2 + n
+        else:
+            key, q = scalar(buf, q)
+        c = buf[q]
+        if c == 0xA1:  # a string value (names, ids, offsets)
+            n = buf[q + 1]
+            out[key] = buf[q + 2 : q + 2 + n]
+            q += 2 + n
+        elif c == 0x81 or c == 0x83:  # a long (sequence numbers) or a timestamp (enqueued times)
+            out[key] = _LONG(buf, q + 1)[0]
+            q += 9
+        else:
+            out[key], q = scalar(buf, q)
+    return out, end
+
+
+def _reply_sections(message: bytes) -> tuple[Any, dict[Any, Any], Any]:
+    """(correlation id, application properties, body) of an answer laid out as the service and the emulator lay
+    one out: properties, application properties of scalars, a body that is a map of scalars or a scalar; anything
+    else is Unsupported. A partition's answer takes 8 us here against 10.5 reading every value (:func:`value`),
+    and a trigger of a 1,024-partition hub reads 1,024 of them."""
+    correlation: Any = None
+    application: dict[Any, Any] = {}
+    body: Any = None
+    p, end = 0, len(message)
+    while p < end:
+        if message[p] != 0x00 or message[p + 1] != 0x53:
+            raise Unsupported("a section without a small descriptor")
+        code = message[p + 2]
+        p += 3
+        if code == _PROPERTIES:
+            count, q, after = compound(message, p)
+            for _ in range(min(count, 5)):  # message id, user id, to, subject, reply to: passed over
+                q = _after_scalar(message, q)
+            if count > 5:
+                correlation, _q = scalar(message, q)
+            p = after
+        elif code == _APPLICATION_PROPERTIES:
+            application, p = _flat_map(message, p)
+        elif code == _AMQP_VALUE:
+            if message[p] in (0xC1, 0xD1):
+                body, p = _flat_map(message, p)
+            else:
+                body, p = scalar(message, p)
+        else:
+            raise Unsupported(f"section 0x{code:02x}")
+    return correlation, application, body
+
+
 def decode_reply(message: bytes) -> Reply:
     """A ``$management`` answer's correlation id, status code and description (application properties, under
     the names the service uses) and body (an AMQP value)."""
+    try:
+        correlation, application, body = _reply_sections(message)
+    except (Unsupported, IndexError, ValueError, struct.error):
+        correlation, application, body = _any_reply_sections(message)
+    status = application.get(b"status-code", application.get(b"statusCode"))
+    description = application.get(b"status-description", application.get(b"statusDescription", b""))
+    if isinstance(description, bytes):
+        description = description.decode("utf-8", "replace")
+    return Reply(correlation, int(status) if status is not None else 500, str(description or ""), body)
+
+
+def _any_reply_sections(message: bytes) -> tuple[Any, dict[Any, Any], Any]:
+    """:func:`_reply_sections` for any layout: every value read (:func:`value`), else the SDK's decoder."""
     try:
         properties: list[Any] = []
         application: dict[Any, Any] = {}
@@ -145,11 +242,7 @@ def decode_reply(message: bytes) -> Reply:
         correlation = getattr(decoded.properties, "correlation_id", None)
         application = dict(decoded.application_properties or {})
         body = decoded.value
-    status = application.get(b"status-code", application.get(b"statusCode"))
-    description = application.get(b"status-description", application.get(b"statusDescription", b""))
-    if isinstance(description, bytes):
-        description = description.decode("utf-8", "replace")
-    return Reply(correlation, int(status) if status is not None else 500, str(description or ""), body)
+    return correlation, application, body
 
 
 class ManagementPipe:

@@ -5,6 +5,7 @@ by reading back, never sent blindly again."""
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ class Hub:
     def __init__(self, partitions: int) -> None:
         self.events: dict[str, list[str | None]] = {str(p): [] for p in range(partitions)}
         self.reads = 0
+        self._lock = threading.Lock()  # a read back reads partitions from several threads
 
     def store(self, partition: str, stamp: str | None) -> None:
         self.events[partition].append(stamp)
@@ -37,7 +39,8 @@ class Hub:
         return {p: PartitionInfo(p, 0, len(self.events[p]) - 1, "0", None, not self.events[p]) for p in pids}
 
     def read(self, pid: str, start: int, end: int) -> list[pa.RecordBatch]:
-        self.reads += end - start
+        with self._lock:
+            self.reads += end - start
         rows = [[(STAMP, s)] if s is not None else [] for s in self.events[pid][start:end]]
         return [pa.RecordBatch.from_arrays([pa.array(rows, _PROPERTIES)], ["properties"])]
 
@@ -55,6 +58,29 @@ def test_stamps_are_found_by_their_task_prefix_only():
         hub.store("0", stamp)
     assert stamped_rows(hub.read("0", 0, 6), "q1/3/1/") == {0: 0xAA, 7: 0xCC, 12: 0xEE}
     assert TaskStamp("q1", 3, 1).of(7, "x") == "q1/3/1/7/8cdc1683"  # the body's CRC-32
+
+
+def test_a_read_back_reads_the_partitions_at_once(tmp_path):
+    """A retried task of a round-robin write finds its rows in every partition: it reads them at once, not one
+    link after another (1,024 in turn on a Dedicated hub before it sent a row), and merges what it finds."""
+    hub = Hub(4)
+    for p in range(4):
+        hub.store(str(p), f"q1/0/2/{p}/{p:08x}")
+        hub.store(str(p), f"q1/0/5/{p}/00000000")  # another task's
+    together = threading.Barrier(4, timeout=10)  # broken, and the test failed, while partitions were read in turn
+    plain_read = hub.read
+
+    def read(pid: str, start: int, end: int) -> list[pa.RecordBatch]:
+        together.wait()
+        return plain_read(pid, start, end)
+
+    fences = WriteFences(str(tmp_path), "q1", "ns/hub")
+    first = WriteGuard(fences, TaskStamp("q1", 0, 2), True, hub.partition_ids, hub.properties, read)
+    assert first.begin() == {}  # the first attempt: nothing to read back
+    again = WriteGuard(fences, TaskStamp("q1", 0, 2), True, hub.partition_ids, hub.properties, read)
+    again.fences.write_mark(0, 2, {str(p): 0 for p in range(4)})
+    assert again.begin() == {p: p for p in range(4)}
+    assert again.read_back == 8
 
 
 def test_fences_keep_the_latest_before_a_batch_and_drop_what_no_run_reads_again(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+import pytest
 from azure.eventhub._pyamqp._decode import decode_frame, decode_payload
 from azure.eventhub._pyamqp._encode import encode_payload
 from azure.eventhub._pyamqp.message import Message, Properties
@@ -125,3 +126,36 @@ def test_the_small_reader_agrees_with_the_sdk_on_any_body(body: object) -> None:
     encoded = _emulator_answer(uuid.uuid4(), {"value": body})  # the emulator's encoder takes 64-bit integers
     reply = pipe.decode_reply(encoded)
     assert reply.body == decode_payload(memoryview(encoded)).value
+
+
+def test_a_partition_answer_is_read_in_one_pass(monkeypatch) -> None:
+    """A partition's answer as the emulator and the SDK's encoder lay it out is read by the one-pass reader (a
+    1,024-partition trigger reads 1,024 of them), with what reading every value gives."""
+    correlation = uuid.uuid4()
+    body = {
+        "name": "hub",
+        "partition": "7",
+        "begin_sequence_number": 3,
+        "last_enqueued_sequence_number": 2**40,
+        "last_enqueued_offset": "4294967296",
+        "is_partition_empty": False,
+        "last_enqueued_time_utc": emulator_amqp.Timestamp(1_700_000_000_000),
+        "type": "com.microsoft:partition",
+    }
+    for encoded in (
+        _emulator_answer(correlation, body),
+        _sdk_answer(correlation, {**body, "last_enqueued_time_utc": 0, "last_enqueued_sequence_number": 5}),
+    ):
+        expected = pipe._any_reply_sections(encoded)
+        with monkeypatch.context() as patched:
+            patched.setattr(pipe, "_any_reply_sections", lambda _m: pytest.fail("read by the general reader"))
+            reply = pipe.decode_reply(encoded)
+        assert (reply.correlation, reply.body) == (expected[0], expected[2]) and reply.correlation == correlation
+        assert (reply.status, reply.description) == (200, "OK")
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.dictionaries(st.text(max_size=20), _SCALARS, max_size=20) | _SCALARS)
+def test_the_one_pass_reader_agrees_with_the_sdk_on_flat_bodies(body: object) -> None:
+    encoded = _emulator_answer(uuid.uuid4(), body)
+    assert pipe.decode_reply(encoded).body == decode_payload(memoryview(encoded)).value
