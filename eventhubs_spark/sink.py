@@ -2,8 +2,9 @@
 
 Rows become events packed into batches up to the hub's maximum message size, grouped by target:
 an explicit ``partitionId``, a ``partitionKey`` (the service routes each key to one partition), or
-neither, in which case the connector spreads batches over the partitions round-robin itself so it
-can count events per partition. Targets are sent concurrently through a producer pooled per
+neither, in which case the connector deals the events over the partitions in turn itself (runs of
+at least :data:`DEAL_RUN` events, as a partition-less send of the SDKs puts a batch in one partition), so
+it can count events per partition. Targets are sent concurrently through a producer pooled per
 executor process.
 
 Delivery is at least once by default: a failed task is retried by Spark and sends again. With
@@ -49,6 +50,7 @@ except ImportError:  # Spark 4.0: the stream sink takes rows
     DataSourceStreamArrowWriter = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
 _LOG = logging.getLogger(__name__)
+DEAL_RUN = 256  # the fewest unaddressed events a flush deals to one partition (while it has that many)
 
 COLUMNS_HELP = (
     "the eventhubs sink takes the columns body (string or binary, required), and optionally partitionKey "
@@ -300,16 +302,27 @@ class EventSender:
         self._next_partition += 1
         return pid
 
+    def _deal(self, events: list[Any]) -> dict[str, list[Any]]:
+        """Unaddressed events dealt over the partitions in turn, a run of them each, so their batches go out at
+        once: runs as even as the partitions allow, but of at least :data:`DEAL_RUN` events. Dealt one by one,
+        12,800 events over a 1,024-partition hub made 1,024 batches of 12 events, and a warm write to it took
+        1.8x as long as to 32 partitions; a partition-less send of the SDKs likewise puts a whole batch in one
+        partition. Where the runs start turns, as before, so the partitions even out over a stream's writes."""
+        ids = self._partition_list()
+        runs = min(len(ids), max(1, len(events) // DEAL_RUN))
+        size = -(-len(events) // runs)
+        dealt: dict[str, list[Any]] = defaultdict(list)
+        for first in range(0, len(events), size):
+            dealt[self._round_robin()].extend(events[first : first + size])
+        return dealt
+
     def flush(self) -> None:
         """Pack the pending events into batches and send them, targets concurrently."""
         pending, self._pending, self._pending_count = self._pending, defaultdict(list), 0
         work: dict[tuple[str, str], list[Any]] = defaultdict(list)
         for target, events in pending.items():
             if target == ("partition", ""):
-                # deal unaddressed events over the partitions, so batches go out to all of them at once
-                dealt: dict[str, list[Any]] = defaultdict(list)
-                for event in events:
-                    dealt[self._round_robin()].append(event)
+                dealt = self._deal(events)
                 for pid, share in dealt.items():
                     work[("partition", pid)].extend(self._pack(share, partition_id=pid, key=None))
             else:

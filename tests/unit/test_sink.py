@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from eventhubs_spark.errors import SinkError
@@ -94,3 +96,40 @@ def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warning
     assert [r.getMessage() for r in caplog.records] == [
         "eventhubs sink hub=orders batch=8 aborted after 15 events were sent; Spark re-runs it (at least once)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("partitions", "events", "expected"),
+    [
+        (1024, 12_800, [256] * 50),  # a Dedicated hub: runs of DEAL_RUN over 50 partitions, not 12 events over 1,024
+        (4, 5_000, [1_250] * 4),  # runs as even as the partitions allow
+        (4, 100, [100]),  # fewer than DEAL_RUN: one batch, as a partition-less send of the SDKs
+    ],
+)
+def test_unaddressed_events_are_dealt_over_the_partitions_in_runs(monkeypatch, partitions, events, expected) -> None:
+    from eventhubs_spark import sink
+    from eventhubs_spark.options import write_options
+    from tests.unit.test_exactly_once import Hub, _Client
+
+    hub = Hub(partitions)
+    client = _Client(hub, unanswered=set())
+
+    class Pool:
+        def get(self, settings: Any) -> _Client:
+            return client
+
+    class Runtime:
+        producers = Pool()
+
+    monkeypatch.setattr(sink.runtime, "current", lambda: Runtime())
+    conn = "Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
+    sender = sink.EventSender(
+        write_options({"eventhubs.connectionString": conn}).settings, sink.SinkLayout(0, True), 30.0
+    )
+    sender.add_columns([[f"b{i}" for i in range(events)]])
+    sender.flush()
+    used = [int(p) for p, stored in hub.events.items() if stored]
+    assert sorted(len(hub.events[str(p)]) for p in used) == expected
+    first = next((p for p in used if (p - 1) % partitions not in used), 0)  # the runs go round from a random one
+    assert sorted(used) == sorted((first + i) % partitions for i in range(len(used)))
+    assert sum(sender.report.by_partition.values()) == events
