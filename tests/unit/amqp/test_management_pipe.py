@@ -71,18 +71,24 @@ def _emulator_answer(correlation: uuid.UUID, body: dict) -> bytes:
     return properties + application + emulator_amqp.encode_section(emulator_amqp.AMQP_VALUE, body)
 
 
-def test_an_answer_reads_as_the_sdk_reads_it_from_either_encoder() -> None:
-    correlation = uuid.uuid4()
-    when = dt.datetime(2026, 11, 29, tzinfo=dt.timezone.utc)
-    body = {
+def _partition_body(enqueued_ms: int) -> dict:
+    """A partition's answer, worded as the service words it."""
+    return {
         "name": "hub",
         "partition": "7",
         "begin_sequence_number": 3,
         "last_enqueued_sequence_number": 2**40,
         "last_enqueued_offset": "4294967296",
         "is_partition_empty": False,
-        "last_enqueued_time_utc": emulator_amqp.Timestamp(int(when.timestamp() * 1000)),
+        "last_enqueued_time_utc": emulator_amqp.Timestamp(enqueued_ms),
+        "type": "com.microsoft:partition",
     }
+
+
+def test_an_answer_reads_as_the_sdk_reads_it_from_either_encoder() -> None:
+    correlation = uuid.uuid4()
+    when = dt.datetime(2026, 11, 29, tzinfo=dt.timezone.utc)
+    body = _partition_body(int(when.timestamp() * 1000))
     for encoded in (
         _emulator_answer(correlation, body),
         _sdk_answer(correlation, {**body, "last_enqueued_time_utc": 0, "last_enqueued_sequence_number": 5}),
@@ -132,16 +138,7 @@ def test_a_partition_answer_is_read_in_one_pass(monkeypatch) -> None:
     """A partition's answer as the emulator and the SDK's encoder lay it out is read by the one-pass reader (a
     1,024-partition trigger reads 1,024 of them), with what reading every value gives."""
     correlation = uuid.uuid4()
-    body = {
-        "name": "hub",
-        "partition": "7",
-        "begin_sequence_number": 3,
-        "last_enqueued_sequence_number": 2**40,
-        "last_enqueued_offset": "4294967296",
-        "is_partition_empty": False,
-        "last_enqueued_time_utc": emulator_amqp.Timestamp(1_700_000_000_000),
-        "type": "com.microsoft:partition",
-    }
+    body = _partition_body(1_700_000_000_000)
     for encoded in (
         _emulator_answer(correlation, body),
         _sdk_answer(correlation, {**body, "last_enqueued_time_utc": 0, "last_enqueued_sequence_number": 5}),
