@@ -420,6 +420,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_driver"] = None  # a listening socket stays in the process that opened it
+        state["_ends_of"] = None  # planning's, not the executors'
         return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
