@@ -305,51 +305,9 @@ def run() -> None:
         broker.terminate()
         broker.wait(60)
 
-    def row(n: int, mode: str) -> dict[str, Any]:
-        return next(r for r in rows if r["partitions"] == n and r["mode"] == mode)
-
-    top, small = max(counts), (32 if 32 in counts else min(counts))
-    planning_top = row(top, "default")["latestOffset per batch (ms)"]
-    planning_small = row(small, "default")["latestOffset per batch (ms)"]
-    running_top = row(top, "processing time")["latestOffset per batch (ms)"]
-    running_small = row(small, "processing time")["latestOffset per batch (ms)"]
-    first_tax = row(top, "default")["first batch (ms)"] / max(1, row(top, "homes off")["first batch (ms)"])
-    first_tax_small = row(4 if 4 in counts else small, "default")["first batch (ms)"] / max(
-        1, row(4 if 4 in counts else small, "homes off")["first batch (ms)"]
-    )
-    packed_ratio = statistics.median(row(top, "packed")["addBatch per batch (ms)"]) / max(
-        1, statistics.median(row(small, "default")["addBatch per batch (ms)"])
-    )
-    attaches = max(r["attaches per partition"] or 0 for r in rows if r["mode"] != "floor")
-    bounds = {32: row(top, "packed")} | {b: row(top, f"packed, at most {b} a task") for b in PACK_BOUNDS}
-    later = {b: statistics.median(r["addBatch per batch (ms)"][1:]) for b, r in bounds.items()}
     record(
         "partitions",
-        {
-            "target": "latestOffset at 1,024 partitions <= 1 s in every micro-batch and <= 3x 32 partitions'; first "
-            "batch <= 1.5x homes off; packed 1,024-partition batch <= 3x a 32-partition one; <= 1.2 attaches a "
-            "partition (issue 64)",
-            f"latestOffset at {top} partitions, worst batch (ms)": max(planning_top),
-            f"latestOffset at {small} partitions, worst batch (ms)": max(planning_small),
-            f"latestOffset at {top} partitions, processing-time trigger, worst batch (ms)": max(running_top),
-            f"latestOffset at {small} partitions, processing-time trigger, worst batch (ms)": max(running_small),
-            "planning target met": max(planning_top) <= 1000
-            and max(planning_top) <= 3 * max(1, max(planning_small))
-            and max(running_top) <= 1000
-            and max(running_top) <= 3 * max(1, max(running_small)),
-            f"first batch, homes on / off, {top} partitions": round(first_tax, 2),
-            f"first batch, homes on / off, {4 if 4 in counts else small} partitions": round(first_tax_small, 2),
-            "first-batch target met": first_tax <= 1.5 and first_tax_small <= 1.5,
-            f"packed {top}-partition addBatch / default {small}-partition addBatch (medians)": round(packed_ratio, 2),
-            "packing target met": packed_ratio <= 3.0,
-            "most attaches per partition, any run": attaches,
-            "attaches target met": attaches <= 1.2,
-            f"packed {top}-partition addBatch after the first (median ms) by eventhubs.maxPartitionsPerTask": ", ".join(
-                f"{b}: {later[b]:.0f}" for b in sorted(later)
-            ),
-            **_beside_kafka(rows, counts),
-            **fills,
-        },
+        summary(rows, counts, fills),
         rows,
         notes=(
             f"{EVENTS:,} events of {SIZE} bytes in each hub; each row a fresh local[2] Spark process reading the "
@@ -368,6 +326,67 @@ def run() -> None:
             " figures swing."
         ),
     )
+
+
+def summary(rows: list[dict[str, Any]], counts: tuple[int, ...], fills: dict[str, Any]) -> dict[str, Any]:
+    """The record's summary from its rows (and the fills' figures): the issue's targets, met or not.
+
+    Planning is held to each of its two readings, at most 3x the 32-partition figure: the worst batch (a first
+    trigger opens the management connection) and the later batches' median (a running stream's steady trigger,
+    which asks every partition's properties every time)."""
+
+    def row(n: int, mode: str) -> dict[str, Any]:
+        return next(r for r in rows if r["partitions"] == n and r["mode"] == mode)
+
+    def steady(n: int, mode: str) -> float:
+        return statistics.median(row(n, mode)["latestOffset per batch (ms)"][1:])
+
+    top, small = max(counts), (32 if 32 in counts else min(counts))
+    planning_top = row(top, "default")["latestOffset per batch (ms)"]
+    planning_small = row(small, "default")["latestOffset per batch (ms)"]
+    running_top = row(top, "processing time")["latestOffset per batch (ms)"]
+    running_small = row(small, "processing time")["latestOffset per batch (ms)"]
+    steady_ratio = {mode: steady(top, mode) / max(1, steady(small, mode)) for mode in ("default", "processing time")}
+    first_tax = row(top, "default")["first batch (ms)"] / max(1, row(top, "homes off")["first batch (ms)"])
+    first_tax_small = row(4 if 4 in counts else small, "default")["first batch (ms)"] / max(
+        1, row(4 if 4 in counts else small, "homes off")["first batch (ms)"]
+    )
+    packed_ratio = statistics.median(row(top, "packed")["addBatch per batch (ms)"]) / max(
+        1, statistics.median(row(small, "default")["addBatch per batch (ms)"])
+    )
+    attaches = max(r["attaches per partition"] or 0 for r in rows if r["mode"] != "floor")
+    bounds = {32: row(top, "packed")} | {b: row(top, f"packed, at most {b} a task") for b in PACK_BOUNDS}
+    later = {b: statistics.median(r["addBatch per batch (ms)"][1:]) for b, r in bounds.items()}
+    return {
+        "target": "latestOffset at 1,024 partitions <= 1 s in every micro-batch and <= 3x 32 partitions' (worst "
+        "batches, and later batches' medians); first batch <= 1.5x homes off; packed 1,024-partition batch <= 3x "
+        "a 32-partition one; <= 1.2 attaches a partition (issue 64)",
+        f"latestOffset at {top} partitions, worst batch (ms)": max(planning_top),
+        f"latestOffset at {small} partitions, worst batch (ms)": max(planning_small),
+        f"latestOffset at {top} partitions, processing-time trigger, worst batch (ms)": max(running_top),
+        f"latestOffset at {small} partitions, processing-time trigger, worst batch (ms)": max(running_small),
+        f"latestOffset, later batches' median, {top} / {small} partitions": round(steady_ratio["default"], 2),
+        f"latestOffset, later batches' median, processing-time trigger, {top} / {small} partitions": round(
+            steady_ratio["processing time"], 2
+        ),
+        "planning target met": max(planning_top) <= 1000
+        and max(planning_top) <= 3 * max(1, max(planning_small))
+        and max(running_top) <= 1000
+        and max(running_top) <= 3 * max(1, max(running_small))
+        and max(steady_ratio.values()) <= 3.0,
+        f"first batch, homes on / off, {top} partitions": round(first_tax, 2),
+        f"first batch, homes on / off, {4 if 4 in counts else small} partitions": round(first_tax_small, 2),
+        "first-batch target met": first_tax <= 1.5 and first_tax_small <= 1.5,
+        f"packed {top}-partition addBatch / default {small}-partition addBatch (medians)": round(packed_ratio, 2),
+        "packing target met": packed_ratio <= 3.0,
+        "most attaches per partition, any run": attaches,
+        "attaches target met": attaches <= 1.2,
+        f"packed {top}-partition addBatch after the first (median ms) by eventhubs.maxPartitionsPerTask": ", ".join(
+            f"{b}: {later[b]:.0f}" for b in sorted(later)
+        ),
+        **_beside_kafka(rows, counts),
+        **fills,
+    }
 
 
 def _beside_kafka(rows: list[dict[str, Any]], counts: tuple[int, ...]) -> dict[str, str]:

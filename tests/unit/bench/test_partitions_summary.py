@@ -1,0 +1,33 @@
+"""The summary bench ``partitions`` records for issue 64: its planning target holds two readings of "at most 3x
+the 32-partition figure", the worst batch and the later batches' median."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.partitions import PACK_BOUNDS, summary
+
+
+def _rows(running_1024: list[int]) -> list[dict[str, Any]]:
+    def row(n: int, mode: str, latest: list[int]) -> dict[str, Any]:
+        return {"partitions": n, "mode": mode, "latestOffset per batch (ms)": latest,
+                "addBatch per batch (ms)": [900, 300, 300, 300], "first batch (ms)": 1000,
+                "attaches per partition": 1.0}  # fmt: skip
+
+    rows = []
+    for n in (32, 1024):
+        rows.append(row(n, "default", [4, 2, 2, 2] if n == 32 else [12, 6, 6, 6]))
+        rows.append(row(n, "processing time", [124, 4, 4, 4] if n == 32 else running_1024))
+        rows += [row(n, mode, [1, 1, 1, 1]) for mode in ("homes off", "packed", "floor")]
+    rows += [row(1024, f"packed, at most {b} a task", [1, 1, 1, 1]) for b in PACK_BOUNDS]
+    return rows
+
+
+def test_the_planning_target_holds_the_worst_batches_and_the_steady_ones():
+    steady = summary(_rows([193, 12, 12, 12]), (32, 1024), {})
+    assert steady["planning target met"] and steady["latestOffset, later batches' median, 1024 / 32 partitions"] == 3
+    # the worst batches within 3x, but a running trigger at 1,024 partitions 16x one at 32 in steady batches
+    running = summary(_rows([193, 81, 63, 54]), (32, 1024), {})
+    assert running["latestOffset at 1024 partitions, processing-time trigger, worst batch (ms)"] <= 3 * 124
+    assert running["latestOffset, later batches' median, processing-time trigger, 1024 / 32 partitions"] == 15.75
+    assert not running["planning target met"]
