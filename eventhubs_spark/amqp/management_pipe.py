@@ -121,29 +121,6 @@ class Reply:
     body: Any
 
 
-_WIDTHS = {
-    **dict.fromkeys((0x40, 0x41, 0x42, 0x43, 0x44), 1),
-    **dict.fromkeys((0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56), 2),
-    **dict.fromkeys((0x60, 0x61), 3),
-    **dict.fromkeys((0x70, 0x71, 0x72, 0x73), 5),
-    **dict.fromkeys((0x80, 0x81, 0x82, 0x83, 0x84), 9),
-    0x98: 17,
-}  # the fixed-width constructors: their width with the constructor byte
-
-
-def _after_scalar(buf: bytes, p: int) -> int:
-    """Where the scalar at ``buf[p]`` ends, without making its value."""
-    c = buf[p]
-    width = _WIDTHS.get(c)
-    if width is not None:
-        return p + width
-    if c == 0xA0 or c == 0xA1 or c == 0xA3:
-        return p + 2 + buf[p + 1]
-    if c == 0xB0 or c == 0xB1 or c == 0xB3:
-        return p + 5 + int.from_bytes(buf[p + 1 : p + 5], "big")
-    raise Unsupported(f"constructor 0x{c:02x}")
-
-
 def _flat_map(buf: bytes, p: int) -> tuple[dict[Any, Any], int]:
     """A map of scalars at ``buf[p]`` as :func:`value` gives it, read in one loop (a partition's answer is one: 16
     keys and values); Unsupported when a value is a compound, which :func:`value` reads."""
@@ -188,7 +165,7 @@ def _reply_sections(message: bytes) -> tuple[Any, dict[Any, Any], Any]:
         if code == _PROPERTIES:
             count, q, after = compound(message, p)
             for _ in range(min(count, 5)):  # message id, user id, to, subject, reply to: passed over
-                q = _after_scalar(message, q)
+                q = scalar(message, q)[1]
             if count > 5:
                 correlation, _q = scalar(message, q)
             p = after

@@ -337,10 +337,11 @@ class LagTracker:
     def newly_stalled(self, report: LagReport) -> list[PartitionLag]:
         """The stalled partitions not said before (each is said once until it moves again)."""
         out = []
-        for lag in [lag for lag in report.partitions.values() if lag.stalled]:
-            p = lag.partition
+        for p, lag in report.partitions.items():
+            if not lag.stalled:
+                continue
             moving = self._moving.get(p)
-            if lag.stalled and moving is not None and not moving.said:
+            if moving is not None and not moving.said:
                 moving.said = True
                 out.append(lag)
         return out

@@ -207,18 +207,18 @@ def plan_trigger(
         ends = list(map(min, ends, [target.get(p, s) for p, s in zip(keys, starts, strict=True)]))
     ends = list(map(max, ends, starts))
     capped = dict(zip(keys, ends, strict=True))
-    if max(ends, default=0) <= geo_segments.SEQ_MASK:
-        backlog = sum(ends) - sum(starts)
-    else:
-        backlog = sum(map(geo_segments.count, starts, ends))
+    plain = max(ends, default=0) <= geo_segments.SEQ_MASK  # no replication segments: positions subtract
+    backlog = _events(starts, ends, plain)
     if min_events and target is None and 0 < backlog < min_events and now - last_batch_at < max_trigger_delay:
         return TriggerPlan(dict(begin), capped, True, backlog)
     stops = _rate_limit(keys, starts, ends, max_events)
-    if max(ends, default=0) <= geo_segments.SEQ_MASK:
-        planned = sum(stops) - sum(starts)  # each stop lies at or after its start
-    else:
-        planned = sum(map(geo_segments.count, starts, stops))
-    return TriggerPlan(dict(zip(keys, stops, strict=True)), capped, False, backlog, planned)
+    return TriggerPlan(dict(zip(keys, stops, strict=True)), capped, False, backlog, _events(starts, stops, plain))
+
+
+def _events(starts: list[int], stops: list[int], plain: bool) -> int:
+    """The events in ranges ``[starts[i], stops[i])``, each stop at or after its start; ``plain``: positions are
+    sequence numbers (no replication segment), so the count is a subtraction."""
+    return sum(stops) - sum(starts) if plain else sum(map(geo_segments.count, starts, stops))
 
 
 @dataclass(frozen=True)
