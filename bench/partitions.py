@@ -10,8 +10,10 @@ micro-batches of 12,800 events into the noop sink:
   ``eventhubs.maxPartitionsPerTask``, 32 by default; at the largest count also 8, 16, 64 and 128, to choose that
   default from): the opt-in for many small partitions;
 - ``processing time``: as ``default``, but with a processing-time trigger (``0 seconds``) and stopped once every
-  event is read: a running stream's planning, which looks the partitions' ends up every trigger (an AvailableNow
-  run looks them up once, when it begins);
+  event is read: a running stream's planning, which needs the partitions' ends every trigger (an AvailableNow
+  run looks them up once, when it begins): after its first triggers it asks the receiver services where their
+  open links' partitions end (one question a service) and Event Hubs only where no link vouches
+  (:mod:`eventhubs_spark.planning.executor_ends`);
 - ``floor``: a trivial Python source with the same partitions and rows, no I/O, in the same kind of process: what
   Spark itself costs a micro-batch of that many tasks on this machine;
 - ``Kafka source``: Spark's own Kafka source (the JVM's figure) reading a topic with the same partitions and events
@@ -313,8 +315,10 @@ def run() -> None:
             f"{EVENTS:,} events of {SIZE} bytes in each hub; each row a fresh local[2] Spark process reading the "
             f"hub with Trigger.AvailableNow in micro-batches of {PER_TRIGGER:,} events (maxEventsPerTrigger) into "
             "the noop sink (such a run looks up the partitions' ends once, when it begins); 'processing time' "
-            "reads the same with a processing-time trigger, stopped once every event is read (a running stream: a"
-            " lookup every trigger, each a request per partition); 'floor' is a trivial Python source with the "
+            "reads the same with a processing-time trigger, stopped once every event is read (a running stream: "
+            "after its first triggers each trigger asks the receiver service where its open links' partitions end, "
+            "and Event Hubs, a request a partition, only where no link vouches); 'floor' is a trivial Python "
+            "source with the "
             "same partitions and rows (Spark's own cost of that many tasks); 'packed' sets "
             f"eventhubs.minEventsPerTask={PACK_EVENTS} (at most eventhubs.maxPartitionsPerTask, 32, share a task)."
             " Durations are Spark's own (StreamingQueryProgress durationMs). Attaches: receiving links the "

@@ -98,6 +98,7 @@ class LinkSink:
         "incoming",
         "max_bytes",
         "max_events",
+        "newest",
         "on_room",
         "partial",
         "ready",
@@ -128,6 +129,11 @@ class LinkSink:
         self.ready_bytes = 0
         self.received = 0  # events decoded in all
         self.received_bytes = 0  # their frames' bytes (what sizes the credit window, see window())
+        # The newest event the link brought: its position and its message's bytes (a copy, so the chunk it came
+        # in is not kept alive). A link that is open and has credit would have brought any later event, so its
+        # receiver service can tell a driver where the partition ends without asking Event Hubs
+        # (:mod:`eventhubs_spark.planning.executor_ends`).
+        self.newest: tuple[int, bytes] | None = None
         self.error: str | None = None  # why the link or its connection ended, once it has
         self.exception: BaseException | None = None
         # The reading thread held the link's credit back because the sink was full: the reader that makes
@@ -141,6 +147,8 @@ class LinkSink:
         if not self.incoming.seqs:
             return
         chunk, self.incoming = self.incoming, RawEvents()
+        buffer, starts, ends = chunk.parts[-1]
+        self.newest = (chunk.seqs[-1], bytes(buffer[int(starts[-1]) : int(ends[-1])]))
         with self.cond:
             self.ready.append(chunk)
             self.ready_events += len(chunk)

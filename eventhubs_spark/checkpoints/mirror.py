@@ -83,11 +83,20 @@ class CheckpointMirror:
         return {c.partition_id: c for c in listed}
 
     def note(self, infos: Mapping[str, PartitionInfo]) -> None:
-        """Remember each partition's last event and its offset, from fresh partition properties."""
+        """Remember each partition's last event and its offset, from fresh partition properties (only where
+        progress is mirrored: nothing else asks; a partition's last event already known is passed over)."""
+        if not self.configured:
+            return
+        offsets = self._known_offsets
         for pid, info in infos.items():
             if not info.is_empty and info.last_enqueued_offset is not None:
-                known = self._known_offsets.setdefault(pid, OrderedDict())
-                known[info.end - 1] = str(info.last_enqueued_offset)
+                known = offsets.get(pid)
+                if known is None:
+                    known = offsets[pid] = OrderedDict()
+                last = info.last_enqueued_sequence_number
+                if last in known:
+                    continue
+                known[last] = str(info.last_enqueued_offset)
                 while len(known) > _KNOWN_PER_PARTITION:
                     known.popitem(last=False)
 

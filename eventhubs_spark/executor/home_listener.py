@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
@@ -29,8 +29,9 @@ from eventhubs_spark.interprocess.driver_channel import (
     host_addresses,
     open_server,
 )
+from eventhubs_spark.interprocess.partition_ends import Told
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
-from eventhubs_spark.interprocess.service_framing import MAX_REQUEST, REMOTE_READ, recv
+from eventhubs_spark.interprocess.service_framing import ENDS, MAX_REQUEST, REMOTE_READ, recv, send
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 
 _LOG = logging.getLogger(__name__)
@@ -62,14 +63,19 @@ class Listener:
         busy: Callable[[int], None],
         clock: Callable[[], float] = time.monotonic,
         jvm: str | None = None,
+        ends: Callable[[ConnectionSettings], Mapping[str, tuple[int, bytes]]] | None = None,
     ) -> None:
         """``serve(connection, request)`` sends one range (False when the caller went away); ``busy(+1/-1)``
         counts a remote connection's request in and out of the service's activity. ``jvm`` names the
-        executor's JVM (``host:pid``), told to the driver: one in the driver's own JVM is local mode."""
+        executor's JVM (``host:pid``), told to the driver: one in the driver's own JVM is local mode.
+        ``ends(settings)``: the partitions of that hub the service's links vouch for (a driver asks,
+        :mod:`eventhubs_spark.interprocess.partition_ends`; None: it vouches for none)."""
         self.executor = executor
         self.jvm = jvm
         self.serve = serve
         self.busy = busy
+        self.ends = ends
+        self.ends_answered = 0  # drivers' questions of where partitions end, answered (for tests)
         self.clock = clock
         self.port: int | None = None
         self.hosts = host_addresses()
@@ -215,9 +221,14 @@ class Listener:
             self.gate.done(conn)
 
     def _requests(self, sealed: SealedSocket, query_id: str, peer: Any) -> None:
+        told = Told()  # a driver's connection: what it was told of where partitions end
         while True:
             try:
                 kind, payload = recv(sealed, MAX_REQUEST)
+                if kind == ENDS:
+                    if not self._answer_ends(sealed, query_id, told):
+                        return
+                    continue
                 if kind != REMOTE_READ:
                     raise service_protocol.ProtocolError(f"a message of kind {kind!r}")
                 asked = service_protocol.decode_request(payload, RemoteRead)
@@ -241,6 +252,21 @@ class Listener:
                     return
             finally:
                 self.busy(-1)
+
+    def _answer_ends(self, sealed: SealedSocket, query_id: str, told: Told) -> bool:
+        """A driver asks where the query's hub's partitions end, as this service's links know it (False: the query
+        is no longer known here, or the driver went away)."""
+        with self._lock:
+            known = self._queries.get(query_id)
+        if known is None:
+            return False
+        payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
+        try:
+            send(sealed, ENDS, payload)
+        except OSError:
+            return False
+        self.ends_answered += 1
+        return True
 
     # -- the driver --
     def _announce(self, driver: DriverAddress, query: QueryKey) -> bool:

@@ -85,6 +85,23 @@ class PartitionReceiver:
             self.position = sequence_number
         self.opens += 1
 
+    def newest_end(self) -> tuple[int, bytes] | None:
+        """Where the partition ends as this receiver's link knows it: (the position after the newest event the link
+        brought, that event's message), while the link is open, has not failed and may read on (it has credit: its
+        reading thread did not hold credit back because what the link holds reached its bounds). Such a link would
+        have brought any later event as the service enqueued it, so the end is at most a moment behind the
+        partition's (:mod:`eventhubs_spark.interprocess.partition_ends`). None when it cannot say: no link, one
+        still opening, ended or full, or one that has brought nothing yet."""
+        link = self._link
+        if link is None or link.state != "open":
+            return None
+        sink = link.sink
+        newest = sink.newest
+        # starved: its reading thread held credit back for want of room (until then the link has credit left)
+        if newest is None or sink.error is not None or sink.starved:
+            return None
+        return newest[0] + 1, newest[1]
+
     def _reopen_after_held(self, fallback: int) -> None:
         """Open a new link after every event this receiver still holds (read ahead before its link ended),
         keeping them: nothing is read twice, nothing skipped. Without any, at ``fallback``."""

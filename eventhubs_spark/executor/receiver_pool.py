@@ -216,6 +216,23 @@ class ReceiverPool:
             to_close.extend(self._evict_over_capacity())
         _close_all(to_close)
 
+    def newest_ends(self, settings: ConnectionSettings) -> dict[str, tuple[int, bytes]]:
+        """Each partition of ``settings``' hub that an idle receiver's link vouches for: (the position after its
+        newest event, that event's message), the furthest where several consumer groups' receivers do
+        (:meth:`PartitionReceiver.newest_end`). Receivers in a task's use are left out."""
+        namespace, hub, credential = settings.pool_key()
+        with self._lock:  # 1,024 entries a question at 1,024 partitions: no tuple made an entry
+            idle = [e.receiver for k, e in self._entries.items()
+                    if not e.in_use and k[1] == hub and k[2] == credential and k[0] == namespace]  # fmt: skip
+        out: dict[str, tuple[int, bytes]] = {}
+        for receiver in idle:
+            found = receiver.newest_end()
+            if found is not None:
+                known = out.get(receiver.partition)
+                if known is None or found[0] > known[0]:
+                    out[receiver.partition] = found
+        return out
+
     def stats_dict(self) -> dict[str, Any]:
         """The pool's counts, for the task's log line."""
         stats = self.stats

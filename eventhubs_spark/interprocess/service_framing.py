@@ -9,8 +9,9 @@ JSON), :data:`ERROR` (the range's failure, JSON:
 :func:`~eventhubs_spark.interprocess.service_protocol.encode_error`) and :data:`ALIVE` (nothing: the service is
 still at the range, sent when it has had nothing else to send for :data:`ALIVE_EVERY` seconds, so a worker tells a
 slow range from a service that stopped answering); :data:`HELLO` and :data:`REMOTE_READ` serve homes
-(:mod:`eventhubs_spark.executor.home_listener`). The worker decodes the spans into the source's Arrow record batches
-(:mod:`eventhubs_spark.codec.layout`).
+(:mod:`eventhubs_spark.executor.home_listener`), :data:`ENDS` a driver's planning
+(:mod:`eventhubs_spark.interprocess.partition_ends`). The worker decodes the spans into the source's Arrow record
+batches (:mod:`eventhubs_spark.codec.layout`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ Conn: TypeAlias = "socket.socket | SealedSocket"  # a worker's Unix socket, or a
 READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
 HELLO = b"H"  # a RangeRequest of a stream whose first batch knows no homes yet: register, answer DONE at once
 REMOTE_READ = b"r"  # between executors, sealed: a RemoteRead (JSON), answered as a READ
+# from a driver, sealed: empty, answered as ENDS with where the service's links' partitions end (JSON, see
+# interprocess.partition_ends)
+ENDS = b"n"
 ALIVE = b"A"  # empty: the service is still at the range (see ALIVE_EVERY)
 # A service at a range says so at least this often, even while Event Hubs sends it nothing...
 ALIVE_EVERY = 1.0

@@ -24,6 +24,7 @@ from typing import Any
 
 from eventhubs_spark.executor.service_files import executor_pid, jvm_name
 from eventhubs_spark.interprocess.driver_channel import DriverChannel, reaches
+from eventhubs_spark.interprocess.partition_ends import EndsClient, Vouch
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, QueryKey, new_query_key
 from eventhubs_spark.planning.partition_placement import homes
 from eventhubs_spark.positions.partition_catalog import by_number
@@ -31,6 +32,11 @@ from eventhubs_spark.positions.partition_catalog import by_number
 _LOG = logging.getLogger(__name__)
 
 EXPIRY = 30.0  # seconds without an announcement before a service is no longer a home
+# A trigger asks each live service where its links' partitions end (interprocess.partition_ends): each step
+# (connect, handshake, answer) within ENDS_TIMEOUT seconds; a service that did not answer is not asked again for
+# ENDS_RETRY_AFTER seconds (its partitions are asked of Event Hubs meanwhile, as without services).
+ENDS_TIMEOUT = 1.0
+ENDS_RETRY_AFTER = 60.0
 SETTLE = 1.5  # a first batch's answer waits until no new service came for this long...
 MAX_SETTLE = 10.0  # ...but not longer than this after the question
 
@@ -61,6 +67,8 @@ class QueryDriver:
         self._expected: dict[str, float] = {}  # executor JVMs a first batch's task runs in, since when
         self.jvm = jvm_name(executor_pid())  # the stream runner's JVM: the driver's
         self._cond = threading.Condition()
+        self._ends_clients: dict[str, EndsClient] = {}  # a kept connection to each service asked (executor_ends)
+        self._ends_failed: dict[str, float] = {}  # services that did not answer, and when
         self.channel = DriverChannel(self.query, self.handle, bind=bind, ports=ports)
 
     def address(self) -> DriverAddress:
@@ -68,6 +76,61 @@ class QueryDriver:
 
     def close(self) -> None:
         self.channel.close()
+        for client in self._ends_clients.values():
+            client.close()
+        self._ends_clients.clear()
+
+    def executor_ends(self) -> dict[str, Vouch] | None:
+        """Where partitions end as the live services' links know it, asked of every service at once (one question a
+        service, not one a partition; :mod:`eventhubs_spark.interprocess.partition_ends`), the furthest end where
+        two vouch for one partition. None when no service could be asked: the trigger asks Event Hubs, as before
+        any service existed. Called by the stream runner's planning thread only."""
+        now = self.clock()
+        gone = self.unreachable()
+        failed = self._ends_failed
+        services = [h for h in self.live() if h.executor not in gone
+                    and now - failed.get(h.executor, now - ENDS_RETRY_AFTER) >= ENDS_RETRY_AFTER]  # fmt: skip
+        for executor in [e for e in self._ends_clients if e not in {h.executor for h in services}]:
+            self._ends_clients.pop(executor).close()  # gone, dropped or failing: a new connection when asked again
+        if not services:
+            return None
+        answers: list[dict[str, Vouch]] = []
+
+        def ask_one(home: Home) -> None:
+            client = self._ends_clients.get(home.executor)
+            if client is None or client.home != home:
+                if client is not None:
+                    client.close()
+                client = self._ends_clients[home.executor] = EndsClient(home, self.query)
+            try:
+                answers.append(client.ask(ENDS_TIMEOUT))
+            except Exception as exc:  # best effort: its partitions are asked of Event Hubs
+                self._ends_failed[home.executor] = self.clock()
+                _LOG.info("eventhubs: hub %s: receiver service %s did not say where its partitions end (%s: %s); "
+                          "they are asked of Event Hubs, and the service again in %g s", self.hub, home.executor,
+                          type(exc).__name__, str(exc)[:200], ENDS_RETRY_AFTER)  # fmt: skip
+                return
+            self._ends_failed.pop(home.executor, None)
+
+        if len(services) == 1:
+            ask_one(services[0])
+        else:
+            threads = [threading.Thread(target=ask_one, args=(h,), daemon=True) for h in services]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(4 * ENDS_TIMEOUT)
+        if not answers:
+            return None
+        if len(answers) == 1:
+            return dict(answers[0])  # a copy: the client applies its next answer to its own
+        merged: dict[str, Vouch] = {}
+        for found in list(answers):
+            for partition, vouch in found.items():
+                known = merged.get(partition)
+                if known is None or vouch.end > known.end:
+                    merged[partition] = vouch
+        return merged
 
     def live(self) -> list[Home]:
         """The services heard from within EXPIRY seconds, by id."""

@@ -79,6 +79,15 @@ class PartitionCatalog:
     def infos(self, refresh_ids_after: float | None = None) -> dict[str, PartitionInfo]:
         """Properties of every partition; the ids are listed again when ``refresh_ids_after`` seconds have
         passed since the last listing (None: listed once, for a batch read)."""
+        return self.properties(self.listed(refresh_ids_after))
+
+    def properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
+        """Fresh properties of these partitions (a running stream asks only those its executors do not vouch
+        for: :mod:`eventhubs_spark.planning.executor_ends`)."""
+        return self.metadata().partition_properties(partition_ids)
+
+    def listed(self, refresh_ids_after: float | None = None) -> list[str]:
+        """The partition ids, listed again when ``refresh_ids_after`` seconds have passed (as :meth:`infos`)."""
         now = self.clock()
         if self._ids is None or (refresh_ids_after is not None and now - self._listed_at >= refresh_ids_after):
             ids = self.metadata().partition_ids()
@@ -86,4 +95,4 @@ class PartitionCatalog:
                 added = sorted(set(ids) - set(self._ids), key=int)
                 _LOG.info("hub %s: %d new partition(s) %s", self.hub, len(added), added)
             self._ids, self._listed_at = ids, now
-        return self.metadata().partition_properties(self._ids)
+        return self._ids

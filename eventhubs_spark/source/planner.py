@@ -33,6 +33,8 @@ from eventhubs_spark.source.partition_reader import EventHubsPartition, source_s
 
 if TYPE_CHECKING:
     from eventhubs_spark.capture.index import CaptureIndex
+    from eventhubs_spark.interprocess.partition_ends import Vouch
+    from eventhubs_spark.planning.executor_ends import KnownEnds
 
 
 _LOG = logging.getLogger(__name__)
@@ -151,8 +153,21 @@ class Planner:
             _LOG.info("hub %s: ownership mode as owner %s (%s)", self.settings.hub, owner, config)
         return self._ownership
 
-    def partition_infos(self, refresh_ids_after: float | None = None) -> dict[str, PartitionInfo]:
-        infos = self.catalog.infos(refresh_ids_after)
+    def partition_infos(
+        self,
+        refresh_ids_after: float | None = None,
+        known: KnownEnds | None = None,
+        vouches: Mapping[str, Vouch] | None = None,
+    ) -> dict[str, PartitionInfo]:
+        """Every partition's properties, fresh from Event Hubs; with ``vouches`` (a running stream's executors'
+        word on where partitions end) and ``known`` (what it planned from last), fresh only where they do not
+        vouch (:mod:`eventhubs_spark.planning.executor_ends`)."""
+        if known is not None and vouches is not None:
+            infos = known.infos(self.catalog.listed(refresh_ids_after), vouches, self.catalog.properties)
+        else:
+            infos = self.catalog.infos(refresh_ids_after)
+            if known is not None:
+                known.asked_all(infos)
         self.mirror.note(infos)
         return infos
 

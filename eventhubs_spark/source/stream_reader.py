@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from eventhubs_spark import defaults
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.options import STREAM, shareable_options
+from eventhubs_spark.planning.executor_ends import KnownEnds
 from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
 from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
@@ -78,6 +79,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: dict[str, int] | None = None
         self._run_infos: dict[str, PartitionInfo] | None = None  # a Trigger.AvailableNow run's (its ends)
         self._infos: dict[str, PartitionInfo] = {}
+        self._known_ends: KnownEnds | None = None  # a running stream's last plan, against its executors' ends
         self._last_batch_at = time.monotonic()
         self._last_trigger_at: float | None = None
         self._cadence: float | None = None  # seconds between this query's triggers, smoothed
@@ -102,8 +104,21 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planned_batch = False  # the last trigger planned a batch (a partition it left counts to a stall)
         self._skipping = False  # the last trigger was skipped for minEventsPerTrigger
 
-    def _refresh(self) -> dict[str, PartitionInfo]:
-        self._infos = self.planner.partition_infos(self.planner.options.partition_discovery_interval)
+    def _refresh(self, vouched: bool = False) -> dict[str, PartitionInfo]:
+        """Every partition's properties, fresh from Event Hubs; ``vouched`` (a running stream's trigger): from the
+        executors' receiver services where their links vouch for a partition's end, fresh elsewhere
+        (:mod:`eventhubs_spark.planning.executor_ends`)."""
+        if self._known_ends is None:
+            self._known_ends = KnownEnds()
+        known = self._known_ends
+        vouches = None
+        if vouched and known.last and self._driver is not None:
+            vouches = self._driver.executor_ends()
+        interval = self.planner.options.partition_discovery_interval
+        self._infos = self.planner.partition_infos(interval, known, vouches)
+        if vouches is not None:
+            _LOG.debug("hub %s: %d partitions' ends from the executors' links, %d asked of Event Hubs", self.hub,
+                       known.vouched, known.asked)  # fmt: skip
         return self._infos
 
     def initialOffset(self) -> dict[str, Any]:
@@ -139,9 +154,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         tell changes what its batches read: at 1,024 partitions each lookup is 1,024 requests (Spark's Kafka
         source likewise plans such a run from the offsets it fetched first). Its lag figures then count what is
         left of the run. Ownership mode asks every time: the partitions it gains need their fresh ends."""
-        if self._run_infos is not None and self.planner.options.ownership is None:
+        ownership = self.planner.options.ownership
+        if self._run_infos is not None and ownership is None:
             return self._run_infos
-        return self._refresh()
+        return self._refresh(vouched=ownership is None)
 
     def _ends(self, infos: dict[str, PartitionInfo]) -> dict[str, int]:
         """Each partition's end in ``infos``; kept while the same properties are planned from (a
@@ -421,6 +437,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         state = self.__dict__.copy()
         state["_driver"] = None  # a listening socket stays in the process that opened it
         state["_ends_of"] = None  # planning's, not the executors'
+        state["_known_ends"] = None  # likewise
         return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

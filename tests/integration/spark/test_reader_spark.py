@@ -168,6 +168,61 @@ def test_continuous_trigger_with_live_events_and_a_restart(spark, eventhub, tmp_
     assert sorted(got) == sorted(expected)
 
 
+def test_a_running_stream_plans_from_its_executors_links_and_reads_live_events_exactly_once(spark, eventhub, tmp_path):
+    """Issue 64: a running stream's triggers take each partition's end from the receiver service whose open link
+    reads it (one question a service), not from a properties request a partition. Events sent while it runs are
+    all read, each once, and the hub is asked (nearly) nothing once the links are open: without the executors'
+    word every trigger asked all 4 partitions."""
+    import threading
+    import time
+
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    expected = fill(eventhub, {0: 5, 1: 5, 2: 5, 3: 5}, "before")
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "0.5 seconds"},
+                   eventhubs__startingPosition='{"offset": "-1"}')  # fmt: skip
+    stop = threading.Event()
+    sent: set[str] = set()
+    # one producer, opened before the count starts: the hub's management requests are then the query's own
+    producer_client = EventHubProducerClient.from_connection_string(eventhub.connection_string)
+    for p in range(4):
+        producer_client.send_batch([EventData(f"warm-{p}")], partition_id=str(p))
+        expected.add(f"warm-{p}")
+
+    def produce() -> None:
+        round_ = 0
+        while not stop.is_set():
+            for p in range(4):
+                bodies = [f"live{round_}-{p}-{i}" for i in range(3)]
+                producer_client.send_batch([EventData(b) for b in bodies], partition_id=str(p))
+                sent.update(bodies)
+            round_ += 1
+            time.sleep(0.2)
+
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) >= 24, timeout=90, message="the events sent before")
+        wait_until(lambda: len(query.recentProgress) >= 3, timeout=60, message="triggers after the first batch")
+        asked_before = eventhub.emulator.stats()["management_requests"]
+        batches_before = query.lastProgress["batchId"]
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        time.sleep(8)
+        stop.set()
+        producer.join(30)
+        expected |= sent
+        wait_until(lambda: len(output(spark, tmp_path)) >= len(expected), timeout=90, message="every live event")
+        asked = eventhub.emulator.stats()["management_requests"] - asked_before
+        batches = query.lastProgress["batchId"] - batches_before
+    finally:
+        stop.set()
+        query.stop()
+        producer_client.close()
+    got = output(spark, tmp_path)
+    assert len(got) == len(set(got)) and set(got) == expected, "every event once"
+    assert batches >= 5, f"{batches} micro-batches while events arrived"
+    assert asked <= batches, f"{asked} management requests over {batches} micro-batches (4 a trigger before)"
+
+
 def test_default_stream_start_is_the_end_of_the_stream(spark, eventhub, tmp_path):
     fill(eventhub, {0: 10}, "old")
     assert run_available_now(spark, eventhub, tmp_path) == []

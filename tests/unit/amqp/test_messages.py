@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.amqp.messages import RawEvents, Unsupported, sequence_number
+from eventhubs_spark.amqp.messages import RawEvents, Unsupported, offset_and_time, sequence_number
 from eventhubs_spark.codec.layout import decode_spans
 from tests.unit.support.decode import both_ways, messages
 
@@ -82,3 +82,21 @@ def test_every_message_decodes_as_the_sdk_decodes_it(payload: bytes) -> None:
     raw.take(1)  # what is left starts inside its buffer
     batch, _ = decode_spans(*raw.spans(), "3", min_rows=0)
     assert batch.to_pylist() == reference
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(messages(compound_properties=False))
+def test_a_message_s_offset_and_time_read_from_its_annotations_are_what_the_decoder_reads(payload: bytes) -> None:
+    """What a receiver service tells a driver of a link's newest event (interprocess.partition_ends): its offset
+    and enqueued time, read without decoding the rest, are the source's columns for it; a message without an
+    offset vouches for nothing (None), whatever the sections before its annotations and their widths."""
+    reference, _, _ = both_ways(payload)
+    found = offset_and_time(payload)
+    if reference[0]["offset"] is None:
+        assert found is None
+        return
+    assert found is not None, "a message with an offset in the service's form (a string)"
+    offset, millis = found
+    assert offset == reference[0]["offset"]
+    when = reference[0]["enqueuedTime"]
+    assert millis == (None if when is None else round(when.timestamp() * 1000))

@@ -1,0 +1,147 @@
+"""Where partitions end, as the executors' receiver services know it: a driver asks each once a trigger.
+
+Planning a running stream asks Event Hubs every partition's properties on every trigger, one request a
+partition (the service answers for no more than one): at 1,024 partitions that is 1,024 requests a trigger. But
+the receiver services already hold an open link with credit on every partition they read (kept between
+micro-batches, reading ahead), and such a link brings each new event as the service enqueues it. So a service
+knows, for each of those partitions, the newest event there is (up to the time the next one takes to arrive),
+and a driver can ask every service once (one request an executor, not one a partition) for the partitions its
+links vouch for: :class:`EndsClient` asks, :class:`Told` answers on the service's side
+(:meth:`eventhubs_spark.executor.home_listener.Listener`), over the sealed connection tasks use to read from a
+home. The driver asks Event Hubs only for the partitions no service vouched for
+(:mod:`eventhubs_spark.planning.executor_ends`).
+
+What a vouch is: (partition, the position after the newest event its link brought, that event's offset and
+enqueued time). The event exists, so the end is never past the partition's real one; a link vouches only while it
+is open, has not failed and may read on (its read-ahead is not full: a full link has stopped bringing events), so
+the end is at most a moment behind. An end a moment behind moves the newest events to the next batch; nothing is
+lost or read twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from eventhubs_spark.amqp.messages import offset_and_time
+from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, first_connect
+from eventhubs_spark.interprocess.sealed_socket import SealedSocket, client_handshake
+from eventhubs_spark.interprocess.service_framing import ENDS, recv, send
+from eventhubs_spark.interprocess.task_ranges import Home, QueryKey
+
+MAX_ANSWER = 16 << 20  # bytes of an answer a driver takes (1,024 partitions all new: about 40 KB)
+
+
+class Vouch(NamedTuple):
+    """A partition's end as a receiver service's open link knows it: ``end`` is the position after the newest event
+    the link brought, ``offset`` and ``enqueued_ms`` that event's. (A tuple: a driver takes 1,024 of them a trigger
+    at 1,024 partitions.)"""
+
+    end: int
+    offset: str
+    enqueued_ms: int | None
+
+
+class Told:
+    """What a receiver service told one driver's connection last: each vouched partition's end. Each answer says
+    only what changed since (new ends, and the partitions it no longer vouches for), so a trigger in which few
+    partitions moved costs both sides little however many partitions there are; a new connection starts with
+    everything untold."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, int] = {}
+
+    def answer(self, newest: Mapping[str, tuple[int, bytes]]) -> bytes:
+        """The answer to this connection's question, ``newest`` being what the service's links vouch for now
+        (partition -> (end, the newest event's message)): JSON ``{"ends": [[partition, end, offset, enqueued_ms],
+        ...], "gone": [partition, ...]}``. A partition whose newest event does not show its offset is not
+        vouched for."""
+        told = self.ends
+        now: dict[str, int] = {}
+        rows: list[list[Any]] = []
+        for partition, (end, message) in newest.items():
+            if told.get(partition) == end:
+                now[partition] = end
+                continue
+            facts = offset_and_time(message)
+            if facts is not None:
+                now[partition] = end
+                rows.append([partition, end, facts[0], facts[1]])
+        gone = sorted(told.keys() - now.keys())
+        self.ends = now
+        return json.dumps({"ends": rows, "gone": gone}, separators=(",", ":")).encode()
+
+
+def apply_answer(known: dict[str, Vouch], payload: bytes) -> None:
+    """A service's answer applied to what it said before (``known``, changed in place). Entries that do not have
+    the expected form vouch for nothing (the partition is asked of Event Hubs)."""
+    message = json.loads(payload)
+    rows = message.get("ends") if isinstance(message, dict) else None
+    gone = message.get("gone") if isinstance(message, dict) else None
+    if not isinstance(rows, list) or not isinstance(gone, list):
+        raise ValueError("an answer without its lists of ends and of partitions gone")
+    for partition in gone:
+        known.pop(partition, None)
+    for row in rows:
+        try:
+            partition, end, offset, when = row
+        except (TypeError, ValueError):
+            continue
+        if type(partition) is str and type(end) is int and end > 0 and type(offset) is str:
+            known[partition] = Vouch(end, offset, when if type(when) is int else None)
+        elif isinstance(partition, str):
+            known.pop(partition, None)
+
+
+class EndsClient:
+    """A driver's kept connection to one receiver service, asking where its links' partitions end."""
+
+    def __init__(self, home: Home, query: QueryKey, connect: Callable[..., Any] = first_connect) -> None:
+        self.home = home
+        self.query = query
+        self._connect_to = connect
+        self._conn: SealedSocket | None = None
+        self._known: dict[str, Vouch] = {}  # what the service said over this connection, its changes applied
+
+    def ask(self, timeout: float) -> dict[str, Vouch]:
+        """The partitions the service's links vouch for now; raises OSError (or ValueError for an answer that is
+        not one) when it cannot be had within ``timeout`` seconds a step; the connection is then closed."""
+        try:
+            conn = self._connection(timeout)
+            conn.settimeout(timeout)
+            send(conn, ENDS)
+            kind, payload = recv(conn, MAX_ANSWER)
+            if kind != ENDS:
+                raise ValueError(f"an answer of kind {kind!r} to a question of where partitions end")
+            apply_answer(self._known, bytes(payload))
+            return self._known
+        except BaseException:
+            self.close()
+            raise
+
+    def _connection(self, timeout: float) -> SealedSocket:
+        if self._conn is not None:
+            return self._conn
+        connected = self._connect_to(self.home.hosts, self.home.port, timeout)
+        if connected is None:
+            raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
+                          f"{self.home.port} within {timeout:g} s")  # fmt: skip
+        sock: socket.socket = connected[1]
+        self._known = {}  # a new connection: the service tells everything again
+        try:
+            sock.settimeout(min(timeout, HANDSHAKE_TIMEOUT) if timeout else HANDSHAKE_TIMEOUT)
+            self._conn = client_handshake(sock, self.query)
+        except BaseException:
+            sock.close()
+            raise
+        self._conn.max_frame = MAX_ANSWER + 64
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()

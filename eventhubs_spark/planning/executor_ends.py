@@ -1,0 +1,119 @@
+"""A running stream's partition ends from its executors' links, and from Event Hubs only where none vouches.
+
+Each trigger of a running stream needs every partition's end, and Event Hubs answers one partition a request: 1,024
+requests a trigger at 1,024 partitions, about 60 us each of two processes' CPU on this machine. The receiver
+services already hold an open link on each partition they read, and such a link knows the newest event as soon as
+it is enqueued; the driver asks each service once a trigger where its links' partitions end
+(:mod:`eventhubs_spark.interprocess.partition_ends`,
+:meth:`~eventhubs_spark.planning.partition_homes.QueryDriver.executor_ends`), and :class:`KnownEnds` plans from
+those answers:
+
+* a partition a service vouches for takes the vouched end with the properties it had (its beginning, whether it is
+  empty), the vouched event's offset and enqueued time in place of the last enqueued ones. A vouched end is never
+  past the partition's (the event exists), and at most a moment behind it: the newest events then go to the next
+  batch;
+* Event Hubs is asked for every other partition: none vouches, the vouch is behind what the driver already knew
+  (a link still reading towards it), the partition was empty or is on a geo-replicated hub (positions carry a
+  replication segment the links' events name differently);
+* and, so that nothing rests on the links alone for ever (a beginning that moved with retention, a link that
+  stopped bringing events without saying so), the partitions asked longest ago once their answer is
+  :data:`REFRESH_AFTER` seconds old, at most one in :data:`REFRESH_SHARE` a trigger.
+
+Only a running stream plans this way: a first trigger, a Trigger.AvailableNow run's fixed end, a batch read and
+ownership mode ask Event Hubs for every partition, as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo
+
+if TYPE_CHECKING:
+    from eventhubs_spark.interprocess.partition_ends import Vouch
+
+# Seconds a partition may go on vouched ends before Event Hubs is asked for it again, at most one partition in
+# REFRESH_SHARE a trigger (64 requests took 5-8 ms at 1,024 partitions here: no trigger asks for many at once).
+# What it guards against is slow to matter: a beginning moved by retention (a task finds that too), a link that
+# stopped bringing events without ending (the SDKs' own processors trust their links as long).
+REFRESH_AFTER = 300.0
+REFRESH_SHARE = 64
+
+
+class KnownEnds:
+    """The partition properties a running stream planned from last, and when Event Hubs answered for each."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last: dict[str, PartitionInfo] = {}
+        self.asked_at: dict[str, float] = {}
+        self.vouched = 0  # partitions the last trigger took from the executors
+        self.asked = 0  # partitions the last trigger asked Event Hubs for
+
+    def asked_all(self, infos: Mapping[str, PartitionInfo]) -> None:
+        """A trigger asked Event Hubs for every partition: these are the properties to compare vouches with."""
+        now = self.clock()
+        self.last = dict(infos)
+        self.asked_at = dict.fromkeys(infos, now)
+        self.vouched, self.asked = 0, len(infos)
+
+    def infos(
+        self,
+        ids: list[str],
+        vouches: Mapping[str, Vouch],
+        ask: Callable[[list[str]], dict[str, PartitionInfo]],
+    ) -> dict[str, PartitionInfo]:
+        """Every partition's properties for this trigger: from ``vouches`` where they hold, from Event Hubs
+        (``ask``, once, for all the others) elsewhere; in the order of ``ids``."""
+        now = self.clock()
+        taken: dict[str, PartitionInfo] = {}
+        to_ask: list[str] = []
+        last = self.last
+        for pid in ids:
+            info = last.get(pid)
+            vouch = vouches.get(pid)
+            if (
+                info is not None and vouch is not None and vouch[0] == info.last_enqueued_sequence_number + 1
+                and not info.is_empty
+            ):  # fmt: skip
+                taken[pid] = info  # nothing new (most partitions of a big hub, most triggers): as planned last
+                continue
+            info = _vouched(info, vouch)
+            if info is None:
+                to_ask.append(pid)
+            else:
+                taken[pid] = info
+        if taken:
+            share = math.ceil(len(ids) / REFRESH_SHARE)
+            asked_at = self.asked_at
+            due = sorted((asked_at.get(p, 0.0), p) for p in taken if now - asked_at.get(p, 0.0) >= REFRESH_AFTER)
+            for _, pid in due[:share]:
+                del taken[pid]
+                to_ask.append(pid)
+        fresh = ask(to_ask) if to_ask else {}
+        for pid in fresh:
+            self.asked_at[pid] = now
+        out = {pid: taken[pid] if pid in taken else fresh[pid] for pid in ids if pid in taken or pid in fresh}
+        self.last = out
+        self.vouched, self.asked = len(taken), len(to_ask)
+        return out
+
+
+def _vouched(info: PartitionInfo | None, vouch: Vouch | None) -> PartitionInfo | None:
+    """``info`` moved to ``vouch``'s end, or None when the vouch cannot stand for a fresh answer."""
+    if info is None or vouch is None or info.is_empty:
+        return None
+    if vouch.end < info.end:
+        return None  # the link is behind what Event Hubs said before (still reading towards it)
+    if info.last_enqueued_sequence_number > geo_segments.SEQ_MASK or vouch.end - 1 > geo_segments.SEQ_MASK:
+        return None  # positions with a replication segment: asked, as the planning of segments needs
+    if vouch.end == info.end:
+        return info  # nothing new: the last answer stands (its offset and time are the same event's)
+    ms = vouch.enqueued_ms
+    when = None if ms is None else dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return PartitionInfo(info.id, info.beginning_sequence_number, vouch.end - 1, vouch.offset, when, False)

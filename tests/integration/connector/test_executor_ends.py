@@ -1,0 +1,128 @@
+"""Where partitions end, as a receiver service's links know it, asked by a driver (issue 64): against the emulator,
+with a real service, real links and the query's sealed connection. Planning from the answers:
+``tests/unit/planning/test_executor_ends.py``; in a running Spark stream:
+``tests/integration/spark/test_reader_spark.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from azure.eventhub import EventHubConsumerClient
+
+from eventhubs_spark.auth.secret import Secret
+from eventhubs_spark.auth.settings import parse_connection_string
+from eventhubs_spark.interprocess.partition_ends import EndsClient
+from eventhubs_spark.interprocess.sealed_socket import RefusedError
+from eventhubs_spark.interprocess.task_ranges import Home, QueryKey, RangeRequest, ReceiverConfig
+from eventhubs_spark.planning.partition_homes import ENDS_RETRY_AFTER, QueryDriver
+from eventhubs_spark.process.runtime import Runtime
+from tests.conftest import free_port
+from tests.integration.sdk_helpers import send
+
+
+def _properties(conn: str, partition: str) -> dict:
+    with EventHubConsumerClient.from_connection_string(conn, consumer_group="$Default") as client:
+        return client.get_partition_properties(partition)
+
+
+def _read(worker: Runtime, request: RangeRequest) -> list[int]:
+    return [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
+
+
+def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_only_what_changed(
+    eventhub, home_service
+):
+    svc, worker = home_service
+    send(eventhub.connection_string, [f"e{i}" for i in range(40)], partition_id="2")
+    send(eventhub.connection_string, [f"f{i}" for i in range(5)], partition_id="1")
+    settings = parse_connection_string(eventhub.connection_string)
+    driver = QueryDriver(eventhub.name, bind="127.0.0.1")
+    try:
+        config = ReceiverConfig(receiver_timeout=20)
+        first = RangeRequest(config, "2", 0, 20, True, query=driver.query, driver=driver.address(), homes=True,
+                             settings=settings)  # fmt: skip
+        assert _read(worker, first) == list(range(20))  # its link read on past the range: all 40 are there
+        assert [h.executor for h in driver.live()] == [svc.executor], "the service announced itself"
+        home = driver.live()[0]
+        client = EndsClient(home, driver.query)
+        deadline = time.monotonic() + 10
+        while (found := client.ask(2.0)).get("2") is None or found["2"].end < 40:
+            assert time.monotonic() < deadline, f"the link never vouched for partition 2's end: {found}"
+            time.sleep(0.05)
+        props = _properties(eventhub.connection_string, "2")
+        vouch = found["2"]
+        assert vouch.end == props["last_enqueued_sequence_number"] + 1 == 40
+        assert vouch.offset == props["last_enqueued_offset"]
+        assert vouch.enqueued_ms == round(props["last_enqueued_time_utc"].timestamp() * 1000)
+        assert "1" not in found, "a partition no link reads is not vouched for (it is asked of Event Hubs)"
+        answered = svc.listener.ends_answered
+
+        # new events reach the open link: the next answer moves the end (and says nothing of the rest)
+        send(eventhub.connection_string, [f"g{i}" for i in range(5)], partition_id="2")
+        deadline = time.monotonic() + 10
+        while client.ask(2.0)["2"].end < 45:
+            assert time.monotonic() < deadline, "the link did not vouch for the new events"
+            time.sleep(0.05)
+        assert svc.listener.ends_answered > answered
+        # ...and the driver asks every live service at once, as a trigger does
+        ends = driver.executor_ends()
+        assert ends is not None and ends["2"].end == 45 and set(ends) == {"2"}
+
+        # a receiver in a task's use vouches for nothing until it is back in the pool
+        receiver = svc.pool.acquire(settings, config, "2", 20)
+        try:
+            assert "2" not in client.ask(2.0), "a receiver in use vouched"
+        finally:
+            svc.pool.release(receiver, True)
+        assert client.ask(2.0)["2"].end == 45, "back in the pool, it vouches again (the answer says it anew)"
+
+        # a stranger (the query's id, not its key) is refused
+        with pytest.raises(RefusedError):
+            EndsClient(home, QueryKey(driver.query.query, Secret("not-the-key"))).ask(2.0)
+        client.close()
+    finally:
+        driver.close()
+
+
+def test_a_driver_whose_service_does_not_answer_plans_without_it_and_asks_it_again_later(eventhub, caplog, monkeypatch):
+    """A live service that cannot be reached (its executor just died, a firewall): the trigger gets None (every
+    partition is asked of Event Hubs) within the time-out, says so once, and leaves the service alone for
+    ENDS_RETRY_AFTER seconds (no trigger pays the time-out again meanwhile)."""
+
+    class Clock:
+        now = 1000.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    driver = QueryDriver(eventhub.name, bind="127.0.0.1", clock=clock)
+    try:
+        port = free_port()  # nobody listens: refused at once
+        driver.handle({"kind": "service", "executor": "gone-one", "hosts": ["127.0.0.1"], "port": port,
+                       "jvm": "elsewhere:1"})  # fmt: skip
+        with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+            assert driver.executor_ends() is None
+        said = [r.getMessage() for r in caplog.records if "did not say where its partitions end" in r.getMessage()]
+        assert len(said) == 1 and "gone-one" in said[0] and driver.query.key.reveal() not in said[0]
+        asked: list[Home] = []
+        real = EndsClient.ask
+
+        def counted(self: EndsClient, timeout: float) -> dict:
+            asked.append(self.home)
+            return real(self, timeout)
+
+        monkeypatch.setattr(EndsClient, "ask", counted)
+        clock.now += ENDS_RETRY_AFTER / 2
+        driver.handle({"kind": "service", "executor": "gone-one", "hosts": ["127.0.0.1"], "port": port,
+                       "jvm": "elsewhere:1"})  # fmt: skip
+        assert driver.executor_ends() is None and asked == [], "asked again within ENDS_RETRY_AFTER"
+        clock.now += ENDS_RETRY_AFTER
+        driver.handle({"kind": "service", "executor": "gone-one", "hosts": ["127.0.0.1"], "port": port,
+                       "jvm": "elsewhere:1"})  # fmt: skip
+        assert driver.executor_ends() is None and len(asked) == 1, "asked again after ENDS_RETRY_AFTER"
+    finally:
+        driver.close()

@@ -1,0 +1,59 @@
+"""Unit tests of :mod:`eventhubs_spark.interprocess.partition_ends` (over a real service's sealed connection, with
+real links: ``tests/integration/connector/test_executor_ends.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eventhubs_emulator import amqp
+from eventhubs_emulator.amqp import Symbol, Timestamp
+from eventhubs_spark.interprocess.partition_ends import Told, Vouch, apply_answer
+from tests.unit.support.decode import section
+
+
+def _message(offset: str | None, millis: int | None) -> bytes:
+    annotations = {Symbol("x-opt-sequence-number"): 1}
+    if offset is not None:
+        annotations[Symbol("x-opt-offset")] = offset
+    if millis is not None:
+        annotations[Symbol("x-opt-enqueued-time")] = Timestamp(millis)
+    return section(amqp.MESSAGE_ANNOTATIONS, annotations) + section(amqp.DATA, b"body")
+
+
+def test_each_answer_says_what_changed_since_the_last_on_that_connection():
+    told, known = Told(), {}
+    first = told.answer({"0": (10, _message("900", 5)), "1": (4, _message("40", None)), "2": (7, _message(None, 1))})
+    apply_answer(known, first)
+    assert known == {"0": Vouch(10, "900", 5), "1": Vouch(4, "40", None)}, "a message without an offset vouches not"
+    nothing = told.answer({"0": (10, _message("900", 5)), "1": (4, _message("40", None))})
+    assert json.loads(nothing) == {"ends": [], "gone": []}, "nothing changed: nothing said"
+    apply_answer(known, nothing)
+    moved = told.answer({"0": (12, _message("1000", 6))})
+    assert json.loads(moved) == {"ends": [["0", 12, "1000", 6]], "gone": ["1"]}
+    apply_answer(known, moved)
+    assert known == {"0": Vouch(12, "1000", 6)}
+    again = Told().answer({"0": (12, _message("1000", 6))})  # a new connection: everything anew
+    assert json.loads(again)["ends"] == [["0", 12, "1000", 6]]
+
+
+def test_an_answer_that_is_not_one_raises_and_entries_of_another_form_vouch_for_nothing():
+    known = {"5": Vouch(3, "1", None)}
+    with pytest.raises(ValueError):
+        apply_answer(known, b'{"ends": []}')
+    with pytest.raises(ValueError):
+        apply_answer(known, b"[1]")
+    apply_answer(known, json.dumps({"ends": [["1", 0, "o", 1], ["2", "9", "o", 1], ["3", 4], "x",
+                                             ["4", 4, 7, None], ["5", 5, "o", "t"]], "gone": []}).encode())  # fmt: skip
+    assert known == {"5": Vouch(5, "o", None)}, known
+
+
+@given(st.lists(st.dictionaries(st.sampled_from("0123456789"), st.integers(1, 50), max_size=10), max_size=12))
+def test_a_driver_that_applies_every_answer_knows_what_the_service_vouches_for_now(rounds: list[dict[str, int]]):
+    told, known = Told(), {}
+    for ends in rounds:
+        apply_answer(known, told.answer({p: (end, _message(str(end * 10), end)) for p, end in ends.items()}))
+        assert known == {p: Vouch(end, str(end * 10), end) for p, end in ends.items()}
