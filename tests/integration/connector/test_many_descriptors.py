@@ -15,7 +15,6 @@ import pytest
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.interprocess import driver_channel
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, ReceiverConfig, new_query_key
-from tests.integration.connector.test_homes import home_service  # noqa: F401  (a fixture)
 from tests.integration.sdk_helpers import send
 
 _CROWD = 1_100
@@ -46,7 +45,7 @@ def crowded() -> Iterator[int]:
 def test_past_1024_descriptors_the_receive_path_the_service_a_home_and_the_channel_still_work(
     crowded,
     eventhub,
-    home_service,  # noqa: F811
+    home_service,
 ):
     service, worker = home_service
     send(eventhub.connection_string, [f"d{i}" for i in range(60)], partition_id="1")
