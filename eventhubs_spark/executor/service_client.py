@@ -27,8 +27,8 @@ import pyarrow as pa
 from eventhubs_spark.codec.layout import decode_spans
 from eventhubs_spark.executor.service_files import Place, executor_pid
 from eventhubs_spark.interprocess import service_protocol
-from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, first_connect
-from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake
+from eventhubs_spark.interprocess.driver_channel import PROBE_TIMEOUT, connect_home
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket
 from eventhubs_spark.interprocess.service_framing import (
     ALIVE,
     DONE,
@@ -271,20 +271,9 @@ class HomeClient:
         self._conn: SealedSocket | None = None
 
     def _connect(self) -> SealedSocket:
-        if self._conn is not None:
-            return self._conn
-        connected = first_connect(self.home.hosts, self.home.port, self.connect_timeout)
-        if connected is None:
-            raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
-                          f"{self.home.port} within {self.connect_timeout:g} s")  # fmt: skip
-        sock = connected[1]
-        try:
-            sock.settimeout(HANDSHAKE_TIMEOUT)
-            self._conn = client_handshake(sock, self.query)
-            return self._conn
-        except BaseException:
-            sock.close()
-            raise
+        if self._conn is None:
+            self._conn = connect_home(self.home, self.query, self.connect_timeout)
+        return self._conn
 
     def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
         """The range from the home, as :meth:`ServiceClient.read`; :class:`RefusedError` (the home does not

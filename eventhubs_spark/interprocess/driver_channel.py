@@ -36,7 +36,7 @@ from typing import Any
 
 from eventhubs_spark.common import socket_waits
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
-from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey
+from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, QueryKey
 
 _LOG = logging.getLogger(__name__)
 
@@ -357,6 +357,26 @@ def first_connect(hosts: tuple[str, ...], port: int, timeout: float) -> tuple[st
     """A TCP connection to the first of ``hosts`` that accepts one on ``port``, every address tried at once, within
     ``timeout`` in all (a dropped packet costs the time-out once, not once per address); None when none did."""
     return connect_or_refused(hosts, port, timeout)[0]
+
+
+def connect_home(
+    home: Home, query: QueryKey, timeout: float, handshake_timeout: float = HANDSHAKE_TIMEOUT
+) -> SealedSocket:
+    """A proven connection to another executor's receiver service (a home) for ``query``: reached within
+    ``timeout`` (OSError naming the executor and where it was looked for otherwise), then proven within
+    ``handshake_timeout`` (RefusedError when the home does not know the query or its key). What a task reading from
+    a home and a driver asking where partitions end both open."""
+    connected = first_connect(home.hosts, home.port, timeout)
+    if connected is None:
+        raise OSError(f"cannot reach executor {home.executor} at {', '.join(home.hosts)} port {home.port} within "
+                      f"{timeout:g} s")  # fmt: skip
+    sock = connected[1]
+    try:
+        sock.settimeout(handshake_timeout)
+        return client_handshake(sock, query)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def connect_or_refused(

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from eventhubs_spark.amqp.messages import offset_and_time
-from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, first_connect
-from eventhubs_spark.interprocess.sealed_socket import SealedSocket, client_handshake
+from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, connect_home
+from eventhubs_spark.interprocess.sealed_socket import SealedSocket
 from eventhubs_spark.interprocess.service_framing import ENDS, recv, send
 from eventhubs_spark.interprocess.task_ranges import Home, QueryKey
 
@@ -99,10 +98,9 @@ def apply_answer(known: dict[str, Vouch], payload: bytes) -> None:
 class EndsClient:
     """A driver's kept connection to one receiver service, asking where its links' partitions end."""
 
-    def __init__(self, home: Home, query: QueryKey, connect: Callable[..., Any] = first_connect) -> None:
+    def __init__(self, home: Home, query: QueryKey) -> None:
         self.home = home
         self.query = query
-        self._connect_to = connect
         self._conn: SealedSocket | None = None
         self._known: dict[str, Vouch] = {}  # what the service said over this connection, its changes applied
 
@@ -123,21 +121,10 @@ class EndsClient:
             raise
 
     def _connection(self, timeout: float) -> SealedSocket:
-        if self._conn is not None:
-            return self._conn
-        connected = self._connect_to(self.home.hosts, self.home.port, timeout)
-        if connected is None:
-            raise OSError(f"cannot reach executor {self.home.executor} at {', '.join(self.home.hosts)} port "
-                          f"{self.home.port} within {timeout:g} s")  # fmt: skip
-        sock: socket.socket = connected[1]
-        self._known = {}  # a new connection: the service tells everything again
-        try:
-            sock.settimeout(min(timeout, HANDSHAKE_TIMEOUT) if timeout else HANDSHAKE_TIMEOUT)
-            self._conn = client_handshake(sock, self.query)
-        except BaseException:
-            sock.close()
-            raise
-        self._conn.max_frame = MAX_ANSWER + 64
+        if self._conn is None:
+            self._conn = connect_home(self.home, self.query, timeout, min(timeout, HANDSHAKE_TIMEOUT))
+            self._conn.max_frame = MAX_ANSWER + 64
+            self._known = {}  # a new connection: the service tells everything again
         return self._conn
 
     def close(self) -> None:

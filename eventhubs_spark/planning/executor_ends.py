@@ -105,15 +105,14 @@ class KnownEnds:
 
 
 def _vouched(info: PartitionInfo | None, vouch: Vouch | None) -> PartitionInfo | None:
-    """``info`` moved to ``vouch``'s end, or None when the vouch cannot stand for a fresh answer."""
+    """``info`` moved to ``vouch``'s end, or None when the vouch cannot stand for a fresh answer (a vouch for the end
+    ``info`` already has is taken as it is by :meth:`KnownEnds.infos`, before this is called)."""
     if info is None or vouch is None or info.is_empty:
         return None
     if vouch.end < info.end:
         return None  # the link is behind what Event Hubs said before (still reading towards it)
     if info.last_enqueued_sequence_number > geo_segments.SEQ_MASK or vouch.end - 1 > geo_segments.SEQ_MASK:
         return None  # positions with a replication segment: asked, as the planning of segments needs
-    if vouch.end == info.end:
-        return info  # nothing new: the last answer stands (its offset and time are the same event's)
     ms = vouch.enqueued_ms
     when = None if ms is None else dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
     return PartitionInfo(info.id, info.beginning_sequence_number, vouch.end - 1, vouch.offset, when, False)
