@@ -274,6 +274,8 @@ class FrameTap:
         self._chunk = bytearray(_CHUNK)
         self._routes: dict[int, tuple[Any, Any, LinkSink] | None] = {}
         self._touched: set[LinkSink] = set()
+        self._moved: set[LinkSink] = set()  # sinks published to since the connection's driver last asked
+        self._controls = 0  # frames other than transfers and heartbeats since it last asked (a detach among them?)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         # A wake-up never blocks its caller (a task holding a sink's lock): a full pair has one pending anyway.
@@ -296,8 +298,21 @@ class FrameTap:
         touched, self._touched = self._touched, set()
         for sink in touched:
             sink.publish()
-        if touched and self.on_published is not None:
-            self.on_published()
+        if touched:
+            self._moved |= touched
+            if self.on_published is not None:
+                self.on_published()
+
+    def take_moved(self) -> set[LinkSink]:
+        """The sinks events were published to since the last call (their links' credit went down)."""
+        moved, self._moved = self._moved, set()
+        return moved
+
+    def take_controls(self) -> bool:
+        """True when a frame other than a transfer or a heartbeat went to the SDK since the last call: only such
+        a frame (a detach, an end, a close) can have ended a link."""
+        controls, self._controls = self._controls, 0
+        return controls > 0
 
     def close(self) -> None:
         self.publish()
@@ -318,6 +333,7 @@ class FrameTap:
                 # would mean a frame of over 1 GB)
                 if data[pos] == 0x41 and data[pos : pos + 4] == b"AMQP":
                     self._pos = pos + 8
+                    self._controls += 1
                     return 0, (0, data[pos : pos + 8])
                 size, doff, _type, channel = _HEADER(data, pos)
                 if end - pos >= size:
@@ -335,6 +351,7 @@ class FrameTap:
                                 return channel, _EMPTY
                             continue
                     self._routes.clear()  # attach, detach, end...: links may have come or gone
+                    self._controls += 1
                     return channel, sdk_internals.decode_frame(memoryview(data)[body:frame_end])
             if decoded:
                 return 0, _EMPTY  # the SDK notes that frames arrived and asks again

@@ -12,9 +12,11 @@ sinks.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,9 @@ _LOG = logging.getLogger(__name__)
 
 _LISTEN_BATCH = 64  # frames (or runs of decoded transfers) per listen call
 _SIGN_IN_EVERY = 5.0  # seconds between checks of each link's token (renewed when due)
+# Seconds between the reader's passes over every link (its token, credit a wider share of the read-ahead budget
+# allows, a detach): between them a step looks only at the links something happened to (see SharedConnection._step).
+_SWEEP_EVERY = 1.0
 _IDLE_CLOSE = 60.0  # a connection without links closes after this long
 # How long the reader waits on the socket when nothing arrives. Whatever another thread needs of the
 # connection (a link to open or close, credit for a sink that was full) wakes it sooner: a full sink given
@@ -56,10 +61,13 @@ class Link:
         self.consumer: Any = None  # the SDK consumer, made and used on the reader thread only
         self.state = "opening"  # opening | open | closed
         self.signed_in_at = 0.0
+        self.moved: Callable[[Link], None] | None = None  # its connection's: this link's credit needs a look
 
     def on_sdk_message(self, message: Any) -> None:
         """A message the SDK decoded itself (a transfer the tap left to it): kept in its place in the order."""
         self.sink.add_sdk_message(message)
+        if self.moved is not None:
+            self.moved(self)  # it took credit, as a tapped transfer does
 
 
 class SharedConnection:
@@ -73,6 +81,15 @@ class SharedConnection:
         self._connection: Any = None
         self._tap: FrameTap | None = None
         self._links: list[Link] = []
+        # Which links a step looks at (a connection may hold 1,024 of them: a walk over all costs about 3 ms a
+        # time, and a busy connection steps hundreds of times a second): those still opening, and those whose
+        # credit may need topping up (events came, its reader made room, it just opened). Every _SWEEP_EVERY
+        # seconds a step looks at all of them.
+        self._opening: list[Link] = []
+        self._due: set[Link] = set()  # the reader thread's
+        self._roomed: collections.deque[Link] = collections.deque()  # readers made room (any thread)
+        self._link_of: dict[LinkSink, Link] = {}
+        self._swept_at = 0.0
         self._commands: collections.deque[tuple[str, Link]] = collections.deque()  # ("open" | "close", link)
         self._wakeup = threading.Event()
         self._empty_since: float | None = None
@@ -100,10 +117,22 @@ class SharedConnection:
         while self._commands:
             what, link = self._commands.popleft()
             if what == "open":
-                link.sink.on_room = self._wake_reader
+                link.sink.on_room = functools.partial(self._room, link)
+                link.moved = self._mark_due
                 self._links.append(link)
+                self._opening.append(link)
+                self._link_of[link.sink] = link
             else:
                 self._close(link)
+
+    def _mark_due(self, link: Link) -> None:
+        """``link`` took events the tap left to the SDK (on the reader thread): its credit needs a look."""
+        self._due.add(link)
+
+    def _room(self, link: Link) -> None:
+        """``link``'s reader (a task, on its own thread) took events from its full sink: read on at once."""
+        self._roomed.append(link)
+        self._wake_reader()
 
     # -- the reader thread --
     def _run(self) -> None:
@@ -129,20 +158,31 @@ class SharedConnection:
             self._shut_down()
 
     def _step(self) -> None:
-        opening = [x for x in self._links if x.state == "opening"]
-        for link in opening:
+        """Open what is opening, top up credit and renew tokens, read, and see links the service detached.
+
+        Only the links something happened to are looked at: credit moves when events arrive (the tap says which
+        links took some) or a full sink's reader makes room (it says so), and a link is detached only by a frame
+        other than a transfer (the tap counts those). Every :data:`_SWEEP_EVERY` seconds every link is looked at:
+        tokens come due with time, a link closing elsewhere widens every link's share of the read-ahead budget,
+        and whatever else changed unseen is found within that."""
+        opening = bool(self._opening)
+        for link in list(self._opening):
             self._advance(link)
-        if self._tap is not None:
-            self._tap.timeout = 0.002 if opening else _READ_WAIT
+        tap = self._tap
+        if tap is not None:
+            tap.timeout = 0.002 if opening else _READ_WAIT
         connection = self._connection
         if connection is None:
-            if any(x.state == "opening" for x in self._links):
+            if self._opening:
                 return  # the first link is still opening the connection
             self._wakeup.wait(0.2)
             self._wakeup.clear()
             return
         now = time.monotonic()
-        for link in self._links:
+        sweep = now - self._swept_at >= _SWEEP_EVERY
+        if sweep:
+            self._swept_at = now
+        for link in self._to_keep(sweep):
             if link.state == "open":
                 self._keep(link, now)
         try:
@@ -157,11 +197,26 @@ class SharedConnection:
         if closed is not None:
             self._connection_failed(str(closed), closed)
             return
-        for link in self._links:
-            if link.state == "open":
-                error = sdk_internals.link_detached(link.consumer)
-                if error is not None:
-                    self._fail(link, str(error), error)
+        if sweep or self._tap is None or self._tap.take_controls():
+            for link in list(self._links):
+                if link.state == "open":
+                    error = sdk_internals.link_detached(link.consumer)
+                    if error is not None:
+                        self._fail(link, str(error), error)
+
+    def _to_keep(self, sweep: bool) -> list[Link]:
+        """The links whose credit and token this step looks at: all of them in a sweep, else those that took
+        events, were given room or opened since the last step."""
+        due, self._due = self._due, set()
+        while self._roomed:
+            due.add(self._roomed.popleft())
+        if self._tap is not None:
+            link_of = self._link_of
+            for sink in self._tap.take_moved():
+                link = link_of.get(sink)
+                if link is not None:
+                    due.add(link)
+        return list(self._links) if sweep else list(due)
 
     def _advance(self, link: Link) -> None:
         """One step of opening ``link`` (the first link opens the connection itself)."""
@@ -194,6 +249,8 @@ class SharedConnection:
         if ready:
             link.state = "open"
             link.signed_in_at = time.monotonic()
+            self._opening.remove(link)
+            self._due.add(link)
 
     def _keep(self, link: Link, now: float) -> None:
         """Credit while what the link holds stays under its bounds; its token renewed when due."""
@@ -217,6 +274,10 @@ class SharedConnection:
     def _close(self, link: Link) -> None:
         if link in self._links:
             self._links.remove(link)
+        if link in self._opening:
+            self._opening.remove(link)
+        self._due.discard(link)
+        self._link_of.pop(link.sink, None)
         if link.state == "closed":
             return
         link.state = "closed"
@@ -239,7 +300,13 @@ class SharedConnection:
         for link in list(self._links):
             link.sink.fail(error, exc)
             link.state = "closed"
+        self._forget_links()
+
+    def _forget_links(self) -> None:
         self._links = []
+        self._opening = []
+        self._due = set()
+        self._link_of = {}
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
@@ -259,7 +326,7 @@ class SharedConnection:
         self._registry.retire(self, force=True)  # no link opens here any more
         for link in self._links + [link for _, link in self._commands]:
             link.sink.fail("the connection was closed", None)
-        self._links = []
+        self._forget_links()
         self._commands.clear()
         self._drop_connection()
         for client in self._clients.values():

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from eventhubs_spark.amqp import receive_connections
 from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import parse_connection_string
@@ -132,3 +134,56 @@ def test_connections_the_process_no_longer_uses_close(eventhub, monkeypatch):
     receiver.close()
     wait_until(lambda: connection.closed, timeout=10, message="the idle connection retired")  # type: ignore[union-attr]
     assert Connections.key(settings) not in current().connections._by_key
+
+
+@pytest.mark.partitions(16)
+def test_a_step_looks_only_at_links_something_happened_to_and_a_sweep_at_every_link(eventhub, monkeypatch):
+    """A connection may hold 1,024 links; walking all of them every step cost about 3 ms a time at idle (and held the
+    GIL the service's other threads wait on). A step looks at the links events came to; a detach is seen from the
+    frame that brings it, with no sweep; every link's token is still looked at in the periodic sweep."""
+    monkeypatch.setattr(receive_connections, "_SWEEP_EVERY", 3600.0)  # no sweep: only what happened is looked at
+    kept: list[str] = []
+    keep = receive_connections.SharedConnection._keep
+
+    def counting_keep(self, link, now):  # type: ignore[no-untyped-def]
+        kept.append(link.spec.partition)
+        keep(self, link, now)
+
+    monkeypatch.setattr(receive_connections.SharedConnection, "_keep", counting_keep)
+    settings = parse_connection_string(eventhub.connection_string)
+    connections = Connections()  # a connection of its own, driven with the settings above
+    config = ReceiverConfig("$Default", 20, 10.0, True)
+    receivers = [PartitionReceiver(settings, config, str(p), connections) for p in range(16)]
+    try:
+        for r in receivers:
+            r.open_at(0)
+        links = [r._link for r in receivers]
+        wait_until(lambda: all(x.state == "open" for x in links), timeout=30, message="all 16 links open")  # type: ignore[union-attr]
+        time.sleep(1.0)  # the links' first credit is looked at once each
+        kept.clear()
+        send(eventhub.connection_string, [f"e{i}" for i in range(30)], partition_id="5")
+        assert read(receivers[5], 0, 30) == list(range(30))
+        time.sleep(1.0)
+        assert kept and set(kept) == {"5"}, f"only the link events came to was looked at: {sorted(set(kept))}"
+
+        sink = links[9].sink  # type: ignore[union-attr]
+        assert eventhub.emulator.detach_receivers(eventhub.name, "9") == 1
+        wait_until(lambda: sink.error is not None, timeout=5, message="the detach seen from its frame, no sweep")
+        assert all(x.sink.error is None for i, x in enumerate(links) if i != 9)  # type: ignore[union-attr]
+
+        renewed: set[str] = set()
+        signed_in = receive_connections.sdk_internals.keep_signed_in
+
+        def renewing(consumer):  # type: ignore[no-untyped-def]
+            renewed.add(next(x.spec.partition for x in links if x.consumer is consumer))  # type: ignore[union-attr]
+            signed_in(consumer)
+
+        monkeypatch.setattr(receive_connections.sdk_internals, "keep_signed_in", renewing)
+        monkeypatch.setattr(receive_connections, "_SIGN_IN_EVERY", 0.0)
+        monkeypatch.setattr(receive_connections, "_SWEEP_EVERY", 0.3)
+        receivers[0]._connection._wake_reader()  # type: ignore[union-attr]
+        want = {str(p) for p in range(16) if p != 9}
+        wait_until(lambda: renewed >= want, timeout=10, message="every open link's token looked at by a sweep")
+    finally:
+        for r in receivers:
+            r.close()
