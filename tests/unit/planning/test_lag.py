@@ -31,6 +31,33 @@ def test_lag_files_round_trip_and_keep_the_newest(tmp_path):
     assert len(kept) == KEEP_FILES and kept[-1].at == at(KEEP_FILES + 4)
 
 
+def test_a_restarted_query_keeps_the_newest_files_counting_those_an_earlier_run_wrote(tmp_path):
+    """The folder is listed once, at a writer's first file; after that it counts the files it writes."""
+    lag, _ = tracker()
+    report = lag.observe({"0": 5}, {"0": info("0", 8, at(3))}, True)
+    earlier = LagFiles(str(tmp_path), "hub")
+    for i in range(3):
+        earlier.write(LagReport("hub", at(i), report.partitions))
+    later = LagFiles(str(tmp_path), "hub")  # a restart: a new driver process, the same location
+    for i in range(10, 10 + KEEP_FILES):
+        later.write(LagReport("hub", at(i), report.partitions))
+    kept = later.reports()
+    assert len(kept) == KEEP_FILES and kept[0].at == at(10) and kept[-1].at == at(KEEP_FILES + 9)
+
+
+def test_a_trigger_file_says_each_time_in_the_zone_it_was_given():
+    from datetime import timedelta, timezone
+
+    lag, _ = tracker()
+    report = lag.observe({"0": 5}, {"0": info("0", 8, at(3))}, True)
+    (figures,) = report.partitions.values()
+    utc, plus_one = at(3), at(3).astimezone(timezone(timedelta(hours=1)))
+    assert utc == plus_one
+    for when in (utc, plus_one, utc):  # equal times, two texts: each said as given
+        figures.last_enqueued = when
+        assert figures.to_json()["lastEnqueuedTime"] == when.isoformat()
+
+
 def test_checkpoint_locations_in_azure_storage_name_their_container_and_path():
     from eventhubs_spark.checkpoints.blob import blob_location
 
