@@ -248,7 +248,11 @@ class QueryDriver:
                 # a JVM said a task runs in it; its service is awaited for MAX_SETTLE seconds from then, no longer
                 # (a service starts cold in a few seconds; an executor killed before its service came never sends one)
                 awaited = [j for j, since in self._expected.items() if j not in announced and now - since < MAX_SETTLE]
-                settled = self._services and (quiet >= SETTLE or self._local()) and not awaited
+                # services dropped as unreachable count as come: a task is not held while the driver waits for a
+                # service that is already there (every task of every batch waited MAX_SETTLE behind a firewall on
+                # the homes' ports, with the driver's port open)
+                came = self._services or self._dropped
+                settled = came and (quiet >= SETTLE or self._local()) and not awaited
                 if settled or now - asked >= MAX_SETTLE:
                     break
                 wait = MAX_SETTLE - (now - asked)

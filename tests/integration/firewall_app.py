@@ -4,7 +4,9 @@ by the test or the bench: ``ip netns exec NS python -m tests.integration.firewal
 Everything runs in the namespace (the emulator in this process, Spark's driver and executors), on its loopback.
 The driver's channel listens on :data:`PORT`. The plan says when an ``nftables`` rule drops every packet to that
 port: ``mid`` adds it after :data:`BEFORE` micro-batches and takes it away :data:`DROPPED` seconds later;
-``always`` has it from the start; ``none`` never; ``homes-off`` never, with ``eventhubs.partitionHomes=false``;
+``always`` has it from the start; ``homes-mid`` drops the homes' ports (eventhubs.executorPorts: where tasks and the
+driver reach the executors' receiver services) instead, after :data:`BEFORE` micro-batches, for :data:`DROPPED`
+seconds; ``none`` never; ``homes-off`` never, with ``eventhubs.partitionHomes=false``;
 ``bare`` has it from the start with homes and the receiver service off (what a sandbox leaves); ``all`` has it
 from the start, drops the homes' ports (eventhubs.executorPorts) too, and leaves the receiver service no place to
 start (the executors' private socket directory is a symbolic link, which the connector refuses): every
@@ -90,6 +92,10 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
         nft("add", "rule", "inet", "firewall", "input", "tcp", "dport", str(PORT), "drop")
         return time.time()
 
+    def drop_homes() -> float:
+        nft("add", "rule", "inet", "firewall", "input", "tcp", "dport", f"{HOMES[0]}-{HOMES[1]}", "drop")
+        return time.time()
+
     def allow() -> float:
         nft("flush", "chain", "inet", "firewall", "input")
         return time.time()
@@ -118,7 +124,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
     if plan in ("always", "bare", "all"):
         result["dropped"] = drop()
     if plan == "all":
-        nft("add", "rule", "inet", "firewall", "input", "tcp", "dport", f"{HOMES[0]}-{HOMES[1]}", "drop")
+        drop_homes()
     extra = {
         "homes-off": {"eventhubs.partitionHomes": "false"},
         "bare": {"eventhubs.partitionHomes": "false", "eventhubs.receiverService": "off"},
@@ -149,13 +155,17 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
             started = len([p for p in progress if p["numInputRows"]]) >= BEFORE
             if plan == "mid" and "dropped" not in result and started:
                 result["dropped"] = drop()
+            if plan == "homes-mid" and "dropped" not in result and started:
+                result["dropped"] = drop_homes()
             if plan == "flood" and flooder is None and started:
                 flooder = threading.Thread(target=flood, args=(result,), daemon=True)
                 flooder.start()
             dropped = float(result.get("dropped", time.time()))  # type: ignore[arg-type]
-            if plan == "mid" and "allowed" not in result and time.time() - dropped >= DROPPED:
+            if plan in ("mid", "homes-mid") and "allowed" not in result and time.time() - dropped >= DROPPED:
                 result["allowed"] = allow()
-            waiting = (plan == "mid" and "allowed" not in result) or (plan == "flood" and "flood_ended" not in result)
+            waiting = (plan in ("mid", "homes-mid") and "allowed" not in result) or (
+                plan == "flood" and "flood_ended" not in result
+            )
             if done >= total and not waiting:
                 break
             time.sleep(0.2)
@@ -165,7 +175,7 @@ def main(out: str, plan: str = "mid", partitions: str = str(PARTITIONS), events:
             time.sleep(RECHECK + 5)
         batches = [
             {"batch": p["batchId"], "start": p["timestamp"], "rows": p["numInputRows"],
-             "ms": p["durationMs"].get("triggerExecution", 0)}
+             "ms": p["durationMs"].get("triggerExecution", 0), "latestOffset": p["durationMs"].get("latestOffset", 0)}
             for p in query.recentProgress
         ]  # fmt: skip
     finally:

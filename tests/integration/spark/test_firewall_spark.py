@@ -50,6 +50,7 @@ def _run(tmp_path: Path, plan: str, events: int) -> dict:
         subprocess.run(["ip", "netns", "del", name], check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads((tmp_path / "result.json").read_text())
+    result["driver_said"] = [line for line in done.stderr.splitlines() if "eventhubs" in line]
     rows = sorted(map(tuple, result["rows"]))
     assert rows == sorted((str(p), s) for p in range(PARTITIONS) for s in range(events)), "every event once"
     return result  # type: ignore[no-any-return]
@@ -73,6 +74,26 @@ def test_a_driver_port_dropped_mid_stream_costs_one_probe_per_process_and_loses_
     assert any("cannot be reached from this process" in line for line in said), said  # found out, and said
     assert any("can be reached again" in line for line in said), said  # the re-check found the way open again
     assert allowed - dropped >= 25
+
+
+def test_homes_ports_dropped_mid_stream_cost_the_driver_one_wait_for_ends_and_lose_nothing(tmp_path):
+    """A running stream's driver asks the executors' receiver services where partitions end, on the homes' ports
+    (eventhubs.executorPorts). With those ports dropped mid-stream (the driver's open), a question waits out its
+    second at most once, the trigger asks Event Hubs instead, and the service is not asked again for a minute; tasks
+    whose home went silent read in their worker, the homes are dropped, and later tasks read through their own
+    executor's service at once (each waited 10 s for a home that would not come): every event once."""
+    from tests.integration.firewall_app import EVENTS
+
+    result = _run(tmp_path, "homes-mid", EVENTS)
+    dropped, allowed = result["dropped"], result["allowed"]
+    behind = [b for b in result["batches"] if b["rows"] and dropped < _at(b["start"]) < allowed]
+    assert len(behind) >= 5, "the stream went on reading behind the firewall"
+    waited = [b["latestOffset"] for b in behind if b["latestOffset"] >= 900]
+    assert len(waited) <= 2, f"a service that did not answer is not asked again for a minute: {waited}"
+    # found out either way: a question about the ends that went unanswered, or the services dropped as homes first
+    said = [line for line in result["driver_said"]
+            if "did not say where its partitions end" in line or "it is no longer a home" in line]  # fmt: skip
+    assert said, result["driver_said"][-20:]
 
 
 def test_every_restriction_at_once_leaves_a_stream_that_reads_each_event_once(tmp_path):

@@ -89,3 +89,28 @@ def test_a_first_batch_awaits_an_executor_whose_service_never_came_for_the_settl
         assert _ask_home(driver, "3")["home"]["executor"] == "b"
     finally:
         driver.close()
+
+
+def test_a_task_is_not_held_for_services_already_there_but_dropped_as_unreachable(monkeypatch):
+    """Behind a firewall on the homes' ports (the driver's open), every service is dropped as unreachable; a task
+    then asks the driver for its partition's home, as a first batch's does. It waited the whole settling time for a
+    service to come (10 s in every task of every batch, a stream of 0.6 s batches at 20-30 s): the dropped ones
+    have come, so the answer is at once, and no home."""
+    from eventhubs_spark.planning import partition_homes
+    from eventhubs_spark.planning.partition_homes import SETTLE
+
+    monkeypatch.setattr(partition_homes, "_reaches", lambda home: False)  # the driver cannot reach them either
+    clock = Clock()
+    driver = QueryDriver("hub", clock=clock, bind="127.0.0.1")
+    try:
+        for executor, port in (("a", 1001), ("b", 1002)):
+            driver.handle({"kind": "coming", "jvm": f"host:{port}"})
+            driver.handle(_service(executor, port))
+        clock.now += SETTLE + 1
+        assert _ask_home(driver, "0")["home"]["executor"] in ("a", "b")
+        for executor in ("a", "b"):
+            driver.handle({"kind": "home_unreachable", "executor": executor, "host": "h", "why": "dropped"})
+        assert driver.unreachable() == {"a", "b"} and driver.homes(["0"]) == {}
+        assert _ask_home(driver, "0") == {}, "no home, at once"
+    finally:
+        driver.close()
