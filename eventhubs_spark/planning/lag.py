@@ -440,6 +440,13 @@ class LagFiles:
         self._sub = f"{FILE_DIRECTORY}/{hub}"
         self._written: collections.deque[Path] | None = None  # the trigger files there, oldest first (see write)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the files written: the stream reader that holds this goes to every task, and up to 100 paths
+        would go with it (a driver that gets it back lists the folder again)."""
+        state = self.__dict__.copy()
+        state["_written"] = None
+        return state
+
     @property
     def directory(self) -> Path:
         """Where the driver writes them (a local path)."""

@@ -43,6 +43,12 @@ def test_a_restarted_query_keeps_the_newest_files_counting_those_an_earlier_run_
         later.write(LagReport("hub", at(i), report.partitions))
     kept = later.reports()
     assert len(kept) == KEEP_FILES and kept[0].at == at(10) and kept[-1].at == at(KEEP_FILES + 9)
+    import pickle
+
+    shipped = pickle.loads(pickle.dumps(later))  # as the stream reader goes to tasks: without the files written
+    assert shipped._written is None and len(pickle.dumps(later)) < 1000
+    shipped.write(LagReport("hub", at(500), report.partitions))
+    assert len(shipped.reports()) == KEEP_FILES, "a copy lists the folder again before it trims"
 
 
 def test_a_trigger_file_says_each_time_in_the_zone_it_was_given():
