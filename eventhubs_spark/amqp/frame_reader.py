@@ -280,7 +280,6 @@ class FrameTap:
         self._wake_r.setblocking(False)
         # A wake-up never blocks its caller (a task holding a sink's lock): a full pair has one pending anyway.
         self._wake_w.setblocking(False)
-        self.on_published: Callable[[], None] | None = None
         # How long a read waits for bytes (the connection's driver shortens it while links open, when
         # every answer is awaited by a step that comes after the read).
         self.timeout = 0.2
@@ -300,8 +299,6 @@ class FrameTap:
             sink.publish()
         if touched:
             self._moved |= touched
-            if self.on_published is not None:
-                self.on_published()
 
     def take_moved(self) -> set[LinkSink]:
         """The sinks events were published to since the last call (their links' credit went down)."""

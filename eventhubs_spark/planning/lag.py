@@ -76,11 +76,9 @@ class PartitionLag:
     stalled: str | None = None  # why, when stalled
 
     def to_json(self) -> dict[str, Any]:
-        show = geo_segments.show
-        plain = geo_segments.SEQ_MASK
         return {
-            "committed": str(self.committed) if 0 <= self.committed <= plain else show(self.committed),
-            "latest": str(self.latest) if 0 <= self.latest <= plain else show(self.latest),
+            "committed": geo_segments.show(self.committed),
+            "latest": geo_segments.show(self.latest),
             "eventsBehind": self.events,
             "secondsBehind": None if self.seconds is None else round(self.seconds, 6),
             "lastEnqueuedTime": _iso(self.last_enqueued),

@@ -60,9 +60,11 @@ def of_offset(offset: object) -> int:
 
 
 def show(position: int) -> str:
-    """A position for people: ``"42"``, or ``"2:42"`` (segment 2, sequence number 42)."""
-    segment = segment_of(position)
-    return str(position) if segment < 0 else f"{segment}:{seq_of(position)}"
+    """A position for people: ``"42"``, or ``"2:42"`` (segment 2, sequence number 42). A trigger's lag file shows
+    two a partition (2,048 at 1,024 partitions): a plain one goes straight to text."""
+    if position <= SEQ_MASK:
+        return str(position)
+    return f"{segment_of(position)}:{seq_of(position)}"
 
 
 def parse(text: str) -> int:
