@@ -21,7 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from eventhubs_spark.auth.storage import local_path
+from eventhubs_spark.planning import offset_ranges
+from eventhubs_spark.planning.lag_columns import (
+    InfoColumns,
+    LagColumns,
+    MovingColumns,
+    ReadColumns,
+    exact_micros,
+    number_order,
+)
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
 
@@ -31,7 +42,8 @@ FILE_DIRECTORY = "eventhubs-lag"  # under the query's checkpoint location, one f
 
 
 def _micros(when: dt.datetime) -> int:
-    return int((when - dt.datetime(1970, 1, 1, tzinfo=UTC)).total_seconds() * 1_000_000)
+    """Microseconds since 1970 (UTC), exactly, as the array path counts them (:func:`exact_micros`)."""
+    return exact_micros(when)
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -105,13 +117,75 @@ class PartitionLag:
         )
 
 
-@dataclass(frozen=True)
 class LagReport:
-    """A trigger's figures for one hub: per partition, and summed up under the Kafka source's names."""
+    """A trigger's figures for one hub: per partition, and summed up under the Kafka source's names.
 
-    hub: str
-    at: dt.datetime
-    partitions: Mapping[str, PartitionLag]
+    Made either from per-partition figures (``partitions``), or by the tracker from arrays (``columns``,
+    :class:`~eventhubs_spark.planning.lag_columns.LagColumns`), whose per-partition figures are made only when
+    asked for: a trigger's progress report and summary come from the arrays."""
+
+    __slots__ = ("_columns", "_partitions", "at", "hub")
+
+    def __init__(self, hub: str, at: dt.datetime, partitions: Mapping[str, PartitionLag] | None = None,
+                 columns: LagColumns | None = None) -> None:  # fmt: skip
+        self.hub = hub
+        self.at = at
+        self._partitions = partitions
+        self._columns = columns
+
+    @property
+    def partitions(self) -> Mapping[str, PartitionLag]:
+        """Each partition's figures, in the order they were worked out."""
+        if self._partitions is None:
+            columns = self._columns
+            keys = columns.keys if columns is not None else ()
+            self._partitions = {p: self._made(i) for i, p in enumerate(keys)}
+        return self._partitions
+
+    def _made(self, i: int) -> PartitionLag:
+        """The figures of the ``i``-th partition of the columns."""
+        columns = self._columns
+        assert columns is not None
+        p, info = columns.keys[i], columns.infos[i]
+        events = int(columns.events[i])
+        last_enqueued = None if info.is_empty else info.last_enqueued_time
+        last_read = _time(int(columns.read_time[i])) if columns.read_known[i] else None
+        seconds: float | None = float(columns.seconds[i])
+        if events == 0:
+            last_read = last_read or last_enqueued
+        elif seconds != seconds:
+            seconds = None
+        return PartitionLag(p, int(columns.committed[i]), int(columns.latest[i]), events, seconds, last_enqueued,
+                            last_read, columns.stalled.get(p))  # fmt: skip
+
+    def partition(self, p: str) -> PartitionLag:
+        """One partition's figures."""
+        columns = self._columns
+        if self._partitions is None and columns is not None:
+            return self._made(columns.keys.index(p))
+        return self.partitions[p]
+
+    def stalled(self) -> dict[str, str]:
+        """The stalled partitions and why, in the order they were worked out."""
+        if self._partitions is None and self._columns is not None:
+            return dict(self._columns.stalled)
+        return {p: v.stalled for p, v in self.partitions.items() if v.stalled}
+
+    def figures(self) -> tuple[object, ...]:
+        """What tells two triggers' figures apart (a lag file is written again when they differ)."""
+        if self._partitions is None and self._columns is not None:
+            return self._columns.figures()
+        return tuple((p, v.events, v.seconds, v.stalled) for p, v in sorted(self.partitions.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LagReport):
+            return NotImplemented
+        return (self.hub, self.at, dict(self.partitions)) == (other.hub, other.at, dict(other.partitions))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LagReport(hub={self.hub!r}, at={self.at!r}, partitions={dict(self.partitions)!r})"
 
     def ordered(self) -> list[tuple[str, PartitionLag]]:
         """The partitions' figures in partition order."""
@@ -120,6 +194,8 @@ class LagReport:
     def summary(self) -> dict[str, Any]:
         """``avg/max/minOffsetsBehindLatest`` as the Kafka source names them (events here), the same in
         seconds (None while any partition's time is unknown), and the stalled partitions."""
+        if self._partitions is None and self._columns is not None:
+            return self._columns.summary()
         events = [p.events for p in self.partitions.values()]
         seconds = [p.seconds for p in self.partitions.values() if p.seconds is not None]
         if len(seconds) < len(self.partitions):
@@ -137,6 +213,9 @@ class LagReport:
 
     def progress(self) -> dict[str, Any]:
         """What a progress report carries: the summary, and each partition's events and seconds behind."""
+        if self._partitions is None and self._columns is not None:
+            events, seconds = self._columns.per_partition()
+            return {**self._columns.summary(), "eventsBehindLatest": events, "secondsBehindLatest": seconds}
         ordered = self.ordered()
         return {
             **self.summary(),
@@ -216,17 +295,27 @@ class LagTracker:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], dt.datetime] = field(default=lambda: dt.datetime.now(UTC))
     _read: dict[str, tuple[int, int]] = field(default_factory=dict)  # partition -> (position, its event's time)
-    # partition -> (the time in _read, as a datetime): made when a task says it, not when a trigger plans
+    # partition -> (the time in _read, as a datetime), for the loop path (see observe)
     _read_when: dict[str, tuple[int, dt.datetime]] = field(default_factory=dict)
     _done: dict[str, int] = field(default_factory=dict)  # partition -> the furthest end a task said it read
     _moving: dict[str, _Moving] = field(default_factory=dict)
     _inflight: dict[str, tuple[int, int]] = field(default_factory=dict)  # the running batch's ranges
     _inflight_since: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # the array path's state (lag_columns): the last trigger's partitions as arrays; _moving then holds only the
+    # partitions outside them (a partition that left, in ownership mode, keeps its state for when it comes back)
+    _infos_columns: InfoColumns | None = None
+    _read_columns: ReadColumns | None = None
+    _reads_changed: bool = True  # a task said something since _read_columns were made
+    _moving_columns: MovingColumns | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        """Without the lock, and without the array path's state: the stream reader that holds this goes to every
+        task, and a 1,024-partition hub's arrays (and properties) would go with it; a copy works them out again."""
         state = self.__dict__.copy()
         state.pop("_lock")
+        state.update(_moving=self._moving_states(), _moving_columns=None, _infos_columns=None, _read_columns=None,
+                     _reads_changed=True)  # fmt: skip
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -239,7 +328,6 @@ class LagTracker:
         with self._lock:
             self._done[partition] = max(end, self._done.get(partition, end))
         self._know(partition, end, enqueued_micros)
-        self._when(partition, enqueued_micros)  # here, while the batch runs, rather than in the next trigger
 
     def known_reads(self) -> dict[str, tuple[int, int]]:
         """Each partition's furthest end whose previous event's enqueued time is known (µs)."""
@@ -252,6 +340,7 @@ class LagTracker:
             known = self._read.get(partition)
             if known is None or end >= known[0]:
                 self._read[partition] = (end, enqueued_micros)
+                self._reads_changed = True
 
     def _when(self, partition: str, micros: int) -> dt.datetime:
         """``micros`` as a datetime, kept per partition: a trigger asks it of every partition the query read to."""
@@ -282,10 +371,35 @@ class LagTracker:
     def planned(self, end: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         """A trigger planned to read up to ``end``: where that is a partition's end, the last event it reads
         is the partition's last enqueued one, whose time the properties gave."""
-        for p, position in end.items():
-            info = infos.get(p)
-            if info is not None and not info.is_empty and position == info.end and info.last_enqueued_time:
-                self._know(p, position, _micros(info.last_enqueued_time))
+        keys = tuple(end)
+        columns = InfoColumns.of(keys, infos, self._infos_columns) if len(keys) >= offset_ranges.ARRAYS_FROM else None
+        try:
+            stop = np.fromiter(end.values(), np.int64, len(keys)) if columns is not None else None
+        except (OverflowError, TypeError, ValueError):
+            stop = None
+        if columns is None or stop is None:
+            for p, position in end.items():
+                info = infos.get(p)
+                if info is not None and not info.is_empty and position == info.end and info.last_enqueued_time:
+                    self._know(p, position, _micros(info.last_enqueued_time))
+            return
+        self._infos_columns = columns
+        at_end = (stop == columns.last + 1) & columns.has_time
+        read = self._read_columns
+        if read is not None and read.keys == keys:  # known already (a quiet partition, trigger after trigger)
+            at_end &= ~(read.known & (read.position == stop) & (read.time == columns.time))
+        chosen = np.flatnonzero(at_end).tolist()
+        if not chosen:
+            return
+        times = columns.time
+        with self._lock:
+            known_reads = self._read
+            for i in chosen:
+                p, position = keys[i], int(stop[i])
+                known = known_reads.get(p)
+                if known is None or position >= known[0]:
+                    known_reads[p] = (position, int(times[i]))
+                    self._reads_changed = True
 
     def observe(
         self,
@@ -297,17 +411,125 @@ class LagTracker:
         """This trigger's figures: ``committed`` is where the query's reading of each partition stands (the
         batch about to be planned starts there); ``batch_planned``: the last trigger planned a batch (a
         partition that did not move through it counts one batch towards a stall); ``cause``: why a
-        partition might be stalled, where the caller knows."""
+        partition might be stalled, where the caller knows.
+
+        Worked out over arrays (:mod:`~eventhubs_spark.planning.lag_columns`) from
+        :data:`~eventhubs_spark.planning.offset_ranges.ARRAYS_FROM` partitions where every partition's position is
+        a plain sequence number and has properties, one partition after another otherwise: the same figures."""
         now = self.clock()
         with self._lock:
             self._inflight = {}  # a new trigger: the batch before it is done
             reads = dict(self._read)  # one lock a trigger, not one a partition (1,024 of them on a big hub)
+            changed, self._reads_changed = self._reads_changed, False
+        report = None
+        if len(committed) >= offset_ranges.ARRAYS_FROM:
+            report = self._observe_columns(committed, infos, batch_planned, cause, now, reads, changed)
+        if report is None:
+            self._reads_changed = True  # the arrays missed these reads
+            report = self._observe_each(committed, infos, batch_planned, cause, now, reads)
+        return report
+
+    def _observe_columns(
+        self,
+        committed: Mapping[str, int],
+        infos: Mapping[str, PartitionInfo],
+        batch_planned: bool,
+        cause: Callable[[str], str | None],
+        now: float,
+        reads: dict[str, tuple[int, int]],
+        changed: bool,
+    ) -> LagReport | None:
+        """:meth:`observe` over arrays; None where it cannot be (a geo-replicated hub's positions, a partition
+        without properties)."""
+        keys = tuple(committed)
+        try:
+            position = np.fromiter(committed.values(), np.int64, len(keys))
+        except (OverflowError, TypeError, ValueError):
+            return None
+        columns = InfoColumns.of(keys, infos, self._infos_columns)
+        if columns is None:
+            return None
+        self._infos_columns = columns
+        read = self._read_columns
+        if read is None or read.keys != keys or changed:
+            read = self._read_columns = ReadColumns(keys, reads)
+        moving = self._moving_for(keys)
+        end = columns.last + 1
+        ahead = end > position
+        events = np.where(ahead, end - position, 0)
+        read_known = read.known & (read.position == position)
+        seconds = np.full(len(keys), np.nan)
+        seconds[~ahead] = 0.0
+        timed = ahead & read_known & columns.has_time
+        seconds[timed] = np.maximum((columns.time[timed] - read.time[timed]) / 1e6, 0.0)
+        # a partition that moved, or has nothing waiting, or is new: a new start (as _Moving in the loop)
+        reset = ~moving.present | (moving.position != position) | ~ahead
+        moving.position[reset] = position[reset]
+        moving.since[reset] = now
+        moving.batches[reset] = 0
+        moving.said[reset] = False
+        moving.present[:] = True
+        held = ~reset
+        if batch_planned:
+            moving.batches[held] += 1
+        late = held & ((moving.batches >= self.stalled_batches) | (now - moving.since >= self.stalled_after))
+        stalled: dict[str, str] = {}
+        for i in np.flatnonzero(late).tolist():
+            p = keys[i]
+            why = cause(p) or "cause unknown: no failure was reported for it"
+            stalled[p] = (f"{int(events[i])} events waiting, no progress for {int(moving.batches[i])} batches and "
+                          f"{now - float(moving.since[i]):.0f} s; {why}")  # fmt: skip
+        figures = LagColumns(keys, columns.infos, position, np.where(ahead, end, position), events, seconds,
+                             read_known, read.time, stalled, number_order(keys))  # fmt: skip
+        return LagReport(self.hub, self.wall(), columns=figures)
+
+    def _moving_for(self, keys: tuple[str, ...]) -> MovingColumns:
+        """The stall state of ``keys`` as arrays, taken over from the loop's per-partition state when the partitions
+        are not those of the last trigger."""
+        moving = self._moving_columns
+        if moving is not None and moving.keys == keys:
+            return moving
+        self._moving_back()
+        moving = self._moving_columns = MovingColumns.empty(keys)
+        for i, p in enumerate(keys):
+            state = self._moving.pop(p, None)
+            if state is not None:
+                moving.position[i], moving.since[i], moving.batches[i] = state.position, state.since, state.batches
+                moving.said[i] = state.said
+                moving.present[i] = True
+        return moving
+
+    def _moving_back(self) -> None:
+        """The arrays' stall state back to per-partition state (the loop's, and the partitions a trigger left)."""
+        self._moving = self._moving_states()
+        self._moving_columns = None
+
+    def _moving_states(self) -> dict[str, _Moving]:
+        """Every partition's stall state, one object a partition (a new dict; the arrays are left as they are)."""
+        states = dict(self._moving)
+        moving = self._moving_columns
+        if moving is not None:
+            for i in np.flatnonzero(moving.present).tolist():
+                states[moving.keys[i]] = _Moving(int(moving.position[i]), float(moving.since[i]),
+                                                 int(moving.batches[i]), bool(moving.said[i]))  # fmt: skip
+        return states
+
+    def _observe_each(
+        self,
+        committed: Mapping[str, int],
+        infos: Mapping[str, PartitionInfo],
+        batch_planned: bool,
+        cause: Callable[[str], str | None],
+        now: float,
+        reads: dict[str, tuple[int, int]],
+    ) -> LagReport:
+        """:meth:`observe` one partition after another (a geo-replicated hub; a partition without properties)."""
+        self._moving_back()
         out: dict[str, PartitionLag] = {}
         count = geo_segments.count
         plain = geo_segments.SEQ_MASK
         moving_of = self._moving
         when = self._when
-        # one pass a partition, with no call a partition where nothing is late: 1,024 partitions every trigger
         for p, position in committed.items():
             info = infos.get(p)
             if info is None:
@@ -356,13 +578,18 @@ class LagTracker:
     def newly_stalled(self, report: LagReport) -> list[PartitionLag]:
         """The stalled partitions not said before (each is said once until it moves again)."""
         out = []
-        for p, lag in report.partitions.items():
-            if not lag.stalled:
+        columns = self._moving_columns
+        for p in report.stalled():
+            i = columns.index.get(p) if columns is not None else None
+            if columns is not None and i is not None:
+                if not columns.said[i]:
+                    columns.said[i] = True
+                    out.append(report.partition(p))
                 continue
             moving = self._moving.get(p)
             if moving is not None and not moving.said:
                 moving.said = True
-                out.append(lag)
+                out.append(report.partition(p))
         return out
 
 

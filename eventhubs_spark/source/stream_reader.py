@@ -262,7 +262,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, lag.partition, lag.stalled)
         if self._lag_files is None:
             return
-        figures = tuple((p, v.events, v.seconds, v.stalled) for p, v in sorted(report.partitions.items()))
+        figures = report.figures()
         now = time.monotonic()
         last = self._lag_written
         if planned or last is None or last[0] != figures or now - last[1] >= LAG_FILE_EVERY:

@@ -89,3 +89,25 @@ def test_partitions_on_vouched_ends_are_asked_again_once_their_answer_is_old_a_s
     calls = len(hub.calls)
     known.infos(ids, vouches, hub.ask)
     assert len(hub.calls) == calls, "all young again"
+
+
+def test_a_quiet_trigger_vouched_for_as_the_last_one_gets_the_same_properties_until_a_refresh_is_due():
+    clock, hub = Clock(), Hub({"0": 10, "1": 20})
+    known = KnownEnds(clock)
+    known.asked_all(hub.ask(["0", "1"]))
+    ids = ["0", "1"]
+    vouches = {"0": Vouch(12, "1200", 1_767_225_600_000), "1": Vouch(20, "x", None)}
+    first = known.infos(ids, dict(vouches), hub.ask)
+    assert first["0"].end == 12 and known.asked == 0
+    again = known.infos(list(ids), dict(vouches), hub.ask)
+    assert again is first and (known.vouched, known.asked) == (2, 0), "nothing new: the same objects, nothing asked"
+    moved = known.infos(ids, {**vouches, "1": Vouch(21, "2100", None)}, hub.ask)
+    assert moved is not first and moved["1"].end == 21 and moved["0"] is first["0"]
+    assert known.infos(ids, {"0": vouches["0"]}, hub.ask)["1"].end == 20 and hub.calls[-1] == ["1"], "unvouched: asked"
+    steady = {"0": vouches["0"], "1": Vouch(20, "x", None)}
+    known.infos(ids, steady, hub.ask)
+    assert known.infos(ids, dict(steady), hub.ask) is known.last
+    calls = len(hub.calls)
+    clock.now += REFRESH_AFTER
+    known.infos(ids, dict(steady), hub.ask)
+    assert len(hub.calls) == calls + 1, "a refresh due: the oldest answer is asked again, vouches or not"

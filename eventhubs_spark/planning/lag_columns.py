@@ -1,0 +1,205 @@
+"""A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.planning.lag.LagTracker`
+works them out on a hub whose positions are plain sequence numbers (every hub but a geo-replicated one).
+
+Why arrays: the driver works the figures out in every trigger, for every partition, on the stream runner's one
+thread that Spark waits on. At 1,024 partitions a loop building a figures object a partition was half of a
+trigger's planning (about 2 ms of 4 in the runner), ten times the same loop at 32 partitions. Here a trigger costs
+a few array operations and no object a partition: the per-partition figures are made only when something reads
+them one by one (a lag file, the driver's INFO line, a stalled partition's warning); the progress report, the
+summary and the stall decisions come from the arrays.
+
+What stays in Python objects, and why: the partition properties (one frozen object a partition, made by the
+management client or by the executors' vouches; only those that changed since the last trigger are read again,
+:class:`InfoColumns`), and the tasks' reads (a dict the driver's channel threads write as tasks finish;
+:class:`ReadColumns` takes them over when they changed). A geo-replicated hub, or a trigger whose properties lack
+a partition it plans, keeps the loop (:meth:`~eventhubs_spark.planning.lag.LagTracker.observe`'s other path),
+which is also what the tests compare this with.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def exact_micros(when: dt.datetime) -> int:
+    """Microseconds since 1970 (UTC), exactly (an integer division of the timedelta, not a float)."""
+    return (when - _EPOCH) // _MICROSECOND
+
+
+class InfoColumns:
+    """Partition properties, in the order of ``keys``, as arrays: each partition's last enqueued sequence number
+    (``last``) and its last enqueued time in µs (``time``; ``has_time``: known and the partition not empty).
+
+    Made again each trigger only for the partitions whose properties object changed: a Trigger.AvailableNow run
+    plans every batch from the same objects, and a running stream's vouched ends keep the object of every
+    partition that did not move."""
+
+    __slots__ = ("has_time", "infos", "keys", "last", "time")
+
+    def __init__(self, keys: tuple[str, ...], infos: list[PartitionInfo]) -> None:
+        n = len(keys)
+        self.keys = keys
+        self.infos = infos
+        self.last = np.empty(n, np.int64)
+        self.time = np.zeros(n, np.int64)
+        self.has_time = np.zeros(n, bool)
+        self._take(range(n))
+
+    def _take(self, indexes: Sequence[int] | range) -> None:
+        infos, last, time, has_time = self.infos, self.last, self.time, self.has_time
+        for i in indexes:
+            info = infos[i]
+            last[i] = info.last_enqueued_sequence_number
+            when = info.last_enqueued_time
+            if info.is_empty or when is None:
+                has_time[i] = False
+                time[i] = 0
+            else:
+                has_time[i] = True
+                time[i] = exact_micros(when)
+
+    @classmethod
+    def of(cls, keys: tuple[str, ...], infos: Mapping[str, PartitionInfo],
+           previous: InfoColumns | None) -> InfoColumns | None:  # fmt: skip
+        """The columns of ``infos`` for ``keys``, reusing ``previous`` where its objects are the same; None when a
+        partition of ``keys`` has no properties, or a position has a replication segment (the loop's cases)."""
+        try:
+            objects = list(map(infos.__getitem__, keys))
+        except KeyError:
+            return None
+        if previous is not None and previous.keys == keys:
+            changed = np.flatnonzero(np.fromiter(map(operator.is_not, objects, previous.infos), bool, len(keys)))
+            if len(changed):
+                previous.infos = objects
+                try:
+                    previous._take(changed.tolist())
+                except OverflowError:  # a number past 64 bits: these columns are half made, never used again
+                    previous.keys = ()
+                    return None
+            columns = previous
+        else:
+            try:
+                columns = cls(keys, objects)
+            except OverflowError:
+                return None
+        if len(keys) and int(columns.last.max()) >= geo_segments.SEQ_MASK:
+            return None  # a position with a replication segment: counted across segments by the loop
+        return columns
+
+
+_UNKNOWN = (-1, 0)  # no read said for the partition
+
+
+class ReadColumns:
+    """Where the tasks' reading of each partition (in the order of ``keys``) ended, and the enqueued time (µs) of
+    the event before it: the tracker's reads dict as arrays, made again only when a task said something since."""
+
+    __slots__ = ("keys", "known", "position", "time")
+
+    def __init__(self, keys: tuple[str, ...], reads: Mapping[str, tuple[int, int]]) -> None:
+        n = len(keys)
+        self.keys = keys
+        rows = map(reads.get, keys, itertools.repeat(_UNKNOWN))
+        flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, 2 * n).reshape(n, 2)
+        self.position = flat[:, 0].copy()
+        self.time = flat[:, 1].copy()
+        self.known = self.position >= 0  # a read's end is never negative
+
+
+@dataclass
+class MovingColumns:
+    """Where each partition's reading stood (``position``), since when (``since``, the tracker's clock), for how
+    many batch-planning triggers (``batches``), and whether its stall was said (``said``); ``present``: a
+    partition the tracker has seen (a new one starts its count at this trigger)."""
+
+    keys: tuple[str, ...]
+    index: dict[str, int]
+    position: np.ndarray
+    since: np.ndarray
+    batches: np.ndarray
+    said: np.ndarray
+    present: np.ndarray
+
+    @classmethod
+    def empty(cls, keys: tuple[str, ...]) -> MovingColumns:
+        n = len(keys)
+        return cls(keys, {k: i for i, k in enumerate(keys)}, np.zeros(n, np.int64), np.zeros(n, np.float64),
+                   np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool))  # fmt: skip
+
+
+@dataclass
+class LagColumns:
+    """One trigger's figures as arrays in the order of ``keys`` (what :class:`~eventhubs_spark.planning.lag.
+    LagReport` makes its per-partition figures from when they are asked for): ``seconds`` is NaN where unknown,
+    ``read_known`` says where the last read event's time (``read_time``, µs) is the one before ``committed``;
+    ``stalled`` holds only the stalled partitions, with why."""
+
+    keys: tuple[str, ...]
+    infos: list[PartitionInfo]
+    committed: np.ndarray
+    latest: np.ndarray
+    events: np.ndarray
+    seconds: np.ndarray
+    read_known: np.ndarray
+    read_time: np.ndarray
+    stalled: dict[str, str]
+    order: list[int] | None  # the partition-number order, None when ``keys`` are in it already
+
+    def summary(self) -> dict[str, object]:
+        """As :meth:`~eventhubs_spark.planning.lag.LagReport.summary` computes it from per-partition figures (the
+        same sums, in the same order, so the same floats)."""
+        n = len(self.keys)
+        seconds = self.seconds
+        unknown = bool(np.isnan(seconds).any())
+        known = [] if unknown or not n else seconds.tolist()
+        return {
+            "avgOffsetsBehindLatest": round(int(self.events.sum()) / n, 3) if n else 0.0,
+            "maxOffsetsBehindLatest": int(self.events.max()) if n else 0,
+            "minOffsetsBehindLatest": int(self.events.min()) if n else 0,
+            "avgSecondsBehindLatest": round(sum(known) / len(known), 6) if known else None,
+            "maxSecondsBehindLatest": round(max(known), 6) if known else None,
+            "minSecondsBehindLatest": round(min(known), 6) if known else None,
+            "stalledPartitions": sorted(self.stalled, key=by_number),
+        }
+
+    def per_partition(self) -> tuple[dict[str, int], dict[str, float | None]]:
+        """Each partition's events and seconds behind, in partition order. The seconds are µs differences over
+        10**6, which ``round(s, 6)`` (what the figures objects' path applies) leaves as they are."""
+        keys, events, seconds = self.keys, self.events, self.seconds
+        if self.order is not None:
+            keys = tuple(keys[i] for i in self.order)
+            events, seconds = events[self.order], seconds[self.order]
+        shown = [None if s != s else s for s in seconds.tolist()]  # NaN: unknown
+        return dict(zip(keys, events.tolist(), strict=True)), dict(zip(keys, shown, strict=True))
+
+    def figures(self) -> tuple[object, ...]:
+        """What decides whether a lag file is written again: the partitions, their events and seconds behind, and
+        the stalled ones."""
+        return (self.keys, self.events.tobytes(), self.seconds.tobytes(), tuple(sorted(self.stalled.items())))
+
+
+_ORDERS: dict[tuple[str, ...], list[int] | None] = {}
+
+
+def number_order(keys: tuple[str, ...]) -> list[int] | None:
+    """Indexes of ``keys`` in partition-number order, None when they are in it already (a stream's offsets are
+    written in it); the last few kept."""
+    order = _ORDERS.get(keys)
+    if order is None and keys not in _ORDERS:
+        if len(_ORDERS) >= 4:
+            _ORDERS.clear()
+        ranked = sorted(range(len(keys)), key=lambda i: by_number(keys[i]))
+        order = _ORDERS[keys] = None if ranked == list(range(len(keys))) else ranked
+    return order
