@@ -167,3 +167,59 @@ def test_an_available_now_run_plans_its_batches_from_the_ends_it_fetched_when_it
     first = stream.latestOffset(stream.initialOffset(), ReadMaxRows(1000))
     stream.latestOffset(first, ReadMaxRows(1000))
     assert table.lookups - before >= 2 and first["hub"] == {"0": 50, "1": 10}
+
+
+def test_a_big_hubs_stream_plans_reports_and_writes_the_same_over_arrays_as_one_partition_at_a_time(tmp_path):
+    """From ARRAYS_FROM partitions planning works over arrays (planning/lag_columns.py): a stream of 200
+    partitions, trigger after trigger, gives Spark the same offsets, the same progress and the same lag files as the
+    same stream planned one partition at a time, with stalls, task reads and a hub that grows."""
+    from eventhubs_spark.planning import offset_ranges
+
+    n = 200
+    ends = {str(i): 40 + (i * 7) % 90 for i in range(n)}
+    table = Table({p: (e, at(e)) for p, e in ends.items()})
+    readers = []
+    for name in ("arrays", "loops"):
+        options = {
+            "eventhubs.connectionString": lag_CONN,
+            "eventhubs.startingPosition": '{"seqNo": 0}',
+            "maxEventsPerTrigger": "3000",
+            "eventhubs.checkpointLocation": str(tmp_path / name),
+            "eventhubs.lag.stalledAfterBatches": "2",
+            "eventhubs.driverChannel": "false",
+        }
+        readers.append(EventHubsStreamReader(options, metadata=lambda: table))
+    arrays, loops = readers
+    default = offset_ranges.ARRAYS_FROM
+
+    def both(call):
+        got = call(arrays)
+        offset_ranges.ARRAYS_FROM = 10**9
+        try:
+            want = call(loops)
+        finally:
+            offset_ranges.ARRAYS_FROM = default
+        assert got == want
+        return got
+
+    start = both(lambda r: r.initialOffset())
+    for trigger in range(6):
+        end = both(lambda r, s=start: r.latestOffset(s, None))
+        assert both(lambda r: r.reportLatestOffset())[LAG_KEY]["eventsBehindLatest"]
+        both(lambda r, s=start, e=end: ranges(r.partitions(s, e)))
+        read = dict(end["hub"])
+        for p in list(read)[: 150 if trigger % 2 else 120]:  # the tasks of some partitions tell the driver
+            for reader in readers:
+                reader._lag.read(p, read[p], micros(at(read[p] - 1)))
+        read.update({str(i): start["hub"][str(i)] for i in range(190, n)})  # these never move: they stall
+        start = {"hub": read}
+        for i in range(0, n, 3):  # the hub grows
+            ends[str(i)] += 5 + trigger
+        table.partitions = {p: (e, at(e)) for p, e in ends.items()}
+    shown = both(lambda r: r.reportLatestOffset())[LAG_KEY]
+    assert shown["stalledPartitions"] == [str(i) for i in range(190, n)]
+    assert arrays._lag._moving_columns is not None and loops._lag._moving_columns is None  # each took its path
+    files = [LagFiles(str(tmp_path / name), "hub").reports() for name in ("arrays", "loops")]
+    assert len(files[0]) == 6 and [r.to_json() | {"time": 0} for r in files[0]] == [
+        r.to_json() | {"time": 0} for r in files[1]
+    ]
