@@ -399,13 +399,17 @@ def _beside_kafka(rows: list[dict[str, Any]], counts: tuple[int, ...]) -> dict[s
     by = {(r["partitions"], r["mode"]): r for r in rows}
     if not any(mode == "Kafka source" for _, mode in by):
         return {}
-    planning, later = [], []
+    planning, steady, later = [], [], []
     for n in counts:
         ours, jvm = by[(n, "default")], by[(n, "Kafka source")]
         planning.append(f"{n}: {max(ours['latestOffset per batch (ms)'])} / {max(jvm['latestOffset per batch (ms)'])}")
+        mine, theirs = ours["latestOffset per batch (ms)"][1:], jvm["latestOffset per batch (ms)"][1:]
+        if mine and theirs:  # the batches after the first (the JVM's first opens its consumers)
+            steady.append(f"{n}: {statistics.median(mine):g} / {statistics.median(theirs):g}")
         if ours["later batches, median (ms)"] and jvm["later batches, median (ms)"]:
             later.append(f"{n}: {ours['later batches, median (ms)'] / jvm['later batches, median (ms)']:.2f}")
     return {
         "worst latestOffset (ms), ours / Spark's Kafka source, by partitions": ", ".join(planning),
+        "latestOffset, later batches' median (ms), ours / Spark's Kafka source, by partitions": ", ".join(steady),
         "later batches' median trigger, ours / Spark's Kafka source, by partitions": ", ".join(later),
     }

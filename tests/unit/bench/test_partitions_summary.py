@@ -31,3 +31,16 @@ def test_the_planning_target_holds_the_worst_batches_and_the_steady_ones():
     assert running["latestOffset at 1024 partitions, processing-time trigger, worst batch (ms)"] <= 3 * 124
     assert running["latestOffset, later batches' median, processing-time trigger, 1024 / 32 partitions"] == 15.75
     assert not running["planning target met"]
+
+
+def test_beside_the_kafka_source_the_later_batches_planning_is_shown_for_each_count():
+    rows = _rows([193, 12, 12, 12])
+    rows += [{"partitions": n, "mode": "Kafka source", "latestOffset per batch (ms)": [500, 40, 6, 5, 11],
+              "addBatch per batch (ms)": [900, 300, 300, 300], "first batch (ms)": 1000,
+              "later batches, median (ms)": 400, "attaches per partition": None} for n in (32, 1024)]  # fmt: skip
+    for row in rows:
+        row.setdefault("later batches, median (ms)", 300)
+    shown = summary(rows, (32, 1024), {})
+    assert shown["latestOffset, later batches' median (ms), ours / Spark's Kafka source, by partitions"] == (
+        "32: 2 / 8.5, 1024: 6 / 8.5"
+    )
