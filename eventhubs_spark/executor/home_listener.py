@@ -75,7 +75,7 @@ class Listener:
         self.serve = serve
         self.busy = busy
         self.ends = ends
-        self.ends_answered = 0  # drivers' questions of where partitions end, answered (for tests)
+        self.ends_answered = 0  # drivers' questions of where partitions end, answers made (for tests)
         self.clock = clock
         self.port: int | None = None
         self.hosts = host_addresses()
@@ -261,11 +261,11 @@ class Listener:
         if known is None:
             return False
         payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
+        self.ends_answered += 1  # before it goes: a driver that has the answer finds it counted
         try:
             send(sealed, ENDS, payload)
         except OSError:
             return False
-        self.ends_answered += 1
         return True
 
     # -- the driver --
