@@ -305,6 +305,41 @@ def test_rate_limit_splits_by_backlog_and_progress_shows_the_lag(spark, eventhub
         assert as_dict(source["latestOffset"])[eventhub.name] == {"0": 300, "1": 100, "2": 1, "3": 0}
 
 
+@pytest.mark.partitions(160)
+def test_a_stream_over_many_partitions_plans_over_arrays_and_reads_every_event_once(spark, eventhub, tmp_path):
+    """From 128 partitions the driver works each trigger out over arrays (planning/lag_columns.py; the other tests'
+    hubs are planned one partition at a time): a running stream on 160 partitions, a few of them with events, the
+    rest empty, reads every event once within its rate limit, and its progress shows each partition's lag."""
+    import ast
+
+    from eventhubs_spark.source import HAS_ADMISSION_CONTROL, LAG_KEY
+
+    bodies = fill(eventhub, {0: 40, 37: 25, 128: 30, 159: 5})
+    query = stream(spark, eventhub, tmp_path, trigger={"processingTime": "500 milliseconds"},
+                   eventhubs__startingPosition='{"offset": "-1"}', maxEventsPerTrigger="30",
+                   eventhubs__minEventsPerTask="500")  # fmt: skip
+    try:
+        wait_until(lambda: len(output(spark, tmp_path)) == len(bodies), timeout=180, message="all events")
+        if HAS_ADMISSION_CONTROL:  # a trigger after the last event was read: nothing behind anywhere
+            wait_until(lambda: query.lastProgress and query.lastProgress["numInputRows"] == 0, timeout=60,
+                       message="a trigger with nothing left")  # fmt: skip
+    finally:
+        query.stop()
+    got = output(spark, tmp_path)
+    assert sorted(got) == sorted(bodies) and len(got) == len(bodies)
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert all(p["numInputRows"] <= 30 for p in batches) and len(batches) >= 4
+    if HAS_ADMISSION_CONTROL:
+        shown = query.lastProgress["sources"][0]["latestOffset"]
+        doc = json.loads(shown) if isinstance(shown, str) and shown.startswith('{"') else shown
+        doc = ast.literal_eval(doc) if isinstance(doc, str) else doc
+        lag = doc[LAG_KEY]
+        assert len(lag["eventsBehindLatest"]) == 160 and set(lag["eventsBehindLatest"].values()) == {0}
+        assert list(lag["eventsBehindLatest"]) == [str(i) for i in range(160)], "in partition order"
+        assert lag["maxSecondsBehindLatest"] == 0.0 and lag["stalledPartitions"] == []
+        assert doc[eventhub.name]["0"] == 40 and doc[eventhub.name]["159"] == 5 and doc[eventhub.name]["1"] == 0
+
+
 def test_min_events_per_trigger_waits_then_max_trigger_delay_releases(spark, eventhub, tmp_path):
     fill(eventhub, {0: 3})
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")  # a progress event per idle trigger
