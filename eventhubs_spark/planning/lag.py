@@ -31,8 +31,8 @@ from eventhubs_spark.planning.lag_columns import (
     MovingColumns,
     ReadColumns,
     exact_micros,
-    number_order,
 )
+from eventhubs_spark.planning.offset_ranges import partition_order
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
 
@@ -253,6 +253,12 @@ class LagReport:
             f"max={s['maxOffsetsBehindLatest']} avg={s['avgOffsetsBehindLatest']} min={s['minOffsetsBehindLatest']}; "
             f"time max={seconds} ({behind or 'none behind'})"
         )
+
+
+def _stalled_text(p: str, events: int, batches: int, waited: float, cause: Callable[[str], str | None]) -> str:
+    """Why partition ``p`` is stalled, as the figures say it (both of :meth:`LagTracker.observe`'s paths)."""
+    why = cause(p) or "cause unknown: no failure was reported for it"
+    return f"{events} events waiting, no progress for {batches} batches and {waited:.0f} s; {why}"
 
 
 @dataclass
@@ -476,11 +482,9 @@ class LagTracker:
         stalled: dict[str, str] = {}
         for i in np.flatnonzero(late).tolist():
             p = keys[i]
-            why = cause(p) or "cause unknown: no failure was reported for it"
-            stalled[p] = (f"{int(events[i])} events waiting, no progress for {int(moving.batches[i])} batches and "
-                          f"{now - float(moving.since[i]):.0f} s; {why}")  # fmt: skip
+            stalled[p] = _stalled_text(p, int(events[i]), int(moving.batches[i]), now - float(moving.since[i]), cause)
         figures = LagColumns(keys, columns.infos, position, np.where(ahead, end, position), events, seconds,
-                             read_known, read.time, stalled, number_order(keys))  # fmt: skip
+                             read_known, read.time, stalled, partition_order(keys))  # fmt: skip
         return LagReport(self.hub, self.wall(), columns=figures)
 
     def _moving_for(self, keys: tuple[str, ...]) -> MovingColumns:
@@ -572,8 +576,7 @@ class LagTracker:
         waited = now - moving.since
         if moving.batches < self.stalled_batches and waited < self.stalled_after:
             return None
-        why = cause(p) or "cause unknown: no failure was reported for it"
-        return f"{events} events waiting, no progress for {moving.batches} batches and {waited:.0f} s; {why}"
+        return _stalled_text(p, events, moving.batches, waited, cause)
 
     def newly_stalled(self, report: LagReport) -> list[PartitionLag]:
         """The stalled partitions not said before (each is said once until it moves again)."""

@@ -188,18 +188,3 @@ class LagColumns:
         """What decides whether a lag file is written again: the partitions, their events and seconds behind, and
         the stalled ones."""
         return (self.keys, self.events.tobytes(), self.seconds.tobytes(), tuple(sorted(self.stalled.items())))
-
-
-_ORDERS: dict[tuple[str, ...], list[int] | None] = {}
-
-
-def number_order(keys: tuple[str, ...]) -> list[int] | None:
-    """Indexes of ``keys`` in partition-number order, None when they are in it already (a stream's offsets are
-    written in it); the last few kept."""
-    order = _ORDERS.get(keys)
-    if order is None and keys not in _ORDERS:
-        if len(_ORDERS) >= 4:
-            _ORDERS.clear()
-        ranked = sorted(range(len(keys)), key=lambda i: by_number(keys[i]))
-        order = _ORDERS[keys] = None if ranked == list(range(len(keys))) else ranked
-    return order

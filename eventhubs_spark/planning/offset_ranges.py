@@ -19,6 +19,7 @@ import numpy as np
 
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.positions import geo_segments
+from eventhubs_spark.positions.partition_catalog import by_number
 
 # Partitions from which planning works over arrays (numpy) rather than one partition after another: at 1,024 the
 # arrays are 4-5x faster, but each array operation costs a few µs whatever its size, and in the stream runner (a
@@ -35,12 +36,12 @@ class SourceOffset:
     def to_json(self) -> dict[str, dict[str, int | str]]:
         positions = self.positions
         keys = list(positions)
-        order = _numeric_order(keys)
+        order = partition_order(keys)
         if set(map(type, positions.values())) <= {int} and max(positions.values(), default=0) <= geo_segments.SEQ_MASK:
-            if order is _IN_ORDER.get(len(keys)):  # planning's hot path: plain sequence numbers, in partition order
+            if order is None:  # planning's hot path: plain sequence numbers, in partition order
                 return {self.hub: dict(positions)}
             return {self.hub: {keys[i]: positions[keys[i]] for i in order}}
-        return {self.hub: {keys[i]: _entry(int(positions[keys[i]])) for i in order}}
+        return {self.hub: {keys[i]: _entry(int(positions[keys[i]])) for i in order or range(len(keys))}}
 
     @staticmethod
     def from_json(doc: Any, hub: str) -> SourceOffset:
@@ -194,16 +195,20 @@ def _rate_limit_each(keys: list[str], starts: list[int], ends: list[int], max_ev
     return [advance(s, q, e) for s, q, e in zip(starts, quota, ends, strict=True)]
 
 
-_ORDERS: dict[tuple[str, ...], tuple[list[int], np.ndarray]] = {}
-# n -> the order of n keys already in partition order (one list, so a caller tells it by identity)
-_IN_ORDER: dict[int, list[int]] = {}
+_ORDERS: dict[tuple[str, ...], tuple[list[int] | None, np.ndarray]] = {}
 
 
-def _numeric_order(keys: list[str]) -> list[int]:
-    """Indexes of ``keys`` (partition ids) in partition-number order; the last few orders are kept, as a stream
-    asks for the same partitions trigger after trigger. Keys already in order get the one list kept for their
-    count in ``_IN_ORDER``, so a caller can tell by identity."""
+def partition_order(keys: tuple[str, ...] | list[str]) -> list[int] | None:
+    """Indexes of ``keys`` (partition ids) in partition-number order, None when they are in it already (a stream's
+    offsets are written in it); the last few orders are kept, as a stream asks for the same partitions trigger
+    after trigger."""
     return _orders(keys)[0]
+
+
+def _numeric_order(keys: list[str]) -> list[int] | range:
+    """:func:`partition_order`, as indexes also when ``keys`` are in order."""
+    order = _orders(keys)[0]
+    return range(len(keys)) if order is None else order
 
 
 def _numeric_order_array(keys: list[str]) -> np.ndarray:
@@ -211,16 +216,14 @@ def _numeric_order_array(keys: list[str]) -> np.ndarray:
     return _orders(keys)[1]
 
 
-def _orders(keys: list[str]) -> tuple[list[int], np.ndarray]:
+def _orders(keys: tuple[str, ...] | list[str]) -> tuple[list[int] | None, np.ndarray]:
     held = tuple(keys)
     orders = _ORDERS.get(held)
     if orders is None:
         if len(_ORDERS) >= 4:
             _ORDERS.clear()
-        order = sorted(range(len(keys)), key=lambda i: int(keys[i]))
-        if order == list(range(len(keys))):
-            order = _IN_ORDER.setdefault(len(keys), order)
-        orders = _ORDERS[held] = (order, np.array(order, np.int64))
+        ranked = sorted(range(len(held)), key=lambda i: by_number(held[i]))
+        orders = _ORDERS[held] = (None if ranked == list(range(len(held))) else ranked, np.array(ranked, np.int64))
     return orders
 
 
