@@ -215,6 +215,8 @@ class Listener:
                     return
                 self.gate.proven(conn)
                 sealed.max_frame = MAX_REQUEST + 64  # the seal's tag
+                # the worker's next range may come minutes later: no time-out here, but a worker whose host is lost
+                # while it waits is found out by the keep-alive accept_loop set (socket_waits.watch_peer)
                 conn.settimeout(None)
                 self._requests(sealed, query_id, peer)
         finally:

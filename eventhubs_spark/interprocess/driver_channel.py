@@ -191,6 +191,12 @@ class Gate:
         with self._lock:
             return len(self._pending)
 
+    @property
+    def serving(self) -> int:
+        """Connections served now (each holds a thread until it ends)."""
+        with self._lock:
+            return self._serving
+
 
 class Refusals:
     """Connections a listener refused (a stranger, a wrong key, no protocol), said in the log at most once per kind
@@ -233,7 +239,9 @@ def accept_loop(server: socket.socket, still: Callable[[], bool], take: Callable
                 what: str) -> OSError | None:  # fmt: skip
     """Accept connections on ``server`` while ``still()``, handing each to ``take``; no error ends the loop but the
     socket's own end (returned; None when ``still()`` turned false): a moment without file descriptors, or a
-    thread that cannot start, costs one connection."""
+    thread that cannot start, costs one connection. Each connection is watched for a peer gone without a word
+    (:func:`~eventhubs_spark.common.socket_waits.watch_peer`): an idle one's thread ends, and frees its place,
+    about a minute after the peer's host is lost."""
     while still():
         try:
             conn, peer = server.accept()
@@ -245,6 +253,7 @@ def accept_loop(server: socket.socket, still: Callable[[], bool], take: Callable
                 continue
             return exc if still() else None
         try:
+            socket_waits.watch_peer(conn)
             take(conn, peer)
         except Exception:
             _LOG.debug("eventhubs: %s: a connection was not served", what, exc_info=True)
