@@ -49,11 +49,12 @@ class QueryDriver:
         hub: str,
         clock: Callable[[], float] = time.monotonic,
         bind: str = "0.0.0.0",
-        on_read: Callable[[str, int, int], None] | None = None,
+        on_read: Callable[[str, int, int, str | None], None] | None = None,
         ports: str = "0",
     ) -> None:
-        """``on_read(partition, end, enqueued_micros)``: a task read a range of the partition up to ``end``,
-        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.planning.lag`)."""
+        """``on_read(partition, end, enqueued_micros, offset)``: a task read a range of the partition up to ``end``,
+        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.planning.lag`) and at ``offset``
+        (the event at ``end - 1``; None when the task did not say: the checkpoint mirror's)."""
         self.hub = hub
         self.on_read = on_read
         self.clock = clock
@@ -172,7 +173,8 @@ class QueryDriver:
                 partition, end, micros = str(entry[0]), int(entry[1]), int(entry[2])
             except (TypeError, ValueError, IndexError):
                 continue  # a malformed entry says nothing (the time of that partition stays unknown)
-            self.on_read(partition, end, micros)
+            offset = entry[3] if len(entry) > 3 and type(entry[3]) is str else None
+            self.on_read(partition, end, micros, offset)
 
     def unreachable(self) -> set[str]:
         """The services a task could not reach and the driver could not either (dropped as homes)."""

@@ -72,7 +72,9 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     ctx = TaskContext.get()
     runtime.task_started()
     retry = ctx is not None and ctx.attemptNumber() > 0
-    done: list[list[Any]] = []  # each range read: [partition, end, its last event's enqueued time (µs)]
+    # each range read: [partition, end, its last event's enqueued time (µs), and its offset when it is the event at
+    # end - 1 (a plain position: the checkpoint the next trigger mirrors names it)]
+    done: list[list[Any]] = []
     for request in split.requests:
         if request.end <= request.start:
             continue
@@ -92,7 +94,11 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
             for last in reads:
                 yield last
             if last is not None and last.num_rows:
-                done.append([request.partition, request.end, last.column(_ENQUEUED)[last.num_rows - 1].value])
+                row = last.num_rows - 1
+                entry = [request.partition, request.end, last.column(_ENQUEUED)[row].value]
+                if last.column(_SEQUENCE)[row].as_py() == request.end - 1:
+                    entry.append(last.column(_OFFSET)[row].as_py())
+                done.append(entry)
         finally:
             if stats.get("fallbacks"):
                 slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
@@ -109,6 +115,8 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
 
 
 _ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")
+_SEQUENCE = ARROW_SCHEMA.get_field_index("sequenceNumber")
+_OFFSET = ARROW_SCHEMA.get_field_index("offset")
 
 
 _TELL_READ_TIMEOUT = 2.0  # seconds a task waits to tell the driver what it read (best effort: never fails it)

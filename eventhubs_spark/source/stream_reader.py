@@ -394,7 +394,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                       "lag figures have events but no seconds", self.hub)  # fmt: skip
         if self._driver is None and not self._no_driver:
             try:
-                self._driver = QueryDriver(self.hub, on_read=self._lag.read, bind=options.driver_bind_address,
+                self._driver = QueryDriver(self.hub, on_read=self._task_read, bind=options.driver_bind_address,
                                            ports=options.driver_ports)  # fmt: skip
                 threading.Thread(target=self._watch_batches, args=(self._driver,), name="eventhubs-lag-watch",
                                  daemon=True).start()  # fmt: skip
@@ -403,6 +403,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                              "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip
                 self._no_driver = True
         return self._driver
+
+    def _task_read(self, partition: str, end: int, enqueued_micros: int, offset: str | None) -> None:
+        """A task read a range of ``partition`` up to ``end`` (on the driver channel's thread): the lag figures take
+        its last event's time, the checkpoint mirror its offset."""
+        self._lag.read(partition, end, enqueued_micros)
+        if offset is not None:
+            self.planner.mirror.note_read(partition, end - 1, offset)
 
     def _watch_batches(self, driver: QueryDriver) -> None:
         """While the query's driver lives: say by name each partition whose range a running batch has not read

@@ -171,7 +171,7 @@ def test_a_service_dropped_as_unreachable_comes_back_only_when_the_driver_reache
 
 
 def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_when_it_breaks():
-    reads: list[tuple[str, int, int]] = []
+    reads: list[tuple[str, int, int, str | None]] = []
     driver = QueryDriver("telemetry", bind="127.0.0.1", on_read=lambda *read: reads.append(read))
     try:
         where = driver.address()
@@ -179,18 +179,17 @@ def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_
             assert driver_channel.ask_kept(
                 where, driver.query, {"kind": "read", "ranges": [["3", end, 1000 + end]]}
             ) == {"ok": True}
-        assert reads == [("3", 10, 1010), ("3", 20, 1020), ("3", 30, 1030)] and driver.channel.accepted == 1
+        assert reads == [("3", 10, 1010, None), ("3", 20, 1020, None), ("3", 30, 1030, None)]
+        assert driver.channel.accepted == 1
         for kept in driver_channel._KEPT.values():  # as when the driver closed it idle
             kept.close()
-        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["3", 40, 1040], ["x"]]}) == {
-            "ok": True
-        }
-        assert (
-            reads[-1] == ("3", 40, 1040) and driver.channel.accepted == 2
-        )  # made again once; a malformed entry is passed over
+        ranges = [["3", 40, 1040, "8192"], ["x"], ["4", 7, 1, 12]]  # an offset that is not a string says none
+        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": ranges}) == {"ok": True}
+        assert reads[-2:] == [("3", 40, 1040, "8192"), ("4", 7, 1, None)]
+        assert driver.channel.accepted == 2  # made again once; a malformed entry is passed over
         wrong = QueryKey(driver.query.query, Secret("not-the-key"))
         assert driver_channel.ask_kept(where, wrong, {"kind": "read", "ranges": [["3", 50, 1]]}) is None
-        assert reads[-1] == ("3", 40, 1040)
+        assert reads[-1] == ("4", 7, 1, None)
     finally:
         driver.close()
 

@@ -35,7 +35,7 @@ def test_homes_follow_the_services_heard_from_and_a_service_that_goes_or_falls_s
         assert driver.handle({"kind": "service", "executor": "c"}) is None, "a malformed announcement is refused"
         assert driver.handle({"kind": "no such kind"}) is None
         assert driver.handle({"kind": "read", "ranges": [["3", 40, 1_700_000_000_000_000], ["bad"]]}) == {"ok": True}
-        assert reads == [("3", 40, 1_700_000_000_000_000)], "a malformed entry says nothing"
+        assert reads == [("3", 40, 1_700_000_000_000_000, None)], "a malformed entry says nothing"
     finally:
         driver.close()
 
