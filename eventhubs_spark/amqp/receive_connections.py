@@ -23,6 +23,7 @@ from typing import Any
 from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.amqp.frame_reader import FrameTap, LinkSink, ReadAheadBudget
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.positions.event_positions import EnqueuedTime, Offset, selector
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,7 +45,9 @@ class LinkSpec:
 
     consumer_group: str
     partition: str
-    start: int  # the first sequence number it reads
+    # the first sequence number it reads; or a position by offset or enqueued time, whose first event only a
+    # lookup wants (planning/position_lookup.py: where a stream starts, on the process's one connection)
+    start: int | Offset | EnqueuedTime
     owner_level: int | None
     prefetch: int
     read_ahead_events: int
@@ -230,9 +233,13 @@ class SharedConnection:
                         consumer_group=spec.consumer_group, **link.settings.network.reader_kwargs()
                     )
                     sdk_internals.share_connection(client, self._manager)
+                start: Any = spec.start
+                inclusive = True
+                if not isinstance(start, int):  # a lookup's offset or enqueued time: its filter
+                    _, inclusive, start = selector(start)
                 link.consumer = sdk_internals.new_consumer(
-                    client, spec.consumer_group, spec.partition, spec.start, link.on_sdk_message,
-                    owner_level=spec.owner_level, prefetch=spec.prefetch,
+                    client, spec.consumer_group, spec.partition, start, link.on_sdk_message,
+                    inclusive=inclusive, owner_level=spec.owner_level, prefetch=spec.prefetch,
                 )  # fmt: skip
                 self.attaches += 1
                 self._registry.attaches += 1

@@ -119,21 +119,23 @@ def new_consumer(
     client: Any,
     consumer_group: str,
     partition: str,
-    sequence_number: int,
+    position: Any,
     on_message: Callable[[Any], None],
     *,
+    inclusive: bool = True,
     owner_level: int | None,
     prefetch: int,
 ) -> Any:
-    """A consumer positioned at ``sequence_number`` (inclusive), not opened yet (:func:`open_step`).
+    """A consumer positioned at ``position`` (a sequence number, inclusive; or an offset or enqueued time's
+    filter value, with ``inclusive`` as its position says), not opened yet (:func:`open_step`).
 
     Its link gets no keep-alive thread of its own (``_keep_alive``): the thread that reads the shared
     connection keeps it alive. Messages the SDK decodes itself (anything the tap leaves to it) go to
     ``on_message`` (``_message_received``, read when the handler is created).
     """
     consumer = create_consumer(
-        client, consumer_group, partition, sequence_number, lambda _: None,
-        inclusive=True, owner_level=owner_level, prefetch=prefetch,
+        client, consumer_group, partition, position, lambda _: None,
+        inclusive=inclusive, owner_level=owner_level, prefetch=prefetch,
     )  # fmt: skip
     consumer._keep_alive = 0
     consumer._message_received = on_message
