@@ -55,6 +55,10 @@ _TRANSFER_LIST8 = b"\x00\x53\x14\xc0"  # a transfer whose fields are a list8
 # last five null, or the first 6
 _SETTLED_TAIL = {11: b"\x41\x42" + _FIVE_NULLS, 6: b"\x41\x42"}
 MAX_EVENT_BYTES = 1 << 20  # the largest event Event Hubs takes (premium and dedicated tiers; 256 KB in basic)
+# Bytes of a link's newest message kept for its receiver service's vouch (LinkSink.newest): the header and
+# annotations come first, and Event Hubs' own (offset, enqueued time, sequence number, partition key) take about
+# 150; a message whose annotations run past this vouches for nothing (its partition is asked of Event Hubs).
+NEWEST_HEAD = 4096
 _RUN = 4096  # frames one run takes at most before the SDK gets control back
 _VECTOR_MIN = 16  # runs this long read their sequence numbers with numpy
 # A run's frames are found with numpy (FrameTap._cut_vector) from this many bytes on; below, one by one.
@@ -129,10 +133,11 @@ class LinkSink:
         self.ready_bytes = 0
         self.received = 0  # events decoded in all
         self.received_bytes = 0  # their frames' bytes (what sizes the credit window, see window())
-        # The newest event the link brought: its position and its message's bytes (a copy, so the chunk it came
-        # in is not kept alive). A link that is open and has credit would have brought any later event, so its
-        # receiver service can tell a driver where the partition ends without asking Event Hubs
-        # (:mod:`eventhubs_spark.planning.executor_ends`).
+        # The newest event the link brought: its position and the head of its message's bytes (a copy, so the
+        # chunk it came in is not kept alive; at most NEWEST_HEAD bytes, the sections before the body where the
+        # offset and enqueued time are, so a 1 MB event is not copied whole at every hand-over). A link that is open
+        # and has credit would have brought any later event, so its receiver service can tell a driver where the
+        # partition ends without asking Event Hubs (:mod:`eventhubs_spark.planning.executor_ends`).
         self.newest: tuple[int, bytes] | None = None
         self.error: str | None = None  # why the link or its connection ended, once it has
         self.exception: BaseException | None = None
@@ -148,7 +153,8 @@ class LinkSink:
             return
         chunk, self.incoming = self.incoming, RawEvents()
         buffer, starts, ends = chunk.parts[-1]
-        self.newest = (chunk.seqs[-1], bytes(buffer[int(starts[-1]) : int(ends[-1])]))
+        start = int(starts[-1])
+        self.newest = (chunk.seqs[-1], bytes(buffer[start : min(int(ends[-1]), start + NEWEST_HEAD)]))
         with self.cond:
             self.ready.append(chunk)
             self.ready_events += len(chunk)

@@ -48,7 +48,7 @@ def test_a_receiver_vouches_for_its_partitions_end_only_while_its_open_link_may_
 
     import numpy as np
 
-    from eventhubs_spark.amqp.frame_reader import LinkSink
+    from eventhubs_spark.amqp.frame_reader import NEWEST_HEAD, LinkSink
     from eventhubs_spark.amqp.messages import RawEvents
     from eventhubs_spark.amqp.receive_connections import Connections
     from eventhubs_spark.executor.partition_receiver import PartitionReceiver
@@ -69,6 +69,10 @@ def test_a_receiver_vouches_for_its_partitions_end_only_while_its_open_link_may_
     sink.incoming.extend(run)
     sink.publish()
     assert receiver.newest_end() == (11, b"m10"), "a run's last message, cut from its buffer"
+    big = b"h" * 100 + b"b" * (1 << 20)  # a 1 MB event: only its head is kept (the annotations are there)
+    sink.incoming.append(12, big)
+    sink.publish()
+    assert receiver.newest_end() == (13, big[:NEWEST_HEAD])
     sink.starved = True  # its reading thread held credit back: what it holds reached its bounds
     assert receiver.newest_end() is None, "a full link has stopped bringing events"
     sink.starved = False
