@@ -380,6 +380,9 @@ def connect_home(
         raise OSError(f"cannot reach executor {home.executor} at {', '.join(home.hosts)} port {home.port} within "
                       f"{timeout:g} s")  # fmt: skip
     sock = connected[1]
+    # kept between tasks (and triggers): a home whose host is lost meanwhile is found out by keep-alive, so the
+    # next range fails at once and is read elsewhere, instead of after the home's silence limit
+    socket_waits.watch_peer(sock)
     try:
         sock.settimeout(handshake_timeout)
         return client_handshake(sock, query)

@@ -1,8 +1,10 @@
 """Run in a network namespace of its own (tests/integration/connector/test_peer_gone.py): a home's listener serves
-two connections from a worker, one idle between ranges and one mid-range (the home sending), then an ``nftables``
-rule drops every packet the worker sends, as when its host is lost. Prints, as JSON, how many seconds after the drop
-the first serving thread ended (``idle``; null: both still served when the wait ran out), whether the sending one
-ended too, and how many connections are still served.
+three connections from workers: one idle between ranges and one mid-range (the home sending), whose workers' hosts
+are then lost (an ``nftables`` rule drops every packet they send), and one a worker keeps between tasks whose home's
+host is lost (every packet the home sends it dropped). Prints, as JSON, how many seconds after the drop the home
+served one connection only (``idle``; null: not within the wait), whether the sending one ended, how many
+connections are still served, and whether the worker's kept connection knows its home is gone (its socket's
+error, ``kept``: 0 when it does not).
 
 ``watch``: the listener's connections are watched for a gone peer (the shipped behaviour, its keep-alive shortened
 to seconds); ``plain``: not watched (``watch_peer`` a no-op), the control."""
@@ -10,6 +12,7 @@ to seconds); ``plain``: not watched (``watch_peer`` a no-op), the control."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -60,27 +63,32 @@ def main(mode: str, wait: float) -> None:
         kind, _payload = recv(reading, 1 << 20)
         assert kind == RAW, kind
     idle = connect_home(home, query, 5.0)  # proven, then no request: a worker between two tasks
+    kept = connect_home(home, query, 5.0)  # likewise, on the worker's side of a home that will be lost
     deadline = time.monotonic() + 5
-    while listener.gate.serving != 2 and time.monotonic() < deadline:
+    while listener.gate.serving != 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert listener.gate.serving == 2, listener.gate.serving
+    assert listener.gate.serving == 3, listener.gate.serving
     time.sleep(0.5)  # the handshake's last bytes acknowledged (delayed ACKs): the idle connection owes nothing
     nft("add", "table", "inet", "lost")
     nft("add", "chain", "inet", "lost", "input", "{ type filter hook input priority 0; }")
     for sock in (reading, idle):  # every packet from the worker's side of each connection: its host is gone
         nft("add", "rule", "inet", "lost", "input", "tcp", "sport", str(sock.sock.getsockname()[1]), "drop")
+    # every packet the home sends the kept connection's worker: the home's host is gone, as the worker sees it
+    nft("add", "rule", "inet", "lost", "input", "tcp", "dport", str(kept.sock.getsockname()[1]), "drop")
     dropped = time.monotonic()
-    first_ended = None
-    while time.monotonic() - dropped < wait:
-        if listener.gate.serving < 2:
-            first_ended = time.monotonic()
-            break
+    one_left = None
+    kept_error = 0
+    while time.monotonic() - dropped < wait and (one_left is None or not kept_error):
+        if listener.gate.serving <= 1 and one_left is None:
+            one_left = time.monotonic()
+        kept_error = kept_error or kept.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # read once: it clears
         time.sleep(0.05)
     time.sleep(0.5)
     print(json.dumps({
-        "idle": None if first_ended is None else round(first_ended - dropped, 2),
+        "idle": None if one_left is None else round(one_left - dropped, 2),
         "sending ended": "sending" in ended,
         "serving": listener.gate.serving,
+        "kept": kept_error,
     }))  # fmt: skip
     threading.Thread(target=reading.close, daemon=True).start()
 

@@ -1,6 +1,6 @@
-"""A home's connection from a worker whose host is lost (no FIN, no RST: the packets stop) while it waits for the
-worker's next range is found out by keep-alive and its serving thread freed; a worker that is alive but slow to read
-is never cut off (socket_waits.watch_peer)."""
+"""A kept connection between a worker and a home, one of whose hosts is lost (no FIN, no RST: the packets stop) while
+it is idle, is found out by keep-alive on either side: the home's serving thread is freed, the worker's next range
+goes elsewhere at once; a worker that is alive but slow to read is never cut off (socket_waits.watch_peer)."""
 
 from __future__ import annotations
 
@@ -36,18 +36,22 @@ def _in_namespace(mode: str, wait: float) -> dict:
 
 
 @pytest.mark.slow
-def test_a_home_frees_the_connection_of_a_worker_whose_host_is_lost_between_ranges():
-    """With keep-alive shortened to 1 s idle, 1 s between probes and 2 probes, the idle connection's serving thread
-    ends within seconds of the worker's packets stopping, and the listener serves one connection fewer; the one the
-    home was sending on when they stopped is left to TCP's retransmission limit (see watch_peer: not cut shorter,
-    for a slow reader's sake). The same listener without keep-alive (the control) still serves both ten seconds
-    later, as it would for ever for the idle one, each such connection holding one of its places for connections
-    served at once."""
+def test_a_lost_host_is_found_out_on_both_sides_of_a_kept_connection():
+    """Keep-alive shortened to 1 s idle, 1 s between probes and 2 probes. A home's connections from workers whose
+    hosts are lost while they wait between ranges end within seconds (the home then serves one connection: the one
+    it was sending on when the packets stopped, left to TCP's retransmission limit, see watch_peer: not cut
+    shorter, for a slow reader's sake); and a worker's connection kept to a home whose host is lost knows it (its
+    socket's error: a timed-out connection), so its next range is read elsewhere at once rather than after the
+    home's silence limit. The same without keep-alive (the control) still serves all three ten seconds later, as it
+    would for ever for the idle ones, each holding one of the listener's places for connections served at once,
+    and the worker's connection looks healthy."""
+    import errno
+
     watched = _in_namespace("watch", 20.0)
     assert watched["idle"] is not None and watched["idle"] < 12 and watched["serving"] == 1, watched
-    assert not watched["sending ended"], watched
+    assert not watched["sending ended"] and watched["kept"] == errno.ETIMEDOUT, watched
     plain = _in_namespace("plain", 10.0)
-    assert plain["idle"] is None and plain["serving"] == 2, plain
+    assert plain["idle"] is None and plain["serving"] == 3 and plain["kept"] == 0, plain
 
 
 @pytest.mark.slow
