@@ -39,6 +39,7 @@ BENCHES = {
     "latency": "Latency (bench `latency`)",
     "task_cost": "What a small task costs (bench `task_cost`)",
     "partitions": "Big hubs: 4 to 1,024 partitions beside Spark's floor (bench `partitions`)",
+    "start_lookups": "Big hubs: where a stream starts by enqueued time (bench `start_lookups`)",
     "planning": "Planning a trigger (bench `planning`)",
     "planning_lag": "Planning with lag figures (bench `planning`)",
     "networks": "TLS and WebSockets (bench `networks`)",
