@@ -28,6 +28,7 @@ from .results import record
 
 COUNTS = tuple(int(c) for c in os.environ.get("EVENTHUBS_BENCH_LOOKUPS", "32,1024").split(","))
 ROUNDS = 3
+SDK_WAIT = 600.0  # seconds the plain SDK is given to find every partition's first event
 SDK_ROUNDS_UP_TO = 256  # above this many partitions the plain SDK takes one round, not ROUNDS
 
 
@@ -82,7 +83,7 @@ def _sdk(conn: str, when: dt.datetime, partitions: int) -> tuple[float, dict[str
     thread = threading.Thread(target=client.receive, kwargs={"on_event": on_event, "starting_position": when,
                                                              "prefetch": 1}, daemon=True)  # fmt: skip
     thread.start()
-    done.wait(600)
+    done.wait(SDK_WAIT)
     took = time.monotonic() - started
     client.close()
     thread.join(60)
@@ -92,6 +93,7 @@ def _sdk(conn: str, when: dt.datetime, partitions: int) -> tuple[float, dict[str
 def run() -> None:
     proc, conns = start_emulator({f"s{n}": n for n in COUNTS})
     rows: list[dict[str, Any]] = []
+    sdk_short: dict[int, str] = {}
     try:
         for n in COUNTS:
             conn = conns[f"s{n}"]
@@ -108,14 +110,20 @@ def run() -> None:
                         continue  # minutes a round at 1,024 partitions: one is enough to compare with
                     if way == "plain SDK":
                         took, found = _sdk(conn, when, n)
+                        if found != expected:  # said in the record, not asserted: the reference, not ours
+                            sdk_short[n] = f"found {len(found)} of {n} partitions' events within {SDK_WAIT:g} s"
+                            continue
                     else:
                         took, found = _connector(conn, when, way == "shared connection")
-                    assert found == expected, f"{way} at {n} partitions found {sorted(found.items())[:5]}..."
+                        assert found == expected, f"{way} at {n} partitions found {sorted(found.items())[:5]}..."
                     times[way].append(took)
             row: dict[str, Any] = {"partitions": n}
             for way, seconds in times.items():
-                row[f"{way} (s, median)"] = round(statistics.median(seconds), 3)
-            row["shared / plain SDK"] = round(row["shared connection (s, median)"] / row["plain SDK (s, median)"], 3)
+                row[f"{way} (s, median)"] = round(statistics.median(seconds), 3) if seconds else sdk_short[n]
+            sdk = row["plain SDK (s, median)"]
+            row["shared / plain SDK"] = (
+                round(row["shared connection (s, median)"] / sdk, 3) if times["plain SDK"] else None
+            )
             row["shared / a receiver each"] = round(
                 row["shared connection (s, median)"] / row["a receiver each (s, median)"], 3
             )
@@ -131,7 +139,7 @@ def run() -> None:
             "target": "a stream's start by enqueued time found no slower than the plain SDK finds it (ratio <= 1)",
             f"shared connection / plain SDK at {COUNTS[-1]} partitions": top["shared / plain SDK"],
             f"shared connection / a receiver each at {COUNTS[-1]} partitions": top["shared / a receiver each"],
-            "target met": all(r["shared / plain SDK"] <= 1.0 for r in rows),
+            "target met": all(r["shared / plain SDK"] is not None and r["shared / plain SDK"] <= 1.0 for r in rows),
         },
         rows,
         notes=(
