@@ -244,9 +244,9 @@ def _fill_with_sdk(conn: str) -> tuple[float, float]:
     return seconds / SDK_SAMPLE, slept / seconds
 
 
-def _fill(conn: str, partitions: int) -> float:
-    """Seconds the connector's sink (a few connections, a link per partition) takes to store EVENTS events, the
-    same number in every partition."""
+def _fill(conn: str, partitions: int, events: int = EVENTS, body: bytes = b"x" * SIZE) -> float:
+    """Seconds the connector's sink (a few connections, a link per partition) takes to store ``events`` events of
+    ``body``, the same number in every partition (bench start_lookups fills its hubs this way too)."""
     import pyarrow as pa
 
     from eventhubs_spark.auth.settings import parse_connection_string
@@ -254,11 +254,10 @@ def _fill(conn: str, partitions: int) -> float:
 
     started = time.monotonic()
     sender = EventSender(parse_connection_string(conn), SinkLayout(body=0, body_is_text=False, partition_id=1), 300.0)
-    body = b"x" * SIZE
     step = 12_800
-    for first in range(0, EVENTS, step):
-        ids = [str(i % partitions) for i in range(first, first + step)]
-        sender.add_batch(pa.record_batch([pa.array([body] * step), pa.array(ids)], ["body", "partitionId"]))
+    for first in range(0, events, step):
+        ids = [str(i % partitions) for i in range(first, min(first + step, events))]
+        sender.add_batch(pa.record_batch([pa.array([body] * len(ids)), pa.array(ids)], ["body", "partitionId"]))
     sender.flush()
     return time.monotonic() - started
 

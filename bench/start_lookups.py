@@ -24,24 +24,13 @@ import time
 from typing import Any
 
 from .emulator_sdk import start_emulator
+from .partitions import _fill
 from .results import record
 
 COUNTS = tuple(int(c) for c in os.environ.get("EVENTHUBS_BENCH_LOOKUPS", "32,1024").split(","))
 ROUNDS = 3
 SDK_WAIT = 600.0  # seconds the plain SDK is given to find every partition's first event
 SDK_ROUNDS_UP_TO = 256  # above this many partitions the plain SDK takes one round, not ROUNDS
-
-
-def _fill(conn: str, partitions: int, prefix: str) -> None:
-    import pyarrow as pa
-
-    from eventhubs_spark.auth.settings import parse_connection_string
-    from eventhubs_spark.sink import EventSender, SinkLayout
-
-    sender = EventSender(parse_connection_string(conn), SinkLayout(body=0, body_is_text=False, partition_id=1), 300.0)
-    ids = [str(p) for p in range(partitions)] * 4
-    sender.add_batch(pa.record_batch([pa.array([prefix.encode()] * len(ids)), pa.array(ids)], ["body", "partitionId"]))
-    sender.flush()
 
 
 def _connector(conn: str, when: dt.datetime, shared: bool) -> tuple[float, dict[str, int]]:
@@ -97,11 +86,11 @@ def run() -> None:
     try:
         for n in COUNTS:
             conn = conns[f"s{n}"]
-            _fill(conn, n, "before")
+            _fill(conn, n, 4 * n, b"before")
             time.sleep(1.1)
             when = dt.datetime.now(dt.timezone.utc)
             time.sleep(1.1)
-            _fill(conn, n, "after")
+            _fill(conn, n, 4 * n, b"after")
             expected = {str(p): 4 for p in range(n)}  # four events each side of the time
             times: dict[str, list[float]] = {"shared connection": [], "a receiver each": [], "plain SDK": []}
             for round_ in range(ROUNDS):
