@@ -100,9 +100,10 @@ class CheckpointMirror:
         progress is mirrored: nothing else asks; a partition's last event already known is passed over)."""
         if not self.configured:
             return
-        for pid, info in infos.items():
-            if not info.is_empty and info.last_enqueued_offset is not None:
-                self._know(pid, info.last_enqueued_sequence_number, str(info.last_enqueued_offset))
+        with self._offsets_lock:  # once a trigger, not once a partition (1,024 of them on a big hub)
+            for pid, info in infos.items():
+                if not info.is_empty and info.last_enqueued_offset is not None:
+                    self._remember(pid, info.last_enqueued_sequence_number, str(info.last_enqueued_offset))
 
     def note_read(self, partition: str, position: int, offset: str) -> None:
         """A task read a range of ``partition`` whose last event, at ``position``, has ``offset``: where the next
@@ -111,18 +112,19 @@ class CheckpointMirror:
         each partition's checkpoint event up on the hub (an SDK receiver a partition: 59-90 ms a trigger at 4
         partitions, 18 attaches a partition over 10 batches; at 1,024 partitions, 1,024 connections a trigger)."""
         if self.configured:
-            self._know(partition, position, offset)
+            with self._offsets_lock:
+                self._remember(partition, position, offset)
 
-    def _know(self, pid: str, position: int, offset: str) -> None:
-        with self._offsets_lock:
-            known = self._known_offsets.get(pid)
-            if known is None:
-                known = self._known_offsets[pid] = OrderedDict()
-            if position in known:
-                return
-            known[position] = offset
-            while len(known) > _KNOWN_PER_PARTITION:
-                known.popitem(last=False)
+    def _remember(self, pid: str, position: int, offset: str) -> None:
+        """Keep ``position``'s offset among the partition's last few (the caller holds ``_offsets_lock``)."""
+        known = self._known_offsets.get(pid)
+        if known is None:
+            known = self._known_offsets[pid] = OrderedDict()
+        if position in known:
+            return
+        known[position] = offset
+        while len(known) > _KNOWN_PER_PARTITION:
+            known.popitem(last=False)
 
     def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         """Write completed progress; a failure is logged and caught up at the next call."""
