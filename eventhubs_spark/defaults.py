@@ -35,6 +35,7 @@ BIND_ADDRESS = "0.0.0.0"  # the address homes and the driver's channel listen on
 DRIVER_CHANNEL = True  # a stream's driver listens for what its executors tell it (eventhubs.driverChannel)
 STALLED_AFTER_BATCHES = 10  # a partition with events waiting that no batch moved this many times is stalled...
 STALLED_AFTER = 300.0  # ...or that has not moved for this many seconds (eventhubs.lag.*)
+LAG_PROGRESS_PARTITIONS = 100  # partitions a progress report's lag maps show at most: a Premium hub's whole
 
 # eventhubs.avro.*: what a body that cannot be read does, where PERMISSIVE puts it (Spark's readers' names), and
 # the record a schema made from a struct column is named (Spark's to_avro's name)

@@ -358,6 +358,18 @@ SPECS: tuple[Spec, ...] = (
         field="stalled_after",
     ),
     Spec(
+        "eventhubs.lag.progressPartitions",
+        defaults.LAG_PROGRESS_PARTITIONS,
+        count_at_least(1),
+        "Most partitions whose events and seconds behind a progress report's lag figures (Spark 4.2+) show: past "
+        "it, those furthest behind (stalled ones first) and a note saying so; the summary, the stalled list, the "
+        "lag files and `eventhubs-spark lag` keep every partition. Spark copies the report into each progress "
+        "event: at 1,024 partitions the whole maps are 26 KB a trigger and half of latestOffset's time.",
+        "1024",
+        frozenset({STREAM}),
+        field="lag_progress_partitions",
+    ),
+    Spec(
         "eventhubs.readAhead.maxEvents",
         defaults.READ_AHEAD_EVENTS,
         count_at_least(1),

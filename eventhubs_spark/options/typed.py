@@ -87,6 +87,7 @@ class ReadOptions:
     checkpoint_location: str | None
     stalled_after_batches: int
     stalled_after: float
+    lag_progress_partitions: int
     min_events_per_task: int
     max_partitions_per_task: int
     read_ahead_events: int

@@ -174,13 +174,22 @@ class LagColumns:
             "stalledPartitions": sorted(self.stalled, key=by_number),
         }
 
-    def per_partition(self) -> tuple[dict[str, int], dict[str, float | None]]:
-        """Each partition's events and seconds behind, in partition order. The seconds are µs differences over
-        10**6, which ``round(s, 6)`` (what the figures objects' path applies) leaves as they are."""
+    def per_partition(self, most: int | None = None) -> tuple[dict[str, int], dict[str, float | None]]:
+        """Each partition's events and seconds behind, in partition order; with ``most``, only the ``most``
+        furthest behind (:func:`most_behind`), picked over the arrays before any dict is made. The seconds are µs
+        differences over 10**6, which ``round(s, 6)`` (what the figures objects' path applies) leaves as they
+        are."""
         keys, events, seconds = self.keys, self.events, self.seconds
         if self.order is not None:
             keys = tuple(keys[i] for i in self.order)
             events, seconds = events[self.order], seconds[self.order]
+        if most is not None and len(keys) > most:
+            held = np.zeros(len(keys), bool)
+            if self.stalled:
+                index = {k: i for i, k in enumerate(keys)}
+                held[[index[p] for p in self.stalled]] = True
+            picked = most_behind(events, seconds, held, most)
+            keys, events, seconds = tuple(keys[i] for i in picked), events[picked], seconds[picked]
         shown = [None if s != s else s for s in seconds.tolist()]  # NaN: unknown
         return dict(zip(keys, events.tolist(), strict=True)), dict(zip(keys, shown, strict=True))
 
@@ -188,3 +197,13 @@ class LagColumns:
         """What decides whether a lag file is written again: the partitions, their events and seconds behind, and
         the stalled ones."""
         return (self.keys, self.events.tobytes(), self.seconds.tobytes(), tuple(sorted(self.stalled.items())))
+
+
+def most_behind(events: np.ndarray, seconds: np.ndarray, held: np.ndarray, most: int) -> list[int]:
+    """The indices (ascending) of the ``most`` partitions furthest behind, of arrays in partition order: those
+    ``held`` (stalled) first, then the most events behind, then the most seconds (NaN: unknown, last), then the
+    lower partition number (eventhubs.lag.progressPartitions)."""
+    late = np.where(np.isnan(seconds), -1.0, seconds)
+    # lexsort sorts by its last key first; the index keeps partition order among equals
+    picked = np.lexsort((np.arange(len(events)), -late, -events, ~held))[:most]
+    return sorted(picked.tolist())

@@ -211,7 +211,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                                              self.planner.resolve, self.hub)  # fmt: skip
             begin, fresh = self._mine.plan(begin, infos)
             latest = {pid: latest[pid] for pid in begin}
-        else:
+        elif not latest.keys() <= begin.keys():  # a set comparison in C: 1,024 setdefaults were 0.07 ms a trigger
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
         if completed:
@@ -315,7 +315,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return None
         shown = SourceOffset(self.hub, self._latest).to_json()
         if self._lag_report is not None:
-            shown[LAG_KEY] = self._lag_report.progress()
+            shown[LAG_KEY] = self._lag_report.progress(self.planner.options.lag_progress_partitions)
         return shown
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:

@@ -8,7 +8,7 @@ import pytest
 
 from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import read_options
-from eventhubs_spark.planning.lag import KEEP_FILES, LagFiles, LagReport, local_path
+from eventhubs_spark.planning.lag import KEEP_FILES, LagFiles, LagReport, PartitionLag, local_path
 from eventhubs_spark.positions import geo_segments
 from tests.unit.support.lag import CONN, at, info, micros, tracker
 
@@ -83,3 +83,42 @@ def test_checkpoint_locations_the_driver_can_write_and_a_clear_error_for_others(
                        r"Example: .*/dbfs/checkpoints"):  # fmt: skip
         read_options({"eventhubs.connectionString": CONN,
                       "eventhubs.checkpointLocation": "abfss://c@a.dfs.core.windows.net/q"}, "stream")  # fmt: skip
+
+
+def _lagging(pid: str, events: int, seconds: float | None, stalled: str | None = None) -> PartitionLag:
+    return PartitionLag(pid, 0, events, events, seconds, at(0), None, stalled)
+
+
+def test_a_progress_report_past_its_bound_shows_the_partitions_furthest_behind_and_says_so():
+    """eventhubs.lag.progressPartitions: a 1,024-partition hub's two maps were 26 KB in every progress event.
+    Past the bound the stalled partitions come first, then the most events behind, then the most seconds (unknown
+    last), then the lower number; shown in partition order; the summary still counts every partition."""
+    figures = {
+        "0": _lagging("0", 5, 1.0),
+        "1": _lagging("1", 50, 2.0),
+        "2": _lagging("2", 1, 0.5, stalled="no home executor"),
+        "3": _lagging("3", 50, None),
+        "4": _lagging("4", 50, 9.0),
+        "10": _lagging("10", 7, 3.0),
+    }
+    report = LagReport("hub", at(0), figures)
+    whole = report.progress()
+    assert list(whole["eventsBehindLatest"]) == ["0", "1", "2", "3", "4", "10"] and "partitionsShown" not in whole
+    assert report.progress(6) == whole
+    shown = report.progress(3)  # 3 is as far behind as 1 and 4, but its seconds are unknown
+    assert shown["eventsBehindLatest"] == {"1": 50, "2": 1, "4": 50}  # stalled 2; then 4 (9 s) and 1 (2 s) over 3
+    assert shown["secondsBehindLatest"] == {"1": 2.0, "2": 0.5, "4": 9.0}
+    assert shown["partitionsShown"].startswith("the 3 of 6 partitions furthest behind")
+    assert "eventhubs.lag.progressPartitions" in shown["partitionsShown"]
+    summary = {k: v for k, v in whole.items() if not k.endswith("BehindLatest") or k.startswith(("avg", "max", "min"))}
+    assert {k: shown[k] for k in summary} == summary  # the summary and the stalled list are the whole hub's
+    assert list(report.progress(5)["eventsBehindLatest"]) == ["1", "2", "3", "4", "10"]  # 0: fewest events
+    assert list(report.progress(1)["eventsBehindLatest"]) == ["2"]
+
+
+def test_the_progress_bound_is_an_option_checked_with_an_example():
+    assert read_options({"eventhubs.connectionString": CONN}, "stream").lag_progress_partitions == 100
+    typed = read_options({"eventhubs.connectionString": CONN, "eventhubs.lag.progressPartitions": "1024"}, "stream")
+    assert typed.lag_progress_partitions == 1024
+    with pytest.raises(OptionError, match=r"eventhubs.lag.progressPartitions: expected a whole number >= 1, got '0'"):
+        read_options({"eventhubs.connectionString": CONN, "eventhubs.lag.progressPartitions": "0"}, "stream")

@@ -90,6 +90,7 @@ def test_the_array_path_gives_the_figures_stalls_and_reads_the_loop_gives(steps,
         want = loop.observe(committed, infos, s["planned"], cause)
         assert got._partitions is None, "the array path was not taken"
         assert got.progress() == want.progress()
+        assert got.progress(2) == want.progress(2)  # eventhubs.lag.progressPartitions: the same ones picked
         assert got.summary() == want.summary()
         assert got.partitions == want.partitions
         assert [v.partition for v in columns.newly_stalled(got)] == [v.partition for v in loop.newly_stalled(want)]
