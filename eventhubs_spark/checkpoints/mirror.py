@@ -19,7 +19,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from eventhubs_spark.auth.credentials import EntraSettings
@@ -51,10 +51,15 @@ class CheckpointMirror:
         self._offsets_lock = threading.Lock()  # the tasks' reports come in on the driver channel's threads
         self._failing: str | None = None  # the store's failure as last said, while it lasts
         self._failures = 0
+        self._writer: ThreadPoolExecutor | None = None  # writes that overlap a batch (mirror(..., background))
+        self._pending: Future[None] | None = None  # the one such write in flight
+        self._in_flight: dict[str, int] = {}  # and what it writes
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_offsets_lock"]  # the reader travels to Spark's workers (a lock does not pickle)
+        state["_writer"] = state["_pending"] = None  # nor do a thread and its work
+        state["_in_flight"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -92,6 +97,7 @@ class CheckpointMirror:
 
     def checkpoints(self) -> dict[str, Any]:
         """The store's checkpoints of this hub and consumer group, by partition."""
+        self.settle()
         listed = self.store().list_checkpoints(self.settings.namespace, self.settings.hub, self.config.consumer_group)
         return {c.partition_id: c for c in listed}
 
@@ -126,13 +132,47 @@ class CheckpointMirror:
         while len(known) > _KNOWN_PER_PARTITION:
             known.popitem(last=False)
 
-    def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo]) -> None:
-        """Write completed progress; a failure is logged and caught up at the next call."""
+    def mirror(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo],
+               background: bool = False) -> None:  # fmt: skip
+        """Write completed progress; a failure is logged and caught up at the next call.
+
+        ``background``: a batch follows (the stream reader's trigger planned one), so the write may overlap it
+        instead of holding up the trigger: at 1,024 partitions a trigger's writes (a blob a partition, as every
+        SDK keeps them) took 2.2 s of latestOffset on Azurite, twice the issue's bound. The next call waits for it
+        first (:meth:`settle`), so there is never more than one write in flight and they land in order. A trigger
+        with no batch after it writes before it returns: Spark ends the stream runner with SIGTERM, never
+        ``stop()``, and a Trigger.AvailableNow run's last progress is written by its last trigger, which plans
+        nothing."""
         if not self.configured:
             return
+        flying, pending = self._in_flight, self._pending
+        if (
+            background
+            and pending is not None
+            and not pending.done()
+            and all(n <= 0 or flying.get(p, self._mirrored.get(p)) == n for p, n in positions.items())
+        ):
+            return  # the write in flight has them (Spark's commit(end) of the batch the trigger mirrored)
+        self.settle()
         todo = {p: n for p, n in positions.items() if n > 0 and self._mirrored.get(p) != n}
         if not todo:
             return
+        if not background:
+            self._mirror_now(todo, infos)
+            return
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventhubs-mirror")
+        self._in_flight = todo
+        self._pending = self._writer.submit(self._mirror_now, todo, dict(infos))
+
+    def settle(self) -> None:
+        """Wait for the write in flight, if any (its failure was logged by the write itself)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+            self._in_flight = {}
+
+    def _mirror_now(self, todo: dict[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         try:
             self._write(todo, infos, None)
         except Exception as exc:  # the Spark checkpoint stays the source of truth; the mirror catches up
@@ -160,6 +200,7 @@ class CheckpointMirror:
 
     def release(self, positions: Mapping[str, int], infos: Mapping[str, PartitionInfo], owner: str) -> bool:
         """Hand partitions over: their final checkpoints, marked as released by ``owner``."""
+        self.settle()  # a write in flight must not land after the hand-over's
         try:
             self._write(dict(positions), infos, owner)
         except Exception as exc:

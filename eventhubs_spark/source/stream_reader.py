@@ -214,8 +214,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         elif not latest.keys() <= begin.keys():  # a set comparison in C: 1,024 setdefaults were 0.07 ms a trigger
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
-        if completed:
-            self.planner.mirror.mirror(begin, infos)
         report = self._lag_report = self._lag.observe(begin, infos, self._planned_batch, self._stall_cause)
         if limit is None:
             max_events = self._limit_without_admission_control()
@@ -241,6 +239,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                       plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
             self._last_end = begin
             self._planned_batch = False
+            if completed:
+                self.planner.mirror.mirror(begin, infos)  # no batch follows: written before the trigger ends
             self._said_lag(report, 0)
             return self._offsets.to_json(begin)
         end = plan.end
@@ -249,6 +249,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
         self._last_end = end
         self._planned_batch = end != begin
+        if completed:  # the batches before this one, to the checkpoint store: overlapping the batch if one follows
+            self.planner.mirror.mirror(begin, infos, background=self._planned_batch and ownership is None)
         self._lag.planned(end, infos)
         self._said_lag(report, plan.planned)
         return self._offsets.to_json(end)
@@ -453,7 +455,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def commit(self, end: dict[str, Any]) -> None:
         positions = self._offsets.positions(end)
         _LOG.info("hub %s: committed %s", self.hub, dict(positions))
-        self.planner.mirror.mirror(positions, self._infos)
+        # Spark commits a batch as the next one starts: what the trigger before it already mirrors, or the first
+        # batch after a restart (overlapping the batch that follows; ownership mode writes before it goes on)
+        self.planner.mirror.mirror(positions, self._infos, background=self.planner.options.ownership is None)
 
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""

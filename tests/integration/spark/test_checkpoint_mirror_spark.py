@@ -87,7 +87,8 @@ def test_a_rate_limited_stream_mirrors_each_batch_from_what_its_tasks_read_witho
 ):
     """A batch capped by maxEventsPerTrigger ends inside each partition, so the checkpoint the next trigger mirrors
     names an event no partition properties told of: the batch's tasks tell the driver its offset. Each batch finds
-    in the store exactly the events the batches before it read last (sequence number and offset), and the run
+    in the store exactly the events the batches before it read last (sequence number and offset; the last of those
+    batches' write may still be on its way, overlapping the batch), and the run
     attaches one link a partition: before, every trigger looked each partition's event up on the hub with an SDK
     receiver of its own (76 attaches over these 10 batches, 59-90 ms a trigger at 4 partitions)."""
     from azure.core.exceptions import ResourceNotFoundError
@@ -128,10 +129,14 @@ def test_a_rate_limited_stream_mirrors_each_batch_from_what_its_tasks_read_witho
     batches = [(b, last, stored) for b, last, stored in seen if last]
     assert len(batches) >= 8, seen
     read_so_far: dict[str, tuple[int, str]] = {}
+    before_last: dict[str, tuple[int, str]] = {}  # what the batches before the last one read
     checked = 0
     for _, last, stored in batches:
-        assert stored == read_so_far, (stored, read_so_far)  # the batches before this one, mirrored exactly
-        checked += sum(1 for p, (seq, _) in read_so_far.items() if seq < 99)  # ended inside the partition
+        # the batches before this one, mirrored exactly; the trigger's write of the last of them overlaps this batch
+        # (CheckpointMirror.mirror(background)), so it may still be on its way: never more than that one behind
+        assert stored in (read_so_far, before_last), (stored, read_so_far, before_last)
+        checked += sum(1 for p, (seq, _) in stored.items() if seq < 99)  # ended inside the partition
+        before_last = dict(read_so_far)
         read_so_far.update(last)
     assert checked >= 8 and attaches == 4, (checked, attaches)
 
