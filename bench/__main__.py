@@ -11,6 +11,7 @@ from . import (
     capture,
     capture_slices,
     ceiling,
+    checkpoint_mirror,
     cluster,
     emulator_sdk,
     json_bodies,
@@ -49,6 +50,7 @@ BENCHMARKS = {
     "jvm": jvm.run,  # issue 47: the old Scala connector on Spark 3.5 beside this one, same emulator and events
     "cluster_kill": cluster.run_kills,  # issues 37 and 64: executors SIGKILLed every 15 s and 12 s, exactly once
     "partitions": partitions.run,  # issue 64: 4 to 1,024 partitions beside Spark's floor; first batch, attaches
+    "checkpoint_mirror": checkpoint_mirror.run,  # issue 64: triggers with the checkpoint store at 1,024 partitions
     "start_lookups": start_lookups.run,  # issue 64: a start by enqueued time at 32 and 1,024 partitions, and the SDK
     "sandbox": sandbox.run,  # issue 46: a stream whose driver port a firewall drops, homes and the service off
     "avro": avro.run,  # issue 40: Avro bodies into the value struct, against the official encoder's decode

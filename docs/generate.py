@@ -40,6 +40,7 @@ BENCHES = {
     "task_cost": "What a small task costs (bench `task_cost`)",
     "partitions": "Big hubs: 4 to 1,024 partitions beside Spark's floor (bench `partitions`)",
     "start_lookups": "Big hubs: where a stream starts by enqueued time (bench `start_lookups`)",
+    "checkpoint_mirror": "Big hubs: triggers with the checkpoint store on (bench `checkpoint_mirror`)",
     "planning": "Planning a trigger (bench `planning`)",
     "planning_lag": "Planning with lag figures (bench `planning`)",
     "networks": "TLS and WebSockets (bench `networks`)",
