@@ -223,3 +223,41 @@ def test_a_big_hubs_stream_plans_reports_and_writes_the_same_over_arrays_as_one_
     assert len(files[0]) == 6 and [r.to_json() | {"time": 0} for r in files[0]] == [
         r.to_json() | {"time": 0} for r in files[1]
     ]
+
+
+class CountingTable(Table):
+    """Counts the partitions whose properties were asked for."""
+
+    def __init__(self, partitions: dict[str, tuple[int, dt.datetime]]) -> None:
+        super().__init__(partitions)
+        self.asked = 0
+
+    def partition_properties(self, ids: list[str]) -> dict[str, PartitionInfo]:
+        self.asked += len(ids)
+        return super().partition_properties(ids)
+
+
+def test_a_first_trigger_plans_from_the_properties_its_initial_offset_fetched_a_moment_before(monkeypatch):
+    """Spark calls the first latestOffset right after initialOffset: asking every partition again told nothing new
+    (1,024 requests at 1,024 partitions). Once, and only within FETCHED_FOR seconds; later triggers ask."""
+    from eventhubs_spark.source import stream_reader
+
+    table = CountingTable({"0": (10, at(1)), "1": (20, at(2))})
+    options = {"eventhubs.connectionString": lag_CONN, "eventhubs.startingPosition": '{"seqNo": 0}'}
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    start = reader.initialOffset()
+    assert reader.initialOffset() == start and table.asked == 2  # Spark calls it twice on a first start
+    assert reader.latestOffset(start, None) == {"hub": {"0": 10, "1": 20}} and table.asked == 2
+    reader.latestOffset(start, None)
+    assert table.asked == 4  # the next trigger asks again
+    late = EventHubsStreamReader(options, metadata=lambda: table)
+    start = late.initialOffset()
+    now = stream_reader.time.monotonic()
+    monkeypatch.setattr(stream_reader.time, "monotonic", lambda: now + stream_reader.FETCHED_FOR + 1)
+    late.latestOffset(start, None)
+    assert table.asked == 8  # too long after: asked again
+    ready = EventHubsStreamReader(options, metadata=lambda: table)
+    ready.initialOffset()
+    monkeypatch.undo()
+    ready.prepareForTriggerAvailableNow()  # Trigger.AvailableNow's run takes them as its end too
+    assert table.asked == 10 and ready._target == {"0": 10, "1": 20}
