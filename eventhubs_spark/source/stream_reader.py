@@ -251,13 +251,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
         self._latest = plan.latest
         self._skipping = plan.skipped
+        if completed:  # the batches before this one, to the checkpoint store: while the batch planned now runs, if
+            # one is (ownership mode's hand-overs need them written first), else before the trigger ends
+            follows = not plan.skipped and plan.end != begin
+            self.planner.mirror.mirror(begin, infos, background=follows and ownership is None)
         if plan.skipped:
             _LOG.info("hub %s: %d events waiting, below minEventsPerTrigger=%d; skipping this trigger", self.hub,
                       plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
             self._last_end = begin
             self._planned_batch = False
-            if completed:
-                self.planner.mirror.mirror(begin, infos)  # no batch follows: written before the trigger ends
             self._said_lag(report, 0)
             return self._offsets.to_json(begin)
         end = plan.end
@@ -266,8 +268,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         end.update(fresh)  # partitions just gained: an empty range ending where the next batch starts
         self._last_end = end
         self._planned_batch = end != begin
-        if completed:  # the batches before this one, to the checkpoint store: overlapping the batch if one follows
-            self.planner.mirror.mirror(begin, infos, background=self._planned_batch and ownership is None)
         self._lag.planned(end, infos)
         self._said_lag(report, plan.planned)
         return self._offsets.to_json(end)
