@@ -26,6 +26,7 @@ from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOff
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
+from eventhubs_spark.process import runtime
 from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, worker_logging
 from eventhubs_spark.source.planner import (
     FIRST_BATCH_TASK_SECONDS,
@@ -270,6 +271,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planned_batch = end != begin
         self._lag.planned(end, infos)
         self._said_lag(report, plan.planned)
+        runtime.stream_runner_planned()
         return self._offsets.to_json(end)
 
     def _said_lag(self, report: LagReport, planned: int) -> None:

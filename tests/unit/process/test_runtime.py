@@ -106,3 +106,40 @@ def test_a_socket_directory_with_a_wrong_mode_is_not_used_and_the_worker_reads_f
         assert sum(b.num_rows for b in worker.read(request(0, 25), True, stats)) == 25
     assert stats["via"] == "worker" and starts == [0]
     assert any("mode 0700" in r.getMessage() for r in caplog.records)
+
+
+def test_the_stream_runner_freezes_once_after_its_first_trigger_and_nowhere_else(monkeypatch):
+    """Spark's stream runner process (one per streaming source) freezes what it holds once its first trigger is
+    planned (issue 64: a full collection there took 22 ms of a 1,024-partition trigger); a reader planned in any
+    other process (these tests) changes nothing, and EVENTHUBS_SPARK_GC_FREEZE=false leaves the runner alone."""
+    import gc
+    import sys
+    import types
+
+    frozen: list[bool] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.delenv(runtime.GC_FREEZE_ENV, raising=False)
+    monkeypatch.setattr(runtime, "_runner_frozen", False)
+    for _ in range(3):
+        runtime.stream_runner_planned()  # pytest's process: not the runner
+    assert frozen == [] and runtime._runner_frozen is False
+
+    runner = types.ModuleType("__main__")
+    runner.__file__ = f"/opt/spark/python/lib/pyspark.zip/pyspark/sql/streaming/{runtime.STREAM_RUNNER}"
+    monkeypatch.setitem(sys.modules, "__main__", runner)
+    for _ in range(3):
+        runtime.stream_runner_planned()
+    assert frozen == [True], "frozen once, at the first trigger"
+
+    monkeypatch.setattr(runtime, "_runner_frozen", False)
+    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "false")
+    runtime.stream_runner_planned()
+    assert frozen == [True], "the environment said no"
+
+    monkeypatch.setattr(runtime, "_runner_frozen", False)
+    monkeypatch.setenv(runtime.GC_FREEZE_ENV, "flase")
+    with pytest.raises(OptionError) as caught:
+        runtime.stream_runner_planned()
+    assert "EVENTHUBS_SPARK_GC_FREEZE" in str(caught.value) and "'flase'" in str(caught.value)
+    runtime.stream_runner_planned()  # said once: later triggers go on
+    assert frozen == [True]
