@@ -108,8 +108,17 @@ class ManagementClient:
 
     # -- public, synchronous --
     def partition_ids(self) -> list[str]:
-        props = self._run(lambda: self._request({"name": self.settings.hub}, "com.microsoft:eventhub"))
+        """The hub's partition ids. Safe beside a :meth:`partition_properties` call on another thread (a running
+        stream lists partitions in the background: ``PartitionCatalog.listed``): one call at a time uses the
+        connection."""
+        props = self._run(self._hub_properties)
         return [p.decode() if isinstance(p, bytes) else str(p) for p in props[b"partition_ids"]]
+
+    async def _hub_properties(self) -> Any:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # the pipe of a properties call reads the frames the SDK would read for this one
+            return await self._request({"name": self.settings.hub}, "com.microsoft:eventhub")
 
     def partition_properties(self, partition_ids: list[str]) -> dict[str, PartitionInfo]:
         """Properties of all ``partition_ids``, requested concurrently on one connection."""

@@ -391,7 +391,8 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.partitionDiscoveryInterval",
         defaults.PARTITION_DISCOVERY_INTERVAL,
         parse_duration,
-        "How often a stream looks for partitions added to the hub.",
+        "How often a stream looks for partitions added to the hub (once its executors say where partitions end, "
+        "it looks on a thread of its own, and reads an added partition from the trigger after the answer).",
         "60s",
         frozenset({STREAM}),
         field="partition_discovery_interval",

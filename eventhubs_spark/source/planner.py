@@ -163,7 +163,9 @@ class Planner:
         word on where partitions end) and ``known`` (what it planned from last), fresh only where they do not
         vouch (:mod:`eventhubs_spark.planning.executor_ends`)."""
         if known is not None and vouches is not None:
-            infos = known.infos(self.catalog.listed(refresh_ids_after), vouches, self.catalog.properties)
+            # listed again on a thread of its own: such a trigger otherwise asks Event Hubs little or nothing
+            ids = self.catalog.listed(refresh_ids_after, background=True)
+            infos = known.infos(ids, vouches, self.catalog.properties)
         else:
             infos = self.catalog.infos(refresh_ids_after)
             if known is not None:
