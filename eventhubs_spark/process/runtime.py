@@ -350,7 +350,8 @@ def task_started() -> None:
     if _tasks_started != 2 or not wanted:
         return
     gc.freeze()
-    _LOG.debug("eventhubs: %d objects of this worker left out of its garbage collections", gc.get_freeze_count())
+    if _LOG.isEnabledFor(logging.DEBUG):  # the count walks every frozen object: only when it is said
+        _LOG.debug("eventhubs: %d objects of this worker left out of its garbage collections", gc.get_freeze_count())
 
 
 # Spark plans a stream in a Python process of its own, one per streaming source (pyspark's
@@ -378,4 +379,5 @@ def stream_runner_planned() -> None:
     if not gc_freeze_wanted():
         return
     gc.freeze()
-    _LOG.debug("eventhubs: %d objects of the stream runner left out of its garbage collections", gc.get_freeze_count())
+    if _LOG.isEnabledFor(logging.DEBUG):
+        _LOG.debug("eventhubs: %d objects of the stream runner left out of its collections", gc.get_freeze_count())
