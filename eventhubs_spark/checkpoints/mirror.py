@@ -165,12 +165,20 @@ class CheckpointMirror:
         self._in_flight = todo
         self._pending = self._writer.submit(self._mirror_now, todo, dict(infos))
 
-    def settle(self) -> None:
-        """Wait for the write in flight, if any (its failure was logged by the write itself)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait for the write in flight, if any (its failure was logged by the write itself), at most ``timeout``
+        seconds (None: as long as it takes); False when it is still on its way then."""
+        pending = self._pending
+        if pending is None:
+            return True
+        try:
+            pending.result(timeout)
+        except TimeoutError:  # (concurrent.futures raises the builtin one since 3.11)
+            return False
+        if self._pending is pending:
+            self._pending = None
             self._in_flight = {}
+        return True
 
     def _mirror_now(self, todo: dict[str, int], infos: Mapping[str, PartitionInfo]) -> None:
         try:

@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -381,3 +382,43 @@ def stream_runner_planned() -> None:
     gc.freeze()
     if _LOG.isEnabledFor(logging.DEBUG):
         _LOG.debug("eventhubs: %d objects of the stream runner left out of its collections", gc.get_freeze_count())
+
+
+# Spark ends the stream runner with SIGTERM (it never calls the reader's stop()). A thread of the runner may then be
+# writing the checkpoint store (the checkpoint mirror writes the batches before a trigger while the next batch
+# runs), and the process dying mid-write left the store a batch further behind than the query: whoever resumed from
+# the store read that batch again. So the runner's main thread (where Spark calls the reader; Python runs a signal's
+# handler there, between the socket reads it waits in) finishes such work first, each flush at most
+# TERMINATION_FLUSH seconds, then ends as the signal would have ended it.
+TERMINATION_FLUSH = 10.0
+_flushes: list[Callable[[float], object]] = []
+_previous_sigterm: Any = None
+
+
+def flush_on_termination(flush: Callable[[float], object]) -> None:
+    """In Spark's stream runner, on its main thread: run ``flush(seconds)`` (bounded by the seconds given) when
+    Spark ends the process; anywhere else, nothing."""
+    global _previous_sigterm
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if os.path.basename(main) != STREAM_RUNNER or threading.current_thread() is not threading.main_thread():
+        return
+    if flush in _flushes:  # (a bound method equals its twin: once a reader)
+        return
+    if not _flushes:
+        _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+    _flushes.append(flush)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    deadline = time.monotonic() + TERMINATION_FLUSH
+    for flush in list(_flushes):
+        try:
+            flush(max(0.0, deadline - time.monotonic()))
+        except Exception:  # ending regardless: what did not flush is said, not raised into Spark's loop
+            _LOG.warning("eventhubs: the stream runner could not finish its work before ending", exc_info=True)
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)

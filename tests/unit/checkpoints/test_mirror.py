@@ -98,3 +98,17 @@ def test_a_mirror_with_a_write_in_flight_still_travels_to_the_workers():
     store.go.set()
     mirror.settle()
     assert store.writes == [{"0": 4}]
+
+
+def test_settle_waits_at_most_the_time_it_is_given():
+    """What the stream runner's end waits for (runtime.flush_on_termination): bounded, and the write still on its
+    way is kept, so a later settle still waits for it."""
+    store = SlowStore()
+    mirror = mirror_with(store)
+    mirror.mirror({"0": 5}, infos({"0": 5}), background=True)
+    assert store.started.wait(5)
+    assert mirror.settle(0.1) is False and mirror._pending is not None
+    store.go.set()
+    assert mirror.settle(10) is True and mirror._pending is None
+    assert store.writes == [{"0": 4}]
+    assert mirror.settle(0) is True  # nothing on its way

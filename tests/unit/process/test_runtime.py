@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -143,3 +144,53 @@ def test_the_stream_runner_freezes_once_after_its_first_trigger_and_nowhere_else
     assert "EVENTHUBS_SPARK_GC_FREEZE" in str(caught.value) and "'flase'" in str(caught.value)
     runtime.stream_runner_planned()  # said once: later triggers go on
     assert frozen == [True]
+
+
+_RUNNER_SCRIPT = """
+import json, pathlib, sys, time
+sys.path.insert(0, {root!r})
+from eventhubs_spark.process import runtime
+from tests.unit.checkpoints.test_mirror import infos, mirror_with
+
+class Store:  # a storage account taking its time over a trigger's blobs
+    def update_checkpoints(self, checkpoints):
+        items = list(checkpoints)
+        print("writing", flush=True)
+        time.sleep(1.5)
+        pathlib.Path({out!r}).write_text(json.dumps({{c.partition_id: c.sequence_number for c in items}}))
+
+mirror = mirror_with(Store())
+if sys.argv[1] == "flush":
+    runtime.flush_on_termination(mirror.settle)  # as the stream reader does at its trigger
+mirror.mirror({{"0": 5}}, infos({{"0": 5}}), background=True)  # the next batch runs while this is written
+sys.stdin.read()  # the runner waits for Spark's next call
+"""
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_the_stream_runner_ended_by_spark_finishes_its_checkpoint_write_first(tmp_path, flush):
+    """Spark ends the stream runner with SIGTERM; a checkpoint-store write on its way then was lost (the store
+    stayed a batch behind the query, and whoever resumed from it read that batch again). The runner now finishes
+    the write, then ends as SIGTERM ends it. Without the flush (the control) the write is lost, as before."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "written.json"
+    script = tmp_path / runtime.STREAM_RUNNER  # the name pyspark's runner has: where the connector flushes
+    script.write_text(_RUNNER_SCRIPT.format(root=str(Path(__file__).resolve().parents[3]), out=str(out)))
+    proc = subprocess.Popen([sys.executable, str(script), "flush" if flush else "no"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "writing", proc.stderr
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr.read() if proc.stderr else "")
+    if flush:
+        assert out.exists(), "the write on its way was lost"
+        assert json.loads(out.read_text()) == {"0": 4}
+    else:
+        assert not out.exists()
