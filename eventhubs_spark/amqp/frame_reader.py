@@ -31,7 +31,7 @@ from eventhubs_spark.amqp.messages import (
     windows,
 )
 from eventhubs_spark.amqp.websocket import CLOSE, PING, WebSocketClosed, WebSocketStream
-from eventhubs_spark.common import socket_waits
+from eventhubs_spark.common import socket_waits, vouch_changes
 from eventhubs_spark.errors import DecodeError
 from eventhubs_spark.positions import geo_segments
 
@@ -155,6 +155,7 @@ class LinkSink:
         buffer, starts, ends = chunk.parts[-1]
         start = int(starts[-1])
         self.newest = (chunk.seqs[-1], bytes(buffer[start : min(int(ends[-1]), start + NEWEST_HEAD)]))
+        vouch_changes.changed()
         with self.cond:
             self.ready.append(chunk)
             self.ready_events += len(chunk)
@@ -176,6 +177,7 @@ class LinkSink:
                 self.error = error
                 self.exception = exc
             self.cond.notify_all()
+        vouch_changes.changed()
 
     def buffered(self) -> tuple[int, int]:
         """(events, bytes) decoded and not yet taken."""
@@ -209,6 +211,7 @@ class LinkSink:
         if self.has_room():
             self.starved = False
             return True
+        vouch_changes.changed()  # held back: its link no longer vouches
         return False
 
     def take(self, wanted: int) -> RawEvents | None:
@@ -216,6 +219,7 @@ class LinkSink:
         out = self._take(wanted)
         if out is not None and self.starved and self.has_room():
             self.starved = False
+            vouch_changes.changed()
             if self.on_room is not None:
                 self.on_room()  # the link may read on: its credit is topped up without waiting out a read
         return out

@@ -23,6 +23,7 @@ from typing import Any
 from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.amqp.frame_reader import FrameTap, LinkSink, ReadAheadBudget
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.positions.event_positions import EnqueuedTime, Offset, selector
 
 _LOG = logging.getLogger(__name__)
@@ -255,6 +256,7 @@ class SharedConnection:
         sdk_internals.attach_sink(link.consumer, link.sink)
         if ready:
             link.state = "open"
+            vouch_changes.changed()
             link.signed_in_at = time.monotonic()
             self._opening.remove(link)
             self._due.add(link)
@@ -288,6 +290,7 @@ class SharedConnection:
         if link.state == "closed":
             return
         link.state = "closed"
+        vouch_changes.changed()
         if link.consumer is not None:
             try:
                 sdk_internals.close_consumer(link.consumer)
@@ -307,6 +310,7 @@ class SharedConnection:
         for link in list(self._links):
             link.sink.fail(error, exc)
             link.state = "closed"
+        vouch_changes.changed()
         self._forget_links()
 
     def _forget_links(self) -> None:

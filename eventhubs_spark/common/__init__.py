@@ -1,1 +1,2 @@
-"""Small pure helpers every layer uses: the retry policy and waits on sockets."""
+"""Small pure helpers every layer uses: the retry policy, waits on sockets, and the count of changes to what a
+process's links vouch for."""

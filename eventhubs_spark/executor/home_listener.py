@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.interprocess import service_protocol
 from eventhubs_spark.interprocess.driver_channel import (
     HANDSHAKE_TIMEOUT,
@@ -29,7 +30,7 @@ from eventhubs_spark.interprocess.driver_channel import (
     host_addresses,
     open_server,
 )
-from eventhubs_spark.interprocess.partition_ends import Told
+from eventhubs_spark.interprocess.partition_ends import NOTHING_NEW, Told
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
 from eventhubs_spark.interprocess.service_framing import ENDS, MAX_REQUEST, REMOTE_READ, recv, send
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
@@ -38,6 +39,10 @@ _LOG = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between a service's announcements to each query's driver
 QUERY_IDLE = 600.0  # a query none of whose tasks came for this long is no longer announced or served
+# A driver's question of where partitions end is answered "nothing new" without walking the receivers while no
+# change to what they vouch for was counted (common.vouch_changes), but every receiver is walked at least this
+# often: a change that was not counted delays a partition's newest events by at most this long.
+FULL_WALK_EVERY = 1.0
 _GIVE_UP = 12  # announcements in a row the driver did not answer: the query has ended
 
 
@@ -262,7 +267,12 @@ class Listener:
             known = self._queries.get(query_id)
         if known is None:
             return False
-        payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
+        count, now = vouch_changes.current(), self.clock()  # read before the walk (see common.vouch_changes)
+        if told.as_of == count and now - told.walked_at < FULL_WALK_EVERY:
+            payload = NOTHING_NEW  # an idle stream's question, every 10 ms or so: no walk over every receiver
+        else:
+            payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
+            told.as_of, told.walked_at = count, now
         self.ends_answered += 1  # before it goes: a driver that has the answer finds it counted
         try:
             send(sealed, ENDS, payload)

@@ -17,6 +17,7 @@ from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.receive_connections import Connections, Link, LinkSpec, SharedConnection
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
 from eventhubs_spark.executor.read_ahead import HeldEvents
 from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
@@ -80,6 +81,7 @@ class PartitionReceiver:
             read_ahead_bytes=self.config.read_ahead_bytes,
         )
         self._connection, self._link = self.connections.open_link(self.settings, spec)
+        vouch_changes.changed()
         self.held.replace(keep)
         if keep is None:
             self.position = sequence_number
@@ -241,6 +243,7 @@ class PartitionReceiver:
     def _close_link(self) -> None:
         link, connection = self._link, self._connection
         self._link = self._connection = None
+        vouch_changes.changed()
         if link is not None and connection is not None:
             connection.close_link(link)
 

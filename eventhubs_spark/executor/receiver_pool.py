@@ -27,6 +27,7 @@ from eventhubs_spark.amqp import failures
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import ConnectionSettings
+from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.executor.partition_receiver import PartitionReceiver
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
 
@@ -186,6 +187,7 @@ class ReceiverPool:
                     self.stats.repositions += 1
         _close_all(to_close)
         if receiver is not None:
+            vouch_changes.changed()  # in a task's use: it vouches for nothing until it is given back
             return receiver
         receiver = self.factory(settings, config, partition)
         with self._lock:
@@ -196,6 +198,7 @@ class ReceiverPool:
                 self._entries[key] = entry
             to_close = self._evict_over_capacity()
         _close_all(to_close)
+        vouch_changes.changed()
         return receiver
 
     def release(self, receiver: PartitionReceiver, healthy: bool) -> None:
@@ -215,6 +218,7 @@ class ReceiverPool:
                 to_close.append(receiver)  # not pooled (the slot was taken): close it
             to_close.extend(self._evict_over_capacity())
         _close_all(to_close)
+        vouch_changes.changed()  # idle again: it vouches
 
     def newest_ends(self, settings: ConnectionSettings) -> dict[str, tuple[int, bytes]]:
         """Each partition of ``settings``' hub that an idle receiver's link vouches for: (the position after its

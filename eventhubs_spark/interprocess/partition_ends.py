@@ -52,6 +52,10 @@ class Told:
 
     def __init__(self) -> None:
         self.ends: dict[str, int] = {}
+        # the count of changes to what links vouch for when this connection was last told everything, and when
+        # (common.vouch_changes: while it stands, nothing new is told without walking the receivers)
+        self.as_of: int | None = None
+        self.walked_at = 0.0
 
     def answer(self, newest: Mapping[str, tuple[int, bytes]]) -> bytes:
         """The answer to this connection's question, ``newest`` being what the service's links vouch for now
@@ -72,6 +76,9 @@ class Told:
         gone = sorted(told.keys() - now.keys())
         self.ends = now
         return json.dumps({"ends": rows, "gone": gone}, separators=(",", ":")).encode()
+
+
+NOTHING_NEW = json.dumps({"ends": [], "gone": []}, separators=(",", ":")).encode()
 
 
 def apply_answer(known: dict[str, Vouch], payload: bytes) -> None:
