@@ -367,14 +367,17 @@ STREAM_RUNNER = "python_streaming_source_runner.py"
 _runner_frozen = False
 
 
+def _in_stream_runner() -> bool:
+    """True in Spark's stream runner process (its ``__main__`` is pyspark's runner file)."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    return os.path.basename(main) == STREAM_RUNNER
+
+
 def stream_runner_planned() -> None:
     """Called as a stream reader's trigger is planned: the first call in Spark's stream runner process freezes
     what the process holds (see above); every other call, and any call in another process, changes nothing."""
     global _runner_frozen
-    if _runner_frozen:
-        return
-    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-    if os.path.basename(main) != STREAM_RUNNER:
+    if _runner_frozen or not _in_stream_runner():
         return
     _runner_frozen = True  # first: a misspelt setting fails this trigger once, not every trigger after it
     if not gc_freeze_wanted():
@@ -399,8 +402,7 @@ def flush_on_termination(flush: Callable[[float], object]) -> None:
     """In Spark's stream runner, on its main thread: run ``flush(seconds)`` (bounded by the seconds given) when
     Spark ends the process; anywhere else, nothing."""
     global _previous_sigterm
-    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-    if os.path.basename(main) != STREAM_RUNNER or threading.current_thread() is not threading.main_thread():
+    if not _in_stream_runner() or threading.current_thread() is not threading.main_thread():
         return
     if flush in _flushes:  # (a bound method equals its twin: once a reader)
         return
