@@ -290,7 +290,6 @@ class SharedConnection:
         if link.state == "closed":
             return
         link.state = "closed"
-        vouch_changes.changed()
         if link.consumer is not None:
             try:
                 sdk_internals.close_consumer(link.consumer)
@@ -308,9 +307,8 @@ class SharedConnection:
         if self._tap is not None:
             self._tap.publish()
         for link in list(self._links):
-            link.sink.fail(error, exc)
+            link.sink.fail(error, exc)  # (counted as a change: the sink's error ends its vouch before the state)
             link.state = "closed"
-        vouch_changes.changed()
         self._forget_links()
 
     def _forget_links(self) -> None:

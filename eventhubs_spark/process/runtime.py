@@ -373,13 +373,16 @@ def _in_stream_runner() -> bool:
     return os.path.basename(main) == STREAM_RUNNER
 
 
-def stream_runner_planned() -> None:
+def stream_runner_planned(flush: Callable[[float], object] | None = None) -> None:
     """Called as a stream reader's trigger is planned: the first call in Spark's stream runner process freezes
-    what the process holds (see above); every other call, and any call in another process, changes nothing."""
+    what the process holds (see above) and has ``flush`` run when Spark ends the process
+    (:func:`flush_on_termination`); every other call, and any call in another process, changes nothing."""
     global _runner_frozen
     if _runner_frozen or not _in_stream_runner():
         return
     _runner_frozen = True  # first: a misspelt setting fails this trigger once, not every trigger after it
+    if flush is not None:
+        flush_on_termination(flush)
     if not gc_freeze_wanted():
         return
     gc.freeze()
@@ -403,8 +406,6 @@ def flush_on_termination(flush: Callable[[float], object]) -> None:
     Spark ends the process; anywhere else, nothing."""
     global _previous_sigterm
     if not _in_stream_runner() or threading.current_thread() is not threading.main_thread():
-        return
-    if flush in _flushes:  # (a bound method equals its twin: once a reader)
         return
     if not _flushes:
         _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)

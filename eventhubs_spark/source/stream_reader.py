@@ -271,8 +271,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planned_batch = end != begin
         self._lag.planned(end, infos)
         self._said_lag(report, plan.planned)
-        runtime.stream_runner_planned()
-        runtime.flush_on_termination(self.planner.mirror.settle)  # a store write in flight lands before the end
+        runtime.stream_runner_planned(self.planner.mirror.settle)  # a store write in flight lands before the end
         return self._offsets.to_json(end)
 
     def _said_lag(self, report: LagReport, planned: int) -> None:

@@ -32,6 +32,21 @@ def _read(worker: Runtime, request: RangeRequest) -> list[int]:
     return [s for b in worker.read(request, True, {}) for s in b.column("sequenceNumber").to_pylist()]
 
 
+def _home_range(driver: QueryDriver, settings, partition: str, start: int, end: int) -> RangeRequest:
+    """A stream's range of ``partition``, read at its home (the service)."""
+    return RangeRequest(ReceiverConfig(receiver_timeout=20), partition, start, end, True, query=driver.query,
+                        driver=driver.address(), homes=True, settings=settings)  # fmt: skip
+
+
+def _until_vouched(client: EndsClient, partition: str, end: int, what: str) -> dict:
+    """The service's answers, asked until its links vouch for ``partition`` up to ``end`` (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while (found := client.ask(2.0)).get(partition) is None or found[partition].end < end:
+        assert time.monotonic() < deadline, f"{what}: {found}"
+        time.sleep(0.05)
+    return found
+
+
 def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_only_what_changed(
     eventhub, home_service
 ):
@@ -41,17 +56,12 @@ def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_
     settings = parse_connection_string(eventhub.connection_string)
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
-        config = ReceiverConfig(receiver_timeout=20)
-        first = RangeRequest(config, "2", 0, 20, True, query=driver.query, driver=driver.address(), homes=True,
-                             settings=settings)  # fmt: skip
-        assert _read(worker, first) == list(range(20))  # its link read on past the range: all 40 are there
+        # its link read on past the range: all 40 are there
+        assert _read(worker, _home_range(driver, settings, "2", 0, 20)) == list(range(20))
         assert [h.executor for h in driver.live()] == [svc.executor], "the service announced itself"
         home = driver.live()[0]
         client = EndsClient(home, driver.query)
-        deadline = time.monotonic() + 10
-        while (found := client.ask(2.0)).get("2") is None or found["2"].end < 40:
-            assert time.monotonic() < deadline, f"the link never vouched for partition 2's end: {found}"
-            time.sleep(0.05)
+        found = _until_vouched(client, "2", 40, "the link never vouched for partition 2's end")
         props = _properties(eventhub.connection_string, "2")
         vouch = found["2"]
         assert vouch.end == props["last_enqueued_sequence_number"] + 1 == 40
@@ -62,17 +72,14 @@ def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_
 
         # new events reach the open link: the next answer moves the end (and says nothing of the rest)
         send(eventhub.connection_string, [f"g{i}" for i in range(5)], partition_id="2")
-        deadline = time.monotonic() + 10
-        while client.ask(2.0)["2"].end < 45:
-            assert time.monotonic() < deadline, "the link did not vouch for the new events"
-            time.sleep(0.05)
+        _until_vouched(client, "2", 45, "the link did not vouch for the new events")
         assert svc.listener.ends_answered > answered
         # ...and the driver asks every live service at once, as a trigger does
         ends = driver.executor_ends()
         assert ends is not None and ends["2"].end == 45 and set(ends) == {"2"}
 
         # a receiver in a task's use vouches for nothing until it is back in the pool
-        receiver = svc.pool.acquire(settings, config, "2", 20)
+        receiver = svc.pool.acquire(settings, ReceiverConfig(receiver_timeout=20), "2", 20)
         try:
             assert "2" not in client.ask(2.0), "a receiver in use vouched"
         finally:
@@ -143,15 +150,9 @@ def test_an_idle_drivers_question_is_answered_without_walking_the_receivers_unti
     settings = parse_connection_string(eventhub.connection_string)
     driver = QueryDriver(eventhub.name, bind="127.0.0.1")
     try:
-        config = ReceiverConfig(receiver_timeout=20)
-        request = RangeRequest(config, "0", 0, 5, True, query=driver.query, driver=driver.address(), homes=True,
-                               settings=settings)  # fmt: skip
-        assert _read(worker, request) == list(range(5))
+        assert _read(worker, _home_range(driver, settings, "0", 0, 5)) == list(range(5))
         client = EndsClient(driver.live()[0], driver.query)
-        deadline = time.monotonic() + 10
-        while (found := client.ask(2.0)).get("0") is None or found["0"].end < 10:
-            assert time.monotonic() < deadline, f"the link never vouched for partition 0's end: {found}"
-            time.sleep(0.05)
+        _until_vouched(client, "0", 10, "the link never vouched for partition 0's end")
         walks: list[int] = []
         walk = svc.listener.ends
         monkeypatch.setattr(svc.listener, "ends", lambda s: (walks.append(1), walk(s))[1])
@@ -165,10 +166,8 @@ def test_an_idle_drivers_question_is_answered_without_walking_the_receivers_unti
         assert walks == [], f"{len(walks)} walks for 20 questions with nothing changed"
 
         send(eventhub.connection_string, [f"f{i}" for i in range(5)], partition_id="0")
-        deadline = time.monotonic() + 10
-        while client.ask(2.0)["0"].end < 15:  # the link's new events are counted: the answer tells them
-            assert time.monotonic() < deadline, "new events on the link were never told"
-            time.sleep(0.05)
+        # the link's new events are counted: the answer tells them
+        _until_vouched(client, "0", 15, "new events on the link were never told")
         assert walks, "told without a walk?"
 
         monkeypatch.setattr(home_listener, "FULL_WALK_EVERY", 0.0)

@@ -161,7 +161,7 @@ class Store:  # a storage account taking its time over a trigger's blobs
 
 mirror = mirror_with(Store())
 if sys.argv[1] == "flush":
-    runtime.flush_on_termination(mirror.settle)  # as the stream reader does at its trigger
+    runtime.flush_on_termination(mirror.settle)  # as stream_runner_planned does at the reader's first trigger
 mirror.mirror({{"0": 5}}, infos({{"0": 5}}), background=True)  # the next batch runs while this is written
 sys.stdin.read()  # the runner waits for Spark's next call
 """
