@@ -133,8 +133,12 @@ def test_a_rate_limited_stream_mirrors_each_batch_from_what_its_tasks_read_witho
     checked = 0
     for _, last, stored in batches:
         # the batches before this one, mirrored exactly; the trigger's write of the last of them overlaps this batch
-        # (CheckpointMirror.mirror(background)), so it may still be on its way: never more than that one behind
-        assert stored in (read_so_far, before_last), (stored, read_so_far, before_last)
+        # (CheckpointMirror.mirror(background)), so it may still be on its way: never more than that one behind.
+        # A blob a partition (as every SDK keeps them), each landing on its own: mid-write, some partitions may
+        # name the last batch and others the one before (CI saw partition 0 written, 1-3 not yet)
+        assert set(stored) <= set(read_so_far), (stored, read_so_far)
+        for p, want in read_so_far.items():
+            assert stored.get(p) in (want, before_last.get(p)), (p, stored, read_so_far, before_last)
         checked += sum(1 for p, (seq, _) in stored.items() if seq < 99)  # ended inside the partition
         before_last = dict(read_so_far)
         read_so_far.update(last)
