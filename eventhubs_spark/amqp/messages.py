@@ -37,7 +37,8 @@ PUBLISHER = b"x-opt-publisher"
 A_SEQUENCE_NUMBER = b"\xa3\x15" + SEQUENCE_NUMBER + b"\x81"
 A_OFFSET = b"\xa3\x0c" + OFFSET + b"\xa1"
 A_ENQUEUED_TIME = b"\xa3\x13" + ENQUEUED_TIME + b"\x83"
-assert (len(A_SEQUENCE_NUMBER), len(A_OFFSET), len(A_ENQUEUED_TIME)) == (24, 15, 22)
+A_SEGMENT_BYTE = b"\xa3\x1b" + SEQUENCE_EPOCH + b"\x54"  # the replication segment as a byte (-1 off a geo hub)
+assert (len(A_SEQUENCE_NUMBER), len(A_OFFSET), len(A_ENQUEUED_TIME), len(A_SEGMENT_BYTE)) == (24, 15, 22, 30)
 # The message-annotations section as a map8, the first section (the service's usual form).
 ANNOTATIONS_MAP8 = b"\x00\x53\x72\xc1"
 
@@ -196,7 +197,21 @@ def offset_and_time(buf: bytes) -> tuple[str, int | None] | None:
     when: Any = None
     try:
         count, q = _annotations_map(buf, 0, len(buf))
-        for _ in range(count >> 1):
+        # A busy hub's trigger asks this of every partition's newest event (2.6 µs each through scalar() for every
+        # key and value; 1.4 this way): the service stamps the sequence number, the offset and the enqueued time
+        # one after another, each in one form, so where the sequence number's key is found (a key's position in the
+        # walk) the other two are checked in place; anything else is walked key by key.
+        pairs = count >> 1
+        for i in range(pairs):
+            if buf.startswith(A_SEQUENCE_NUMBER, q) and pairs - i >= 3:
+                r = q + 32  # after the key (sym8), the long's constructor and its 8 bytes
+                if buf.startswith(A_OFFSET, r):
+                    o = r + 16 + buf[r + 15]  # after the key, the str8's constructor, its length and its bytes
+                    if buf.startswith(A_ENQUEUED_TIME, o):
+                        return buf[r + 16 : o].decode("utf-8"), _q(buf, o + 22)[0]
+            elif buf.startswith(A_SEGMENT_BYTE, q):  # the service's first annotation: not wanted here
+                q += 31  # the key, the byte's constructor, the byte
+                continue
             key, q = scalar(buf, q)
             value, q = scalar(buf, q)
             if key == OFFSET:
