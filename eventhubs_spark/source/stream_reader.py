@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from eventhubs_spark import defaults
-from eventhubs_spark.interprocess.task_ranges import RangeRequest
+from eventhubs_spark.interprocess.task_ranges import Home
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.executor_ends import KnownEnds
 from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
@@ -360,30 +360,26 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # Ownership mode, once a cycle has run (a re-run batch after a restart comes before one): what
         # this query owns, so executors close idle receivers of partitions it gave up.
         owner, owned = (self._mine.owner, self._mine.owned()) if self._mine is not None else (None, None)
-        planned = self.planner.input_partitions(ranges, self.idle_timeout(), owner, owned)
-        planned += self.planner.capture_partitions(from_capture, self.idle_timeout())
+        stream: dict[str, Any] | None = None
+        placed: dict[str, Home] = {}
+        driver = self.query_driver()
+        if driver is not None:
+            self._unheard(driver)
+            options = self.planner.options
+            # without homes each executor's service reads what it gets; the driver still hears what it must
+            homes = options.receiver_service and options.partition_homes
+            placed = driver.homes(e) if homes else {}  # Capture files are read where the task runs: no home
+            stream = {"query": driver.query, "driver": driver.address(), "homes": homes,
+                      "ports": options.executor_ports, "bind": options.executor_bind_address}  # fmt: skip
+        timeout = self.idle_timeout()
+        planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed)
+        planned += self.planner.capture_partitions(from_capture, timeout, stream)
         running: dict[str, tuple[int, int]] = {}
         for r in ranges + from_capture:  # a partition's range may be split over tasks (maxEventsPerPartition)
             known = running.get(r.partition, (r.start, r.end))
             running[r.partition] = (min(known[0], r.start), max(known[1], r.end))
         self._lag.running(running)
-        driver = self.query_driver()
-        if driver is None:
-            return planned
-        self._unheard(driver)
-        options = self.planner.options
-        # without homes each executor's service reads what it gets; the driver still hears what it must
-        homes = options.receiver_service and options.partition_homes
-        placed = driver.homes(e) if homes else {}
-        query, where = driver.query, driver.address()
-        ports, bind = options.executor_ports, options.executor_bind_address
-
-        def placed_request(r: RangeRequest, files: bool) -> RangeRequest:
-            home = None if files else placed.get(r.partition)  # Capture files are read where the task runs
-            return dataclasses.replace(r, query=query, driver=where, home=home, homes=homes, ports=ports, bind=bind)
-
-        return [dataclasses.replace(split, requests=tuple(placed_request(r, split.capture is not None)
-                                                          for r in split.requests)) for split in planned]  # fmt: skip
+        return planned
 
     def _unheard(self, driver: QueryDriver) -> None:
         """Said once per query: batches ran, and not one of their tasks or services reached the driver's channel

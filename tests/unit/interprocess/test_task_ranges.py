@@ -65,3 +65,43 @@ def test_the_sdks_slow_decoder_is_said_once_per_partition_with_its_count(caplog)
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(said) == 2 and "partition 7" in said[0] and "12 of 100 events in [100, 200)" in said[0], said
     assert "partition 8" in said[1] and "TOPSECRET" not in " ".join(said)
+
+
+def test_a_range_request_pickles_its_shared_part_once_and_comes_back_equal():
+    """Spark pickles each input partition on its own; a batch's requests share their settings, config, query key
+    and driver, pickled once (the same bytes in each) and unpickled once per process. Interleaved requests of two
+    queries each come back as they were, with their own settings, however the caches turn over."""
+    import pickle
+
+    from eventhubs_spark.interprocess import task_ranges
+    from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, RangeRequest, new_query_key
+
+    def batch(hub: str, count: int) -> list[RangeRequest]:
+        settings = parse_connection_string(CONN.replace("EntityPath=hub", f"EntityPath={hub}"))
+        config, query, driver = ReceiverConfig(consumer_group=hub), new_query_key(), DriverAddress(("127.0.0.1",), 1)
+        return [RangeRequest(config, str(p), 10 * p, 10 * p + 5, True, 30.0, settings=settings, query=query,
+                             driver=driver, homes=True, range_id=p,
+                             home=Home("e1", ("10.0.0.1",), 4000 + p) if p % 2 else None)
+                for p in range(count)]  # fmt: skip
+
+    ones, twos = batch("one", 6), batch("two", 6)
+    assert ones[0].settings.hub == "one" and twos[0].settings.hub == "two"
+    interleaved = [r for pair in zip(ones, twos, strict=True) for r in pair]
+    for kept in (task_ranges._LOADED_KEPT, 1):  # a worker that keeps many shared parts, and one that keeps one
+        task_ranges._loaded.clear()
+        saved = task_ranges._LOADED_KEPT
+        task_ranges._LOADED_KEPT = kept
+        try:
+            pickled = [pickle.dumps(r) for r in interleaved]
+            back = [pickle.loads(b) for b in pickled]
+        finally:
+            task_ranges._LOADED_KEPT = saved
+        assert back == interleaved
+        assert [r.settings.hub for r in back] == ["one", "two"] * 6
+    one_bytes = [pickle.dumps(r) for r in ones]
+    shared = task_ranges._shared_bytes(tuple(getattr(ones[0], n) for n in task_ranges._SHARED))
+    assert all(shared in b for b in one_bytes), "each carries the one pickled shared part"
+    task_ranges._loaded.clear()
+    back = [pickle.loads(b) for b in one_bytes]
+    assert all(r.settings is back[0].settings and r.query is back[0].query for r in back), "unpickled once"
+    assert len(pickle.dumps(ones[0])) < 2 * len(shared), "the range's own fields are all that is added"
