@@ -334,8 +334,8 @@ class LagTracker:
     # the array path's state (lag_columns): the last trigger's partitions as arrays; _moving then holds only the
     # partitions outside them (a partition that left, in ownership mode, keeps its state for when it comes back)
     _infos_columns: InfoColumns | None = None
-    _read_columns: ReadColumns | None = None
-    _reads_changed: bool = True  # a task said something since _read_columns were made
+    _read_columns: ReadColumns | None = None  # _read as arrays, changed in place (under _lock) as tasks say
+    _reads_changed: bool = True  # a task read a partition outside _read_columns since they were made
     _moving_columns: MovingColumns | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -369,7 +369,13 @@ class LagTracker:
             known = self._read.get(partition)
             if known is None or end >= known[0]:
                 self._read[partition] = (end, enqueued_micros)
-                self._reads_changed = True
+                self._take_read(partition, end, enqueued_micros)
+
+    def _take_read(self, partition: str, end: int, micros: int) -> None:
+        """A read just put in ``_read``, into its arrays too (called under ``_lock``)."""
+        columns = self._read_columns
+        if columns is None or not columns.take(partition, end, micros):
+            self._reads_changed = True
 
     def _when(self, partition: str, micros: int) -> dt.datetime:
         """``micros`` as a datetime, kept per partition: a trigger asks it of every partition the query read to."""
@@ -414,21 +420,20 @@ class LagTracker:
             return
         self._infos_columns = columns
         at_end = (stop == columns.last + 1) & columns.has_time
-        read = self._read_columns
-        if read is not None and read.keys == keys:  # known already (a quiet partition, trigger after trigger)
-            at_end &= ~(read.known & (read.position == stop) & (read.time == columns.time))
-        chosen = np.flatnonzero(at_end).tolist()
-        if not chosen:
-            return
         times = columns.time
-        with self._lock:
+        with self._lock:  # tasks' reports change the read arrays in place
+            read = self._read_columns
+            if read is not None and read.keys == keys:  # known already (a quiet partition, trigger after trigger)
+                at_end &= ~(read.known & (read.position == stop) & (read.time == times))
+            chosen = np.flatnonzero(at_end).tolist()
             known_reads = self._read
             for i in chosen:
                 p, position = keys[i], int(stop[i])
                 known = known_reads.get(p)
                 if known is None or position >= known[0]:
-                    known_reads[p] = (position, int(times[i]))
-                    self._reads_changed = True
+                    when = int(times[i])
+                    known_reads[p] = (position, when)
+                    self._take_read(p, position, when)
 
     def observe(
         self,
@@ -446,31 +451,38 @@ class LagTracker:
         :data:`~eventhubs_spark.planning.offset_ranges.ARRAYS_FROM` partitions where every partition's position is
         a plain sequence number and has properties, one partition after another otherwise: the same figures."""
         now = self.clock()
-        with self._lock:
+        arrays = len(committed) >= offset_ranges.ARRAYS_FROM
+        keys = tuple(committed)
+        with self._lock:  # one lock a trigger, not one a partition (1,024 of them on a big hub)
             self._inflight = {}  # a new trigger: the batch before it is done
-            reads = dict(self._read)  # one lock a trigger, not one a partition (1,024 of them on a big hub)
-            changed, self._reads_changed = self._reads_changed, False
+            read_columns = None
+            if arrays:
+                read_columns = self._read_columns
+                if read_columns is None or read_columns.keys != keys or self._reads_changed:
+                    read_columns = self._read_columns = ReadColumns(keys, self._read)
+                    self._reads_changed = False
+                read_columns = read_columns.copy()
         report = None
-        if len(committed) >= offset_ranges.ARRAYS_FROM:
-            report = self._observe_columns(committed, infos, batch_planned, cause, now, reads, changed)
+        if read_columns is not None:
+            report = self._observe_columns(committed, keys, infos, batch_planned, cause, now, read_columns)
         if report is None:
-            self._reads_changed = True  # the arrays missed these reads
+            with self._lock:
+                reads = dict(self._read)
             report = self._observe_each(committed, infos, batch_planned, cause, now, reads)
         return report
 
     def _observe_columns(
         self,
         committed: Mapping[str, int],
+        keys: tuple[str, ...],
         infos: Mapping[str, PartitionInfo],
         batch_planned: bool,
         cause: Callable[[str], str | None],
         now: float,
-        reads: dict[str, tuple[int, int]],
-        changed: bool,
+        read: ReadColumns,
     ) -> LagReport | None:
-        """:meth:`observe` over arrays; None where it cannot be (a geo-replicated hub's positions, a partition
-        without properties)."""
-        keys = tuple(committed)
+        """:meth:`observe` over arrays (``read``: the tasks' reads as this trigger found them); None where it cannot
+        be (a geo-replicated hub's positions, a partition without properties)."""
         try:
             position = np.fromiter(committed.values(), np.int64, len(keys))
         except (OverflowError, TypeError, ValueError):
@@ -479,9 +491,6 @@ class LagTracker:
         if columns is None:
             return None
         self._infos_columns = columns
-        read = self._read_columns
-        if read is None or read.keys != keys or changed:
-            read = self._read_columns = ReadColumns(keys, reads)
         moving = self._moving_for(keys)
         end = columns.last + 1
         ahead = end > position

@@ -44,14 +44,17 @@ class InfoColumns:
 
     Made again each trigger only for the partitions whose properties object changed: a Trigger.AvailableNow run
     plans every batch from the same objects, and a running stream's vouched ends keep the object of every
-    partition that did not move."""
+    partition that did not move. Given the very mapping they were last read from (``source``: planning's
+    properties mappings are made anew, never changed once given), they are taken as they are: a trigger reads
+    them twice (its figures, then what it planned), and looking 1,024 partitions up again was 0.07 ms each time."""
 
-    __slots__ = ("has_time", "infos", "keys", "last", "time")
+    __slots__ = ("has_time", "infos", "keys", "last", "source", "time")
 
     def __init__(self, keys: tuple[str, ...], infos: list[PartitionInfo]) -> None:
         n = len(keys)
         self.keys = keys
         self.infos = infos
+        self.source: Mapping[str, PartitionInfo] | None = None
         self.last = np.empty(n, np.int64)
         self.time = np.zeros(n, np.int64)
         self.has_time = np.zeros(n, bool)
@@ -75,6 +78,8 @@ class InfoColumns:
            previous: InfoColumns | None) -> InfoColumns | None:  # fmt: skip
         """The columns of ``infos`` for ``keys``, reusing ``previous`` where its objects are the same; None when a
         partition of ``keys`` has no properties, or a position has a replication segment (the loop's cases)."""
+        if previous is not None and previous.source is infos and previous.keys == keys:
+            return previous  # read from this very mapping for these keys, and fit for arrays then
         try:
             objects = list(map(infos.__getitem__, keys))
         except KeyError:
@@ -95,7 +100,9 @@ class InfoColumns:
             except OverflowError:
                 return None
         if len(keys) and int(columns.last.max()) >= geo_segments.SEQ_MASK:
+            columns.source = None
             return None  # a position with a replication segment: counted across segments by the loop
+        columns.source = infos
         return columns
 
 
@@ -104,18 +111,42 @@ _UNKNOWN = (-1, 0)  # no read said for the partition
 
 class ReadColumns:
     """Where the tasks' reading of each partition (in the order of ``keys``) ended, and the enqueued time (µs) of
-    the event before it: the tracker's reads dict as arrays, made again only when a task said something since."""
+    the event before it: the tracker's reads dict as arrays, kept up to date as each task says what it read
+    (:meth:`take`, under the tracker's lock) and made again only when a task reads a partition outside ``keys``.
 
-    __slots__ = ("keys", "known", "position", "time")
+    Why in place: after every batch of a 1,024-partition hub every partition has a new read, and making the arrays
+    again from the dict was half of a trigger's lag figures (0.13 ms in a quiet process); a task's report sets two
+    numbers as it arrives, while the batch still runs."""
+
+    __slots__ = ("index", "keys", "known", "position", "time")
 
     def __init__(self, keys: tuple[str, ...], reads: Mapping[str, tuple[int, int]]) -> None:
         n = len(keys)
         self.keys = keys
+        self.index = {k: i for i, k in enumerate(keys)}
         rows = map(reads.get, keys, itertools.repeat(_UNKNOWN))
         flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, 2 * n).reshape(n, 2)
         self.position = flat[:, 0].copy()
         self.time = flat[:, 1].copy()
         self.known = self.position >= 0  # a read's end is never negative
+
+    def take(self, partition: str, end: int, micros: int) -> bool:
+        """The tracker's read of ``partition`` is now (``end``, ``micros``); False where the partition is not one
+        of ``keys`` (the arrays must be made again)."""
+        i = self.index.get(partition)
+        if i is None:
+            return False
+        self.position[i] = end
+        self.time[i] = micros
+        self.known[i] = True
+        return True
+
+    def copy(self) -> ReadColumns:
+        """The arrays as they are now (a trigger's figures keep them; tasks' reports go on changing these)."""
+        held = ReadColumns.__new__(ReadColumns)
+        held.keys, held.index = self.keys, self.index
+        held.position, held.time, held.known = self.position.copy(), self.time.copy(), self.known.copy()
+        return held
 
 
 @dataclass

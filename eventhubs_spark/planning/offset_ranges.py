@@ -293,24 +293,35 @@ def _plan_plain(
     """:func:`plan_trigger`'s figures over arrays (each partition's stop, or None where the rate limit needs the
     loop; the capped ends; the backlog; the sum of the starts), or None where a position is not a plain sequence
     number. A Dedicated hub's 1,024 partitions are planned every trigger; list operations a partition cost more
-    than the rest of the trigger."""
+    than the rest of the trigger.
+
+    A ``target`` that is ``latest`` itself (a Trigger.AvailableNow run's batches, planned from the ends its run
+    began with) caps nothing; and where neither the target nor a start past its end changed an end, the capped ends
+    are a copy of ``latest`` (at 1,024 partitions each of the two cost more than the rest of the plan)."""
     n = len(keys)
     if not n or n < ARRAYS_FROM:
         return None
     try:
         starts = np.fromiter(map(begin.__getitem__, keys), np.int64, n)
         ends = np.fromiter(latest.values(), np.int64, n)
-        if target is not None:
-            ends = np.minimum(ends, np.fromiter(map(target.get, keys, starts.tolist()), np.int64, n))
+        capped = ends
+        if target is not None and target is not latest:
+            capped = np.minimum(ends, np.fromiter(map(target.get, keys, starts.tolist()), np.int64, n))
     except (OverflowError, TypeError, ValueError):
         return None
-    if max(int(starts.max()), int(ends.max())) > geo_segments.SEQ_MASK:
+    if max(int(starts.max()), int(capped.max())) > geo_segments.SEQ_MASK:
         return None
-    ends = np.maximum(ends, starts)
+    capped = np.maximum(capped, starts)
     first = int(starts.sum())
-    stops = _rate_limit_plain(keys, starts, ends, max_events)
+    stops = _rate_limit_plain(keys, starts, capped, max_events)
     shown = None if stops is None else stops.tolist()
-    return shown, dict(zip(keys, ends.tolist(), strict=True)), int(ends.sum()) - first, first
+    unchanged = bool((capped == ends).all())
+    return (
+        shown,
+        dict(latest) if unchanged else dict(zip(keys, capped.tolist(), strict=True)),
+        int(capped.sum()) - first,
+        first,
+    )
 
 
 def _events(starts: list[int], stops: list[int], plain: bool) -> int:

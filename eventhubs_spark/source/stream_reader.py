@@ -150,6 +150,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         eventhubs.triggerAvailableNow is not needed (the batches stay capped)."""
         infos = self._unused_infos() or self._refresh()
         self._target = {pid: info.end for pid, info in infos.items()}
+        self._ends_of = (infos, self._target)  # the run's ends are its target (plan_trigger: then it caps nothing)
         self._run_infos = infos
         _LOG.info("hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
 

@@ -112,6 +112,29 @@ def test_the_array_path_gives_the_figures_stalls_and_reads_the_loop_gives(steps,
     assert columns._moving_columns is not None  # the driver's own tracker keeps its arrays
 
 
+def test_reads_said_after_a_trigger_change_the_next_triggers_figures_not_that_ones():
+    """Tasks' reads go into the arrays as they are said (no rebuild a trigger); a trigger's report keeps what it
+    found, while the reads of the batch it planned arrive."""
+    tracker = LagTracker("hub", 5, 300.0, clock=Clock(), wall=lambda: T0)
+    infos = {p: _info(p, 0, 10, T0 + dt.timedelta(seconds=9)) for p in ("0", "1", "2")}
+    tracker.read("2", 4, lag_module.exact_micros(T0 + dt.timedelta(seconds=1)))
+    before = tracker.observe({"0": 4, "1": 4, "2": 4}, infos, False)
+    arrays = tracker._read_columns
+    assert before.progress()["secondsBehindLatest"] == {"0": None, "1": None, "2": 8.0}
+    tracker.read("0", 4, lag_module.exact_micros(T0 + dt.timedelta(seconds=3)))
+    tracker.read("1", 7, lag_module.exact_micros(T0 + dt.timedelta(seconds=6)))
+    tracker.read("2", 9, lag_module.exact_micros(T0 + dt.timedelta(seconds=8)))
+    # its per-partition figures are made when asked (a lag file, the INFO line): from what the trigger found
+    assert before.partition("2").last_read == T0 + dt.timedelta(seconds=1), "a report changed with later reads"
+    after = tracker.observe({"0": 4, "1": 7, "2": 9}, infos, True)
+    assert tracker._read_columns is arrays, "the arrays were made again for reads of the same partitions"
+    assert after.progress()["secondsBehindLatest"] == {"0": 6.0, "1": 3.0, "2": 1.0}
+    tracker.read("3", 2, lag_module.exact_micros(T0))  # a partition the arrays do not hold: made again
+    more = dict(infos, **{"3": _info("3", 0, 10, T0 + dt.timedelta(seconds=9))})
+    again = tracker.observe({"0": 4, "1": 7, "2": 9, "3": 2}, more, True)
+    assert again.progress()["secondsBehindLatest"] == {"0": 6.0, "1": 3.0, "2": 1.0, "3": 9.0}
+
+
 def test_a_geo_replicated_hub_keeps_the_loop_and_the_state_passes_between_the_paths():
     clock = Clock()
     tracker = LagTracker("hub", 2, 300.0, clock=clock, wall=lambda: T0)
@@ -150,6 +173,38 @@ def test_the_array_rate_limit_splits_as_the_loop_does(backlog, base, max_events,
     plan = plan_trigger(begin, latest, max_events=max_events)
     assert list(plan.end.values()) == want and list(plan.end) == keys
     assert plan.planned == sum(want) - sum(starts) and plan.backlog == sum(backlog)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 10**6), st.integers(-20, 500)), min_size=1, max_size=30),
+    cap=st.lists(st.integers(-30, 30), min_size=30, max_size=30),
+    max_events=st.one_of(st.none(), st.integers(1, 5_000)),
+)
+def test_a_target_that_is_the_latest_ends_plans_as_a_copy_of_them_and_the_loop_do(pairs, cap, max_events):
+    """A Trigger.AvailableNow run hands its ends over as both ``latest`` and ``target`` (the same object): the
+    array path then skips the cap, and copies ``latest`` where nothing changed an end; a start past its end, or a
+    target below an end, must still change them as the loop does."""
+    keys = [str(i) for i in range(len(pairs))]
+    begin = {k: s for k, (s, _) in zip(keys, pairs, strict=True)}
+    latest = {k: s + n for k, (s, n) in zip(keys, pairs, strict=True)}
+    target = {k: latest[k] + c for k, c in zip(keys, cap)}  # cap: as many as the most partitions
+
+    def both(target_of: dict[str, int] | None) -> tuple[object, object]:
+        arrays = plan_trigger(begin, latest, max_events=max_events, target=target_of, min_events=10**9)
+        offset_ranges.ARRAYS_FROM = 10**6  # the autouse fixture puts it back after the test
+        try:
+            loop = plan_trigger(begin, latest, max_events=max_events, target=target_of, min_events=10**9)
+        finally:
+            offset_ranges.ARRAYS_FROM = 1
+        return arrays, loop
+
+    same, same_loop = both(latest)
+    assert same == same_loop == both(dict(latest))[0]
+    assert not same.skipped  # a run with a target is never skipped for minEventsPerTrigger
+    assert same.latest is not latest  # the plan's copy: the run's ends stay as they are
+    capped, capped_loop = both(target)
+    assert capped == capped_loop
 
 
 def test_known_ends_make_the_properties_the_constructor_makes():
