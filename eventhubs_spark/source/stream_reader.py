@@ -288,11 +288,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         now = time.monotonic()
         last = self._lag_written
         if planned or last is None or last[0] != figures or now - last[1] >= LAG_FILE_EVERY:
-            try:
-                self._lag_files.write(report)
-            except OSError as exc:
-                _LOG.warning("eventhubs: hub %s: the lag figures could not be written under %s: %s", self.hub,
-                             self._lag_files.directory, exc)  # fmt: skip
+            if last is None:  # the files still waiting are written before Spark ends the runner (SIGTERM)
+                runtime.flush_on_termination(self._lag_files.flush)
+            self._lag_files.write_later(report)  # off the trigger: Spark waits on it for the plan, not the file
             self._lag_written = (figures, now)
 
     def _stall_cause(self, partition: str) -> str | None:
@@ -455,8 +453,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if stalled and last is not None and self._lag_files is not None:
                 marked = {p: dataclasses.replace(v, stalled=stalled.get(p, v.stalled))
                           for p, v in last.partitions.items()}  # fmt: skip
-                with contextlib.suppress(OSError):
-                    self._lag_files.write(LagReport(self.hub, datetime.datetime.now(datetime.timezone.utc), marked))
+                self._lag_files.write_later(LagReport(self.hub, datetime.datetime.now(datetime.timezone.utc), marked))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -477,4 +474,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.planner.mirror.mirror(positions, self._infos, background=self.planner.options.ownership is None)
 
     def stop(self) -> None:
-        """Spark rarely calls this (it ends the runner process instead); nothing depends on it."""
+        """Spark rarely calls this (it ends the runner process instead, which flushes the same): the lag files
+        still waiting are written."""
+        if self._lag_files is not None:
+            self._lag_files.flush(runtime.TERMINATION_FLUSH)

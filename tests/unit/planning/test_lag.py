@@ -51,6 +51,60 @@ def test_a_restarted_query_keeps_the_newest_files_counting_those_an_earlier_run_
     assert len(shipped.reports()) == KEEP_FILES, "a copy lists the folder again before it trims"
 
 
+def test_trigger_files_are_written_off_the_trigger_in_order_and_said_when_they_fail_or_fall_behind(
+    tmp_path, monkeypatch, caplog
+):
+    """A trigger hands its file to a thread of its own (Spark waits on the trigger for the plan, not the file):
+    the call returns while the location is still busy, the files land in trigger order, flush() waits for them,
+    and a failing or slow location is said, never silently skipped."""
+    import logging
+    import pickle
+    import threading
+
+    from eventhubs_spark.planning import lag as lag_module
+
+    monkeypatch.setattr(lag_module, "WRITE_AFTER", 0.0)
+    lag, _ = tracker()
+    report = lag.observe({"0": 5}, {"0": info("0", 8, at(3))}, True)
+    files = LagFiles(str(tmp_path), "hub")
+    gate = threading.Event()
+    write = LagFiles.write
+
+    def slow_write(self, given):  # a mounted store that takes its time
+        assert threading.current_thread() is not threading.main_thread()
+        gate.wait(10)
+        return write(self, given)
+
+    monkeypatch.setattr(LagFiles, "write", slow_write)
+    for i in range(3):
+        files.write_later(LagReport("hub", at(i), report.partitions))  # returns while the first write waits
+    assert not files.flush(0.2) and files.reports() == []
+    gate.set()
+    assert files.flush(10)
+    assert [r.at for r in files.reports()] == [at(0), at(1), at(2)]
+
+    gate.clear()  # the location falls behind: the oldest waiting files are left out, and said
+    caplog.set_level(logging.WARNING, logger="eventhubs_spark")
+    files.write_later(LagReport("hub", at(10), report.partitions))
+    deadline = threading.Event()
+    while not files._writing:  # the writer holds at(10) at the gate
+        deadline.wait(0.01)
+    for i in range(lag_module.WAITING_FILES + 3):
+        files.write_later(LagReport("hub", at(20 + i), report.partitions))
+    gate.set()
+    assert files.flush(10)
+    kept = [r.at for r in files.reports()]
+    assert kept[-(lag_module.WAITING_FILES + 1) :] == [at(10)] + [at(23 + i) for i in range(lag_module.WAITING_FILES)]
+    assert "3 triggers' lag files were left out" in caplog.text
+
+    monkeypatch.setattr(LagFiles, "write", lambda self, given: (_ for _ in ()).throw(PermissionError("read-only")))
+    files.write_later(LagReport("hub", at(99), report.partitions))
+    assert files.flush(10)
+    assert f"the lag figures could not be written under {files.directory}: read-only" in caplog.text
+    shipped = pickle.loads(pickle.dumps(files))  # to the tasks: no thread, nothing waiting
+    assert shipped._writer is None and not shipped._waiting and shipped.flush(0)
+
+
 def test_a_trigger_file_says_each_time_in_the_zone_it_was_given():
     from datetime import timedelta, timezone
 

@@ -188,7 +188,7 @@ def test_a_target_that_is_the_latest_ends_plans_as_a_copy_of_them_and_the_loop_d
     keys = [str(i) for i in range(len(pairs))]
     begin = {k: s for k, (s, _) in zip(keys, pairs, strict=True)}
     latest = {k: s + n for k, (s, n) in zip(keys, pairs, strict=True)}
-    target = {k: latest[k] + c for k, c in zip(keys, cap)}  # cap: as many as the most partitions
+    target = {k: latest[k] + c for k, c in zip(keys, cap, strict=False)}  # cap: as many as the most partitions
 
     def both(target_of: dict[str, int] | None) -> tuple[object, object]:
         arrays = plan_trigger(begin, latest, max_events=max_events, target=target_of, min_events=10**9)

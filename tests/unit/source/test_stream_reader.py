@@ -67,6 +67,7 @@ def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_s
     shown = reader.reportLatestOffset()[LAG_KEY]
     assert shown["stalledPartitions"] == ["1"] and shown["eventsBehindLatest"] == {"0": 0, "1": 10}
     assert "hub hub partition 1 is stalled: 10 events waiting, no progress for 2 batches" in caplog.text
+    reader.stop()  # the files are written by a thread of their own: stop() waits for them
     written = LagFiles(str(tmp_path), "hub").reports()
     assert [r.partitions["0"].events for r in written] == [100, 50, 0, 0]
     assert written[-1].partitions["1"].stalled and not written[-2].partitions["1"].stalled
@@ -219,6 +220,8 @@ def test_a_big_hubs_stream_plans_reports_and_writes_the_same_over_arrays_as_one_
     shown = both(lambda r: r.reportLatestOffset())[LAG_KEY]
     assert shown["stalledPartitions"] == [str(i) for i in range(190, n)]
     assert arrays._lag._moving_columns is not None and loops._lag._moving_columns is None  # each took its path
+    for reader in readers:
+        reader.stop()  # the lag files written
     files = [LagFiles(str(tmp_path / name), "hub").reports() for name in ("arrays", "loops")]
     assert len(files[0]) == 6 and [r.to_json() | {"time": 0} for r in files[0]] == [
         r.to_json() | {"time": 0} for r in files[1]
