@@ -432,8 +432,8 @@ def run() -> None:
             "receiver service and of the largest Spark Python process. 'Kafka source' is Spark's Kafka source "
             "(spark-sql-kafka-0-10, the same Spark) reading a topic of the same partitions and events (filled by "
             "Spark's Kafka sink, in a process of its own first) from a one-node KRaft broker on plain TCP, "
-            "maxOffsetsPerTrigger the same: the JVM's figure, no target. One run each on a 2-core machine: single"
-            " figures swing."
+            "maxOffsetsPerTrigger the same: the JVM's figure, no target. Other modes and counts: one run "
+            "each on a 2-core machine; single figures swing."
         ),
     )
 
