@@ -18,10 +18,10 @@ micro-batches of 12,800 events into the noop sink:
   Spark itself costs a micro-batch of that many tasks on this machine;
 - ``planning floor`` (at the two counts the planning target compares, 32 and the most): a trivial Python source
   whose offsets hold a position per partition, planning under admission control and Trigger.AvailableNow as ours
-  does, a loop and no I/O: what Spark itself (the JVM's side of the calls, pyspark's JSON of every partition's
-  position in and out) costs a trigger at that many partitions. There ``default``, ``processing time`` and it run
-  three times, interleaved, and each batch's planning figure is its median over the runs: a trigger takes 1-6 ms,
-  and a single run's worst moved by 2-4 ms from one run to the next;
+  does, its answers made before the run, no I/O: what Spark itself (the JVM's side of the calls, pyspark's JSON of
+  every partition's position in and out) costs a trigger at that many partitions. There ``default``, ``processing
+  time`` and it run three times, interleaved, and each batch's planning figure is its median over the runs: a
+  trigger takes 1-9 ms, and a single run's worst moved by 2-4 ms from one run to the next;
 - ``Kafka source``: Spark's own Kafka source (the JVM's figure) reading a topic with the same partitions and events
   from a one-node broker on plain TCP (bench ``jvm``'s), ``maxOffsetsPerTrigger`` the same, in the same kind of
   process (skipped, and said, where java and Maven are missing).
@@ -225,9 +225,9 @@ def _planning_floor_source(partitions: int) -> Any:
 
         def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
             begin = start["floor"]
-            if not isinstance(limit, ReadAllAvailable):
+            if isinstance(limit, ReadMaxRows) and limit.max_rows == PER_TRIGGER:
                 planned = schedule.get(tuple(begin.values()))
-                if planned is not None and limit.max_rows == PER_TRIGGER:
+                if planned is not None:
                     return planned
             return {"floor": plan(begin, EVENTS if isinstance(limit, ReadAllAvailable) else limit.max_rows)}
 
@@ -423,7 +423,8 @@ def run() -> None:
             "same partitions and rows (Spark's own cost of that many tasks); 'packed' sets "
             f"eventhubs.minEventsPerTask={PACK_EVENTS} (at most eventhubs.maxPartitionsPerTask, 32, share a task); "
             "'planning floor' is a trivial Python source whose offsets hold a position per partition, planning "
-            "under admission control and Trigger.AvailableNow as ours does (a loop, no I/O): Spark's own cost of "
+            "under admission control and Trigger.AvailableNow as ours does (its answers made before the run, no I/O): "
+            "Spark's own cost of "
             f"such a trigger. At {' and '.join(map(str, _planning_counts(counts)))} partitions the modes "
             f"{', '.join(PLANNING_MODES)} run {PLANNING_RUNS} times, interleaved, and the planning figures of the "
             "summary are each batch's median over the runs."
@@ -502,7 +503,7 @@ def summary(rows: list[dict[str, Any]], counts: tuple[int, ...], fills: dict[str
         f"packed {top}-partition addBatch after the first (median ms) by eventhubs.maxPartitionsPerTask": ", ".join(
             f"{b}: {later[b]:.0f}" for b in sorted(later)
         ),
-        **_beside_floor(rows, small, top),
+        **_beside_floor(rows, {small: planning_small, top: planning_top}),
         **_beside_kafka(rows, counts),
         **fills,
     }
@@ -524,13 +525,14 @@ def _shown(figures: list[float]) -> str:
     return "[" + ", ".join(f"{f:g}" for f in figures) + "]"
 
 
-def _beside_floor(rows: list[dict[str, Any]], small: int, top: int) -> dict[str, Any]:
-    """Ours beside the planning floor (Spark's own cost of a trigger of a source with a position per partition):
-    nothing where it was not measured (records before it)."""
+def _beside_floor(rows: list[dict[str, Any]], ours: dict[int, list[float]]) -> dict[str, Any]:
+    """Ours (``ours``: the per-batch figures at the two counts compared, fewer partitions first) beside the
+    planning floor (Spark's own cost of a trigger of a source with a position per partition): nothing where it was
+    not measured (records before it)."""
     if not any(r["mode"] == "planning floor" for r in rows):
         return {}
-    floor = {n: _per_batch(rows, n, "planning floor") for n in (small, top)}
-    ours = {n: _per_batch(rows, n, "default") for n in (small, top)}
+    small, top = ours
+    floor = {n: _per_batch(rows, n, "planning floor") for n in ours}
     return {
         f"planning floor, latestOffset per batch (ms, median over the runs), {top} and {small} partitions": (
             f"{_shown(floor[top])}; {_shown(floor[small])}"
