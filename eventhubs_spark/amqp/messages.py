@@ -192,12 +192,13 @@ def offset_and_time(buf: bytes) -> tuple[str, int | None] | None:
     milliseconds), read from its message annotations without decoding the rest; None when it has no offset in the
     service's form (a string) or uses an encoding this reader leaves to others. What a receiver service tells a
     driver of the newest event a link holds (:mod:`eventhubs_spark.planning.executor_ends`): the checkpoint store
-    names an event by its offset, and the lag figures need its time."""
+    names an event by its offset, and the lag figures need its time. Read as a link's reading thread hands each
+    run of events over (:meth:`eventhubs_spark.amqp.frame_reader.LinkSink.publish`), of the run's last event."""
     offset: Any = None
     when: Any = None
     try:
         count, q = _annotations_map(buf, 0, len(buf))
-        # A busy hub's trigger asks this of every partition's newest event (2.6 µs each through scalar() for every
+        # Every run of events a link brings asks this of its last event (2.6 µs each through scalar() for every
         # key and value; 1.4 this way): the service stamps the sequence number, the offset and the enqueued time
         # one after another, each in one form, so where the sequence number's key is found (a key's position in the
         # walk) the other two are checked in place; anything else is walked key by key.

@@ -23,7 +23,6 @@ from typing import Any
 from eventhubs_spark.amqp import sdk_internals
 from eventhubs_spark.amqp.frame_reader import FrameTap, LinkSink, ReadAheadBudget
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.positions.event_positions import EnqueuedTime, Offset, selector
 
 _LOG = logging.getLogger(__name__)
@@ -256,7 +255,7 @@ class SharedConnection:
         sdk_internals.attach_sink(link.consumer, link.sink)
         if ready:
             link.state = "open"
-            vouch_changes.changed()
+            link.sink.vouch_changed()
             link.signed_in_at = time.monotonic()
             self._opening.remove(link)
             self._due.add(link)

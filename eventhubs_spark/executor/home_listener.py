@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.interprocess import service_protocol
 from eventhubs_spark.interprocess.driver_channel import (
     HANDSHAKE_TIMEOUT,
@@ -39,10 +38,6 @@ _LOG = logging.getLogger(__name__)
 
 HEARTBEAT = 5.0  # seconds between a service's announcements to each query's driver
 QUERY_IDLE = 600.0  # a query none of whose tasks came for this long is no longer announced or served
-# A driver's question of where partitions end is answered "nothing new" without walking the receivers while no
-# change to what they vouch for was counted (common.vouch_changes), but every receiver is walked at least this
-# often: a change that was not counted delays a partition's newest events by at most this long.
-FULL_WALK_EVERY = 1.0
 _GIVE_UP = 12  # announcements in a row the driver did not answer: the query has ended
 
 
@@ -68,18 +63,22 @@ class Listener:
         busy: Callable[[int], None],
         clock: Callable[[], float] = time.monotonic,
         jvm: str | None = None,
-        ends: Callable[[ConnectionSettings], Mapping[str, tuple[int, bytes]]] | None = None,
+        ends: Callable[[ConnectionSettings], Mapping[str, tuple[int, str, int | None]]] | None = None,
+        ends_version: Callable[[], int] | None = None,
     ) -> None:
         """``serve(connection, request)`` sends one range (False when the caller went away); ``busy(+1/-1)``
         counts a remote connection's request in and out of the service's activity. ``jvm`` names the
         executor's JVM (``host:pid``), told to the driver: one in the driver's own JVM is local mode.
         ``ends(settings)``: the partitions of that hub the service's links vouch for (a driver asks,
-        :mod:`eventhubs_spark.interprocess.partition_ends`; None: it vouches for none)."""
+        :mod:`eventhubs_spark.interprocess.partition_ends`; None: it vouches for none); ``ends_version()``: a
+        number that changes whenever what ``ends`` would say does (the pool's ``vouch_version``), so a question
+        asked while it stands is answered "nothing new" without asking ``ends`` (None: it is always asked)."""
         self.executor = executor
         self.jvm = jvm
         self.serve = serve
         self.busy = busy
         self.ends = ends
+        self.ends_version = ends_version
         self.ends_answered = 0  # drivers' questions of where partitions end, answers made (for tests)
         self.clock = clock
         self.port: int | None = None
@@ -267,12 +266,13 @@ class Listener:
             known = self._queries.get(query_id)
         if known is None:
             return False
-        count, now = vouch_changes.current(), self.clock()  # read before the walk (see common.vouch_changes)
-        if told.as_of == count and now - told.walked_at < FULL_WALK_EVERY:
-            payload = NOTHING_NEW  # an idle stream's question, every 10 ms or so: no walk over every receiver
+        # read before what the links vouch for: a change after it makes the next question look again
+        version = self.ends_version() if self.ends_version is not None else None
+        if version is not None and told.as_of == version:
+            payload = NOTHING_NEW  # an idle stream's question, every 10 ms or so: nothing looked at
         else:
             payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
-            told.as_of, told.walked_at = count, now
+            told.as_of = version
         self.ends_answered += 1  # before it goes: a driver that has the answer finds it counted
         try:
             send(sealed, ENDS, payload)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.receive_connections import Connections, Link, LinkSpec, SharedConnection
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.common import vouch_changes
 from eventhubs_spark.errors import EventHubsTimeoutError, NetworkError, ReceiverDisconnectedError, data_loss_error
 from eventhubs_spark.executor.read_ahead import HeldEvents
 from eventhubs_spark.interprocess.task_ranges import RangeResult, ReceiverConfig
@@ -67,6 +66,9 @@ class PartitionReceiver:
         self.closed_idle = 0  # reopened because the service closed the idle link or connection
         self.reconnects = 0  # reopened during a read after a dropped link or connection
         self._unreachable: NetworkError | None = None  # the last attempt could not connect (see _raise_if_lasting)
+        # Its pool's: told after what this receiver vouches for may have changed (see newest_end), on whichever
+        # thread changed it (its links' reading threads too: LinkSink.on_vouch)
+        self.on_vouch: Callable[[], None] | None = None
 
     def open_at(self, sequence_number: int, keep: RawEvents | None = None) -> None:
         """Read from ``sequence_number`` on a new link; ``keep``: events before it still to hand out."""
@@ -81,19 +83,27 @@ class PartitionReceiver:
             read_ahead_bytes=self.config.read_ahead_bytes,
         )
         self._connection, self._link = self.connections.open_link(self.settings, spec)
-        vouch_changes.changed()
+        # its reading thread may have brought events or opened the link already: looked at again after this
+        self._link.sink.on_vouch = self._vouch_changed
+        self._vouch_changed()
         self.held.replace(keep)
         if keep is None:
             self.position = sequence_number
         self.opens += 1
 
-    def newest_end(self) -> tuple[int, bytes] | None:
+    def _vouch_changed(self) -> None:
+        on_vouch = self.on_vouch
+        if on_vouch is not None:
+            on_vouch()
+
+    def newest_end(self) -> tuple[int, str, int | None] | None:
         """Where the partition ends as this receiver's link knows it: (the position after the newest event the link
-        brought, that event's message), while the link is open, has not failed and may read on (it has credit: its
-        reading thread did not hold credit back because what the link holds reached its bounds). Such a link would
-        have brought any later event as the service enqueued it, so the end is at most a moment behind the
-        partition's (:mod:`eventhubs_spark.interprocess.partition_ends`). None when it cannot say: no link, one
-        still opening, ended or full, or one that has brought nothing yet."""
+        brought, that event's offset and enqueued time in epoch ms), while the link is open, has not failed and may
+        read on (it has credit: its reading thread did not hold credit back because what the link holds reached its
+        bounds). Such a link would have brought any later event as the service enqueued it, so the end is at most a
+        moment behind the partition's (:mod:`eventhubs_spark.interprocess.partition_ends`). None when it cannot say:
+        no link, one still opening, ended or full, or one that has brought nothing yet (or whose newest event's
+        message did not show its offset)."""
         link = self._link
         if link is None or link.state != "open":
             return None
@@ -102,7 +112,7 @@ class PartitionReceiver:
         # starved: its reading thread held credit back for want of room (until then the link has credit left)
         if newest is None or sink.error is not None or sink.starved:
             return None
-        return newest[0] + 1, newest[1]
+        return newest[0] + 1, newest[1], newest[2]
 
     def _reopen_after_held(self, fallback: int) -> None:
         """Open a new link after every event this receiver still holds (read ahead before its link ended),
@@ -243,7 +253,7 @@ class PartitionReceiver:
     def _close_link(self) -> None:
         link, connection = self._link, self._connection
         self._link = self._connection = None
-        vouch_changes.changed()
+        self._vouch_changed()
         if link is not None and connection is not None:
             connection.close_link(link)
 

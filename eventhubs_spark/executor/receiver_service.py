@@ -94,7 +94,14 @@ class ReceiverService:
         self.refused = 0  # connections closed for a message the protocol does not allow
         # the service's id (its place's name): how the driver and other executors name this home
         self.executor = os.path.basename(socket_path).removesuffix(".sock")
-        self.listener = Listener(self.executor, self._read, self._busy, jvm=jvm_name(watch_pid), ends=pool.newest_ends)
+        self.listener = Listener(
+            self.executor,
+            self._read,
+            self._busy,
+            jvm=jvm_name(watch_pid),
+            ends=pool.newest_ends,
+            ends_version=lambda: pool.vouch_version,
+        )
 
     def run(self) -> str:
         """Serve until the executor is gone or nothing happened for ``idle_exit``; returns why it ended."""

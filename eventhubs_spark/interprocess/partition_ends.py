@@ -23,9 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from eventhubs_spark.amqp.messages import offset_and_time
 from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, connect_home
 from eventhubs_spark.interprocess.sealed_socket import SealedSocket
 from eventhubs_spark.interprocess.service_framing import ENDS, recv, send
@@ -52,27 +51,22 @@ class Told:
 
     def __init__(self) -> None:
         self.ends: dict[str, int] = {}
-        # the count of changes to what links vouch for when this connection was last told everything, and when
-        # (common.vouch_changes: while it stands, nothing new is told without walking the receivers)
+        # the receiver pool's vouch_version when this connection was last told everything (while it stands,
+        # nothing new is told without looking: executor.home_listener)
         self.as_of: int | None = None
-        self.walked_at = 0.0
 
-    def answer(self, newest: Mapping[str, tuple[int, bytes]]) -> bytes:
+    def answer(self, newest: Mapping[str, tuple[int, str, int | None]]) -> bytes:
         """The answer to this connection's question, ``newest`` being what the service's links vouch for now
-        (partition -> (end, the newest event's message)): JSON ``{"ends": [[partition, end, offset, enqueued_ms],
-        ...], "gone": [partition, ...]}``. A partition whose newest event does not show its offset is not
-        vouched for."""
+        (partition -> (end, the newest event's offset and enqueued time, as the link read them when the event
+        came: :attr:`eventhubs_spark.amqp.frame_reader.LinkSink.newest`)): JSON ``{"ends": [[partition, end,
+        offset, enqueued_ms], ...], "gone": [partition, ...]}``."""
         told = self.ends
         now: dict[str, int] = {}
-        rows: list[list[Any]] = []
-        for partition, (end, message) in newest.items():
-            if told.get(partition) == end:
-                now[partition] = end
-                continue
-            facts = offset_and_time(message)
-            if facts is not None:
-                now[partition] = end
-                rows.append([partition, end, facts[0], facts[1]])
+        rows: list[tuple[str, int, str, int | None]] = []
+        for partition, (end, offset, when) in newest.items():
+            now[partition] = end
+            if told.get(partition) != end:
+                rows.append((partition, end, offset, when))
         gone = sorted(told.keys() - now.keys())
         self.ends = now
         return json.dumps({"ends": rows, "gone": gone}, separators=(",", ":")).encode()
