@@ -83,8 +83,9 @@ class PartitionReceiver:
             read_ahead_bytes=self.config.read_ahead_bytes,
         )
         self._connection, self._link = self.connections.open_link(self.settings, spec)
-        # its reading thread may have brought events or opened the link already: looked at again after this
-        self._link.sink.on_vouch = self._vouch_changed
+        # its reading thread may have brought events or opened the link already: looked at again after this (the
+        # sink tells the pool itself: one call fewer on the reading thread for every run of events it hands over)
+        self._link.sink.on_vouch = self.on_vouch
         self._vouch_changed()
         self.held.replace(keep)
         if keep is None:

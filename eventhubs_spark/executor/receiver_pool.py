@@ -237,7 +237,7 @@ class ReceiverPool:
         (one reopened elsewhere by the task vouches for what the new link brings, behind what the driver knew:
         such a partition is asked of Event Hubs, :mod:`eventhubs_spark.planning.executor_ends`)."""
         namespace, hub, credential = settings.pool_key()
-        with self._lock:  # 1,024 entries a question at 1,024 partitions: no tuple made an entry
+        with self._lock:  # 1,024 entries a question at 1,024 partitions: the lock held for one comprehension
             found = [(k[-1], v) for k, v in self._vouches.items()
                      if k[1] == hub and k[2] == credential and k[0] == namespace]  # fmt: skip
         out: dict[str, tuple[int, str, int | None]] = {}
