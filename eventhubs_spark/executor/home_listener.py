@@ -29,7 +29,7 @@ from eventhubs_spark.interprocess.driver_channel import (
     host_addresses,
     open_server,
 )
-from eventhubs_spark.interprocess.partition_ends import NOTHING_NEW, Told
+from eventhubs_spark.interprocess.partition_ends import NOTHING_NEW, Told, Vouched
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
 from eventhubs_spark.interprocess.service_framing import ENDS, MAX_REQUEST, REMOTE_READ, recv, send
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
@@ -63,7 +63,7 @@ class Listener:
         busy: Callable[[int], None],
         clock: Callable[[], float] = time.monotonic,
         jvm: str | None = None,
-        ends: Callable[[ConnectionSettings], Mapping[str, tuple[int, str, int | None]]] | None = None,
+        ends: Callable[[ConnectionSettings], Mapping[str, Vouched]] | None = None,
         ends_version: Callable[[], int] | None = None,
     ) -> None:
         """``serve(connection, request)`` sends one range (False when the caller went away); ``busy(+1/-1)``

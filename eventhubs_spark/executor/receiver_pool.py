@@ -28,6 +28,7 @@ from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.executor.partition_receiver import PartitionReceiver
+from eventhubs_spark.interprocess.partition_ends import Vouched, vouched
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, RangeResult, ReceiverConfig
 
 _LOG = logging.getLogger(__name__)
@@ -138,8 +139,9 @@ class ReceiverPool:
         # 1.4-2.9 ms of the service's CPU on the trigger's path, 0.3 ms warm: after a batch none of it is in the
         # CPU's caches), and none at all while ``vouch_version`` stands (bumped whenever one changes: an idle
         # stream asks every 10 ms or so). reap() looks at every receiver again once a second, off that path, so a
-        # change nobody told of is seen within a second.
-        self._vouches: dict[PoolKey, tuple[int, str, int | None]] = {}
+        # change nobody told of is seen within a second. Each is kept with its answer row encoded (Vouched), made as
+        # it changes on the thread that changed it, so a question that must tell every partition joins bytes.
+        self._vouches: dict[PoolKey, Vouched] = {}
         self.vouch_version = 0
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
@@ -229,7 +231,7 @@ class ReceiverPool:
             to_close.extend(self._evict_over_capacity())
         _close_all(to_close)
 
-    def newest_ends(self, settings: ConnectionSettings) -> dict[str, tuple[int, str, int | None]]:
+    def newest_ends(self, settings: ConnectionSettings) -> dict[str, Vouched]:
         """Each partition of ``settings``' hub that a receiver's link vouches for: (the position after its newest
         event, that event's offset and enqueued time), the furthest where several consumer groups' receivers do
         (:meth:`PartitionReceiver.newest_end`, as the pool keeps it). A receiver in a task's use vouches as an idle
@@ -240,7 +242,7 @@ class ReceiverPool:
         with self._lock:  # 1,024 entries a question at 1,024 partitions: the lock held for one comprehension
             found = [(k[-1], v) for k, v in self._vouches.items()
                      if k[1] == hub and k[2] == credential and k[0] == namespace]  # fmt: skip
-        out: dict[str, tuple[int, str, int | None]] = {}
+        out: dict[str, Vouched] = {}
         for partition, vouch in found:
             known = out.get(partition)
             if known is None or vouch[0] > known[0]:
@@ -257,11 +259,13 @@ class ReceiverPool:
                 self._vouch(key, receiver.newest_end())
 
     def _vouch(self, key: PoolKey, found: tuple[int, str, int | None] | None) -> None:
-        if found != self._vouches.get(key):
-            if found is None:
+        held = self._vouches.get(key)
+        if found is None:
+            if held is not None:
                 del self._vouches[key]
-            else:
-                self._vouches[key] = found
+                self.vouch_version += 1
+        elif held is None or held[0] != found[0] or held[1] != found[1] or held[2] != found[2]:
+            self._vouches[key] = vouched(key[-1], *found)
             self.vouch_version += 1
 
     def _revouch_all(self) -> None:
@@ -269,8 +273,10 @@ class ReceiverPool:
         left behind is right again within a second."""
         with self._lock:
             now = {k: found for k, e in self._entries.items() if (found := e.receiver.newest_end()) is not None}
-            if now != self._vouches:
-                self._vouches = now
+            held = self._vouches
+            if now.keys() != held.keys() or any(held[k][:3] != found for k, found in now.items()):
+                self._vouches = {k: held[k] if k in held and held[k][:3] == found else vouched(k[-1], *found)
+                                 for k, found in now.items()}  # fmt: skip
                 self.vouch_version += 1
 
     def _remove(self, key: PoolKey) -> None:

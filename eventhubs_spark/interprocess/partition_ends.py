@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -43,6 +44,30 @@ class Vouch(NamedTuple):
     enqueued_ms: int | None
 
 
+class Vouched(NamedTuple):
+    """A vouch as a receiver service keeps it: :class:`Vouch`'s fields and its answer row, encoded once when the vouch
+    changes (:func:`vouched`). A question after a batch at 1,024 partitions is answered with every row: encoding them
+    then (a list and ``json.dumps`` of 1,024 rows) took 1.5-4.8 ms of the service's CPU on the trigger's path, while
+    joining rows encoded as they came takes a fraction of that."""
+
+    end: int
+    offset: str
+    enqueued_ms: int | None
+    row: bytes
+
+
+def vouched(partition: str, end: int, offset: str, enqueued_ms: int | None) -> Vouched:
+    """The vouch with its answer row ``[partition, end, offset, enqueued_ms]`` as JSON. Partition ids and offsets are
+    digits on Event Hubs: formatted directly (~0.5 us; a character ``str.isdigit`` accepts is never one JSON escapes);
+    anything else goes through ``json.dumps``."""
+    if partition.isdigit() and offset.isdigit():
+        when = "null" if enqueued_ms is None else int(enqueued_ms)
+        row = f'["{partition}",{int(end)},"{offset}",{when}]'
+    else:
+        row = json.dumps([partition, end, offset, enqueued_ms], separators=(",", ":"))
+    return Vouched(end, offset, enqueued_ms, row.encode())
+
+
 class Told:
     """What a receiver service told one driver's connection last: each vouched partition's end. Each answer says
     only what changed since (new ends, and the partitions it no longer vouches for), so a trigger in which few
@@ -55,21 +80,22 @@ class Told:
         # nothing new is told without looking: executor.home_listener)
         self.as_of: int | None = None
 
-    def answer(self, newest: Mapping[str, tuple[int, str, int | None]]) -> bytes:
+    def answer(self, newest: Mapping[str, Vouched]) -> bytes:
         """The answer to this connection's question, ``newest`` being what the service's links vouch for now
-        (partition -> (end, the newest event's offset and enqueued time, as the link read them when the event
-        came: :attr:`eventhubs_spark.amqp.frame_reader.LinkSink.newest`)): JSON ``{"ends": [[partition, end,
-        offset, enqueued_ms], ...], "gone": [partition, ...]}``."""
+        (partition -> its vouch: the position after the newest event its link brought, that event's offset and
+        enqueued time, as the link read them when the event came,
+        :attr:`eventhubs_spark.amqp.frame_reader.LinkSink.newest`, and their row encoded then): JSON
+        ``{"ends": [[partition, end, offset, enqueued_ms], ...], "gone": [partition, ...]}``, the changed rows joined
+        as they are."""
         told = self.ends
-        now: dict[str, int] = {}
-        rows: list[tuple[str, int, str, int | None]] = []
-        for partition, (end, offset, when) in newest.items():
-            now[partition] = end
-            if told.get(partition) != end:
-                rows.append((partition, end, offset, when))
-        gone = sorted(told.keys() - now.keys())
+        now = {partition: vouch.end for partition, vouch in newest.items()}
+        if told:
+            rows = [vouch.row for partition, vouch in newest.items() if told.get(partition) != vouch.end]
+            gone = sorted(told.keys() - now.keys())
+        else:  # a new connection's first answer: every row
+            rows, gone = [vouch.row for vouch in newest.values()], []
         self.ends = now
-        return json.dumps({"ends": rows, "gone": gone}, separators=(",", ":")).encode()
+        return b'{"ends":[%b],"gone":%b}' % (b",".join(rows), json.dumps(gone, separators=(",", ":")).encode())
 
 
 NOTHING_NEW = json.dumps({"ends": [], "gone": []}, separators=(",", ":")).encode()
@@ -104,22 +130,35 @@ class EndsClient:
         self.query = query
         self._conn: SealedSocket | None = None
         self._known: dict[str, Vouch] = {}  # what the service said over this connection, its changes applied
+        self._lock = threading.Lock()  # a connection made ahead (connect) and a trigger's question take turns
 
     def ask(self, timeout: float) -> dict[str, Vouch]:
         """The partitions the service's links vouch for now; raises OSError (or ValueError for an answer that is
         not one) when it cannot be had within ``timeout`` seconds a step; the connection is then closed."""
-        try:
-            conn = self._connection(timeout)
-            conn.settimeout(timeout)
-            send(conn, ENDS)
-            kind, payload = recv(conn, MAX_ANSWER)
-            if kind != ENDS:
-                raise ValueError(f"an answer of kind {kind!r} to a question of where partitions end")
-            apply_answer(self._known, bytes(payload))
-            return self._known
-        except BaseException:
-            self.close()
-            raise
+        with self._lock:
+            try:
+                conn = self._connection(timeout)
+                conn.settimeout(timeout)
+                send(conn, ENDS)
+                kind, payload = recv(conn, MAX_ANSWER)
+                if kind != ENDS:
+                    raise ValueError(f"an answer of kind {kind!r} to a question of where partitions end")
+                apply_answer(self._known, bytes(payload))
+                return self._known
+            except BaseException:
+                self.close()
+                raise
+
+    def connect(self, timeout: float) -> None:
+        """The connection made (and proven) now, ahead of the first question: a trigger that asks then does not wait
+        for the connect and the handshake (~2.5 ms at a busy moment, the trigger after a query's first batch). Raises
+        OSError as :meth:`ask` does (the connection is then closed; a question tries again)."""
+        with self._lock:
+            try:
+                self._connection(timeout)
+            except BaseException:
+                self.close()
+                raise
 
     def _connection(self, timeout: float) -> SealedSocket:
         if self._conn is None:

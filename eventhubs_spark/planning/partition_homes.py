@@ -69,6 +69,8 @@ class QueryDriver:
         self.jvm = jvm_name(executor_pid())  # the stream runner's JVM: the driver's
         self._cond = threading.Condition()
         self._ends_clients: dict[str, EndsClient] = {}  # a kept connection to each service asked (executor_ends)
+        self._ends_lock = threading.Lock()  # _ends_clients: the planning thread and connect_ahead's threads
+        self._ends_wanted = False  # the query's triggers ask the services (want_ends): connect to each ahead
         self._ends_failed: dict[str, float] = {}  # services that did not answer, and when
         self.channel = DriverChannel(self.query, self.handle, bind=bind, ports=ports)
 
@@ -77,9 +79,43 @@ class QueryDriver:
 
     def close(self) -> None:
         self.channel.close()
-        for client in self._ends_clients.values():
+        with self._ends_lock:
+            clients = list(self._ends_clients.values())
+            self._ends_clients.clear()
+        for client in clients:
             client.close()
-        self._ends_clients.clear()
+
+    def want_ends(self) -> None:
+        """The query's triggers ask the services where partitions end (a running stream's, not a Trigger.AvailableNow
+        run's): from now on each live service, and each that announces itself later, is connected to ahead, on a
+        thread of its own, so the first question is not also a connect and a handshake on a trigger's path."""
+        if self._ends_wanted:
+            return
+        self._ends_wanted = True
+        for home in self.live():
+            self._connect_ahead(home)
+
+    def _client(self, home: Home) -> EndsClient:
+        """The kept connection to ``home``'s service (a new one when it has none, or its address changed)."""
+        with self._ends_lock:
+            client = self._ends_clients.get(home.executor)
+            if client is not None and client.home == home:
+                return client
+            old, client = client, EndsClient(home, self.query)
+            self._ends_clients[home.executor] = client
+        if old is not None:
+            old.close()
+        return client
+
+    def _connect_ahead(self, home: Home) -> None:
+        def connect() -> None:
+            try:
+                self._client(home).connect(ENDS_TIMEOUT)
+            except Exception as exc:  # a trigger's question tries again, and says what failed
+                _LOG.debug("eventhubs: hub %s: receiver service %s not connected to ahead (%s)", self.hub,
+                           home.executor, exc)  # fmt: skip
+
+        threading.Thread(target=connect, name="eventhubs-ends-connect", daemon=True).start()
 
     def executor_ends(self) -> dict[str, Vouch] | None:
         """Where partitions end as the live services' links know it, asked of every service at once (one question a
@@ -91,20 +127,18 @@ class QueryDriver:
         failed = self._ends_failed
         services = [h for h in self.live() if h.executor not in gone
                     and now - failed.get(h.executor, now - ENDS_RETRY_AFTER) >= ENDS_RETRY_AFTER]  # fmt: skip
-        for executor in [e for e in self._ends_clients if e not in {h.executor for h in services}]:
-            self._ends_clients.pop(executor).close()  # gone, dropped or failing: a new connection when asked again
+        wanted = {h.executor for h in services}
+        with self._ends_lock:
+            dropped = [self._ends_clients.pop(e) for e in list(self._ends_clients) if e not in wanted]
+        for client in dropped:
+            client.close()  # gone, dropped or failing: a new connection when asked again
         if not services:
             return None
         answers: list[dict[str, Vouch]] = []
 
         def ask_one(home: Home) -> None:
-            client = self._ends_clients.get(home.executor)
-            if client is None or client.home != home:
-                if client is not None:
-                    client.close()
-                client = self._ends_clients[home.executor] = EndsClient(home, self.query)
             try:
-                answers.append(client.ask(ENDS_TIMEOUT))
+                answers.append(self._client(home).ask(ENDS_TIMEOUT))
             except Exception as exc:  # best effort: its partitions are asked of Event Hubs
                 self._ends_failed[home.executor] = self.clock()
                 _LOG.info("eventhubs: hub %s: receiver service %s did not say where its partitions end (%s: %s); "
@@ -199,7 +233,8 @@ class QueryDriver:
                       self.hub, home.executor, home.port)  # fmt: skip
         with self._cond:
             known = self._services.get(home.executor)
-            if known is None or known[0] != home or self.clock() - known[1] > EXPIRY:
+            new = known is None or known[0] != home or self.clock() - known[1] > EXPIRY
+            if new:
                 self._last_new = self.clock()
                 _LOG.info("eventhubs: hub %s: receiver service %s serves the query (port %d)", self.hub,
                           home.executor, home.port)  # fmt: skip
@@ -207,6 +242,8 @@ class QueryDriver:
             jvm = message.get("jvm")
             self._jvms[home.executor] = jvm if isinstance(jvm, str) else None
             self._cond.notify_all()
+        if new and self._ends_wanted:
+            self._connect_ahead(home)
         return {"ok": True}
 
     def _coming(self, message: dict[str, Any]) -> dict[str, Any]:

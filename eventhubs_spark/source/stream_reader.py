@@ -372,6 +372,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             placed = driver.homes(e) if homes else {}  # Capture files are read where the task runs: no home
             stream = {"query": driver.query, "driver": driver.address(), "homes": homes,
                       "ports": options.executor_ports, "bind": options.executor_bind_address}  # fmt: skip
+            if options.receiver_service and self._run_infos is None and options.ownership is None:
+                driver.want_ends()  # a running stream's triggers ask the services: connected to as they come
         timeout = self.idle_timeout()
         planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed)
         planned += self.planner.capture_partitions(from_capture, timeout, stream)

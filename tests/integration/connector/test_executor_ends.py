@@ -97,6 +97,37 @@ def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_
         driver.close()
 
 
+def test_a_running_streams_driver_connects_to_each_service_as_it_comes_before_its_first_question(
+    eventhub, home_service
+):
+    """After want_ends (a running stream's first batch), a service that announces itself is connected to and proven on
+    a thread of its own: the trigger after the first batch asks over that connection instead of also connecting and
+    shaking hands on its path. Nothing is asked ahead: the first question is the trigger's."""
+    svc, worker = home_service
+    send(eventhub.connection_string, [f"e{i}" for i in range(10)], partition_id="3")
+    settings = parse_connection_string(eventhub.connection_string)
+    driver = QueryDriver(eventhub.name, bind="127.0.0.1")
+    try:
+        driver.want_ends()  # no service yet: nothing to connect to
+        assert driver._ends_clients == {}
+        answered = svc.listener.ends_answered
+        assert _read(worker, _home_range(driver, settings, "3", 0, 10)) == list(range(10))  # the service announces
+        deadline = time.monotonic() + 10
+        while (client := driver._ends_clients.get(svc.executor)) is None or client._conn is None:
+            assert time.monotonic() < deadline, "the driver did not connect to the service that announced itself"
+            time.sleep(0.02)
+        conn = client._conn
+        assert svc.listener.ends_answered == answered, "connected ahead, nothing asked"
+        deadline = time.monotonic() + 10
+        while (ends := driver.executor_ends()) is None or "3" not in ends:
+            assert time.monotonic() < deadline, f"the service never vouched for partition 3: {ends}"
+            time.sleep(0.05)
+        assert ends["3"].end == 10
+        assert driver._ends_clients[svc.executor] is client and client._conn is conn, "asked over that connection"
+    finally:
+        driver.close()
+
+
 def test_a_driver_whose_service_does_not_answer_plans_without_it_and_asks_it_again_later(eventhub, caplog, monkeypatch):
     """A live service that cannot be reached (its executor just died, a firewall): the trigger gets None (every
     partition is asked of Event Hubs) within the time-out, says so once, and leaves the service alone for

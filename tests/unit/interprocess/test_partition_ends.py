@@ -9,22 +9,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventhubs_spark.interprocess.partition_ends import Told, Vouch, apply_answer
+from eventhubs_spark.interprocess.partition_ends import Told, Vouch, apply_answer, vouched
+
+
+def rows(ends):
+    """partition -> (end, offset, enqueued_ms) as a service's pool keeps them: with their rows encoded."""
+    return {p: vouched(p, *v) for p, v in ends.items()}
 
 
 def test_each_answer_says_what_changed_since_the_last_on_that_connection():
     told, known = Told(), {}
-    first = told.answer({"0": (10, "900", 5), "1": (4, "40", None)})
+    first = told.answer(rows({"0": (10, "900", 5), "1": (4, "40", None)}))
     apply_answer(known, first)
     assert known == {"0": Vouch(10, "900", 5), "1": Vouch(4, "40", None)}
-    nothing = told.answer({"0": (10, "900", 5), "1": (4, "40", None)})
+    nothing = told.answer(rows({"0": (10, "900", 5), "1": (4, "40", None)}))
     assert json.loads(nothing) == {"ends": [], "gone": []}, "nothing changed: nothing said"
     apply_answer(known, nothing)
-    moved = told.answer({"0": (12, "1000", 6)})
+    moved = told.answer(rows({"0": (12, "1000", 6)}))
     assert json.loads(moved) == {"ends": [["0", 12, "1000", 6]], "gone": ["1"]}
     apply_answer(known, moved)
     assert known == {"0": Vouch(12, "1000", 6)}
-    again = Told().answer({"0": (12, "1000", 6)})  # a new connection: everything anew
+    again = Told().answer(rows({"0": (12, "1000", 6)}))  # a new connection: everything anew
     assert json.loads(again)["ends"] == [["0", 12, "1000", 6]]
 
 
@@ -43,5 +48,16 @@ def test_an_answer_that_is_not_one_raises_and_entries_of_another_form_vouch_for_
 def test_a_driver_that_applies_every_answer_knows_what_the_service_vouches_for_now(rounds: list[dict[str, int]]):
     told, known = Told(), {}
     for ends in rounds:
-        apply_answer(known, told.answer({p: (end, str(end * 10), end) for p, end in ends.items()}))
+        apply_answer(known, told.answer(rows({p: (end, str(end * 10), end) for p, end in ends.items()})))
         assert known == {p: Vouch(end, str(end * 10), end) for p, end in ends.items()}
+
+
+@given(st.text(max_size=6), st.integers(1, 2**63), st.text(max_size=8), st.none() | st.integers(0, 2**50))
+def test_a_vouch_row_encoded_when_kept_reads_back_as_that_vouch(partition: str, end: int, offset: str, when):
+    """Rows are formatted directly where partition and offset are digits (as on Event Hubs), escaped otherwise:
+    either way a driver reads back the vouch the service kept (a quote or a backslash in an id included)."""
+    kept = vouched(partition, end, offset, when)
+    assert json.loads(kept.row) == [partition, end, offset, when]
+    known: dict[str, Vouch] = {}
+    apply_answer(known, Told().answer({partition: kept}))
+    assert known == {partition: Vouch(end, offset, when)}
