@@ -233,10 +233,10 @@ class ReceiverPool:
 
     def newest_ends(self, settings: ConnectionSettings) -> dict[str, Vouched]:
         """Each partition of ``settings``' hub that a receiver's link vouches for: (the position after its newest
-        event, that event's offset and enqueued time), the furthest where several consumer groups' receivers do
-        (:meth:`PartitionReceiver.newest_end`, as the pool keeps it). A receiver in a task's use vouches as an idle
-        one does: its link's newest event exists whoever reads it, and its link brings later ones all the same
-        (one reopened elsewhere by the task vouches for what the new link brings, behind what the driver knew:
+        event, that event's offset and enqueued time, and its answer row), the furthest where several consumer groups'
+        receivers do (:meth:`PartitionReceiver.newest_end`, as the pool keeps it). A receiver in a task's use vouches
+        as an idle one does: its link's newest event exists whoever reads it, and its link brings later ones all
+        the same (one reopened elsewhere by the task vouches for what the new link brings, behind what the driver knew:
         such a partition is asked of Event Hubs, :mod:`eventhubs_spark.planning.executor_ends`)."""
         namespace, hub, credential = settings.pool_key()
         with self._lock:  # 1,024 entries a question at 1,024 partitions: the lock held for one comprehension
@@ -272,12 +272,11 @@ class ReceiverPool:
         """Every receiver looked at again (reap(), off any question's path): what a change nobody told the pool of
         left behind is right again within a second."""
         with self._lock:
-            now = {k: found for k, e in self._entries.items() if (found := e.receiver.newest_end()) is not None}
-            held = self._vouches
-            if now.keys() != held.keys() or any(held[k][:3] != found for k, found in now.items()):
-                self._vouches = {k: held[k] if k in held and held[k][:3] == found else vouched(k[-1], *found)
-                                 for k, found in now.items()}  # fmt: skip
-                self.vouch_version += 1
+            now = {k: e.receiver.newest_end() for k, e in self._entries.items()}
+            for key in self._vouches.keys() - now.keys():
+                self._vouch(key, None)
+            for key, found in now.items():
+                self._vouch(key, found)  # re-encoded, and the version moved, only where it changed
 
     def _remove(self, key: PoolKey) -> None:
         del self._entries[key]

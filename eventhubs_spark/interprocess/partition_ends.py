@@ -89,11 +89,8 @@ class Told:
         as they are."""
         told = self.ends
         now = {partition: vouch.end for partition, vouch in newest.items()}
-        if told:
-            rows = [vouch.row for partition, vouch in newest.items() if told.get(partition) != vouch.end]
-            gone = sorted(told.keys() - now.keys())
-        else:  # a new connection's first answer: every row
-            rows, gone = [vouch.row for vouch in newest.values()], []
+        rows = [vouch.row for partition, vouch in newest.items() if told.get(partition) != vouch.end]
+        gone = sorted(told.keys() - now.keys())
         self.ends = now
         return b'{"ends":[%b],"gone":%b}' % (b",".join(rows), json.dumps(gone, separators=(",", ":")).encode())
 
