@@ -29,6 +29,10 @@ def test_each_answer_says_what_changed_since_the_last_on_that_connection():
     assert json.loads(moved) == {"ends": [["0", 12, "1000", 6]], "gone": ["1"]}
     apply_answer(known, moved)
     assert known == {"0": Vouch(12, "1000", 6)}
+    retimed = told.answer(rows({"0": (12, "1000", 7)}))  # the same end, another field of its vouch: said
+    assert json.loads(retimed) == {"ends": [["0", 12, "1000", 7]], "gone": []}
+    apply_answer(known, retimed)
+    assert known == {"0": Vouch(12, "1000", 7)}
     again = Told().answer(rows({"0": (12, "1000", 6)}))  # a new connection: everything anew
     assert json.loads(again)["ends"] == [["0", 12, "1000", 6]]
 
