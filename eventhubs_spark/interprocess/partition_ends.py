@@ -128,6 +128,10 @@ class EndsClient:
         self._conn: SealedSocket | None = None
         self._known: dict[str, Vouch] = {}  # what the service said over this connection, its changes applied
         self._lock = threading.Lock()  # a connection made ahead (connect) and a trigger's question take turns
+        # held only to set or take the connection (never across a connect): close() does not wait for a connect in
+        # flight, and a connection made after close() is closed by whoever made it instead of kept open unseen
+        self._state = threading.Lock()
+        self._closed = False
 
     def ask(self, timeout: float) -> dict[str, Vouch]:
         """The partitions the service's links vouch for now; raises OSError (or ValueError for an answer that is
@@ -143,7 +147,7 @@ class EndsClient:
                 apply_answer(self._known, bytes(payload))
                 return self._known
             except BaseException:
-                self.close()
+                self._drop()
                 raise
 
     def connect(self, timeout: float) -> None:
@@ -154,18 +158,36 @@ class EndsClient:
             try:
                 self._connection(timeout)
             except BaseException:
-                self.close()
+                self._drop()
                 raise
 
     def _connection(self, timeout: float) -> SealedSocket:
-        if self._conn is None:
-            self._conn = connect_home(self.home, self.query, timeout, min(timeout, HANDSHAKE_TIMEOUT))
-            self._conn.max_frame = MAX_ANSWER + 64
-            self._known = {}  # a new connection: the service tells everything again
-        return self._conn
+        conn = self._conn
+        if conn is not None:
+            return conn
+        conn = connect_home(self.home, self.query, timeout, min(timeout, HANDSHAKE_TIMEOUT))
+        conn.max_frame = MAX_ANSWER + 64
+        with self._state:
+            closed = self._closed
+            if not closed:
+                self._conn = conn
+                self._known = {}  # a new connection: the service tells everything again
+        if closed:  # closed for good while this connected (the driver dropped the service)
+            with contextlib.suppress(OSError):
+                conn.close()
+            raise OSError(f"the connection to receiver service {self.home.executor} was closed")
+        return conn
 
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
+    def _drop(self) -> None:
+        """The connection closed after a failure; the next question connects again."""
+        with self._state:
+            conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def close(self) -> None:
+        """Closed for good (the driver dropped this service), at once: a connect in flight is closed as it ends."""
+        with self._state:
+            self._closed = True
+        self._drop()

@@ -109,11 +109,20 @@ class QueryDriver:
 
     def _connect_ahead(self, home: Home) -> None:
         def connect() -> None:
+            client = self._client(home)
             try:
-                self._client(home).connect(ENDS_TIMEOUT)
-            except Exception as exc:  # a trigger's question tries again, and says what failed
-                _LOG.debug("eventhubs: hub %s: receiver service %s not connected to ahead (%s)", self.hub,
-                           home.executor, exc)  # fmt: skip
+                client.connect(ENDS_TIMEOUT)
+            except Exception as exc:
+                with self._ends_lock:
+                    if self._ends_clients.get(home.executor) is not client:
+                        return  # dropped (or replaced) meanwhile: nothing to say of it
+                # as a failed question: its partitions are asked of Event Hubs until ENDS_RETRY_AFTER has passed,
+                # instead of the next trigger waiting ENDS_TIMEOUT on a service that could not be reached just now
+                self._ends_failed[home.executor] = self.clock()
+                _LOG.info("eventhubs: hub %s: receiver service %s could not be reached ahead of the triggers' "
+                          "questions of where partitions end (%s: %s); they are asked of Event Hubs, and the service "
+                          "again in %g s", self.hub, home.executor, type(exc).__name__, str(exc)[:200],
+                          ENDS_RETRY_AFTER)  # fmt: skip
 
         threading.Thread(target=connect, name="eventhubs-ends-connect", daemon=True).start()
 

@@ -65,3 +65,50 @@ def test_a_vouch_row_encoded_when_kept_reads_back_as_that_vouch(partition: str, 
     known: dict[str, Vouch] = {}
     apply_answer(known, Told().answer({partition: kept}))
     assert known == {partition: Vouch(end, offset, when)}
+
+
+def test_a_client_closed_while_it_connects_keeps_no_connection(monkeypatch):
+    """The driver drops a service's client (gone, unreachable) while a thread of its own is still connecting to it
+    ahead of the triggers: close() returns at once, and the connection made after it is closed, not kept unseen."""
+    import threading
+
+    from eventhubs_spark.auth.secret import Secret
+    from eventhubs_spark.interprocess import partition_ends
+    from eventhubs_spark.interprocess.task_ranges import Home, QueryKey
+
+    connecting, go, made = threading.Event(), threading.Event(), []
+
+    class Conn:
+        closed = False
+        max_frame = 0
+
+        def close(self):
+            self.closed = True
+
+    def connect_home(home, query, timeout, handshake):
+        connecting.set()
+        assert go.wait(5)
+        made.append(Conn())
+        return made[-1]
+
+    monkeypatch.setattr(partition_ends, "connect_home", connect_home)
+    client = partition_ends.EndsClient(Home("e1", ("127.0.0.1",), 1), QueryKey("q", Secret("k")))
+    failed: list[BaseException] = []
+
+    def ahead():
+        try:
+            client.connect(1.0)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=ahead, daemon=True)
+    thread.start()
+    assert connecting.wait(5)
+    client.close()  # does not wait for the connect in flight
+    go.set()
+    thread.join(5)
+    assert not thread.is_alive() and len(failed) == 1 and "closed" in str(failed[0])
+    assert len(made) == 1 and made[0].closed, "the connection made after close() was left open"
+    with pytest.raises(OSError):
+        client.ask(1.0)  # closed for good: a question connects, finds it closed, and closes that one too
+    assert len(made) == 2 and made[1].closed

@@ -114,3 +114,61 @@ def test_a_task_is_not_held_for_services_already_there_but_dropped_as_unreachabl
         assert _ask_home(driver, "0") == {}, "no home, at once"
     finally:
         driver.close()
+
+
+def test_a_service_not_reached_ahead_of_the_first_question_is_not_waited_on_by_it(monkeypatch, caplog):
+    """A running stream's driver connects to each service ahead of its triggers' questions of where partitions end
+    (want_ends). One it cannot reach then is marked as a failed question would be: the next trigger asks Event Hubs
+    for its partitions at once instead of waiting ENDS_TIMEOUT on it, and the driver's log says so, once; after
+    ENDS_RETRY_AFTER it is asked again. A service that connects fine is not marked."""
+    import logging
+    import time
+
+    from eventhubs_spark.interprocess import partition_ends
+    from eventhubs_spark.planning.partition_homes import ENDS_RETRY_AFTER
+
+    connects: list[str] = []
+    down = {"down"}
+
+    class Conn:
+        max_frame = 0
+
+        def close(self):
+            pass
+
+    def connect_home(home, query, timeout, handshake):
+        connects.append(home.executor)
+        if home.executor in down:
+            raise ConnectionRefusedError("refused")
+        return Conn()
+
+    monkeypatch.setattr(partition_ends, "connect_home", connect_home)
+    asked: list[str] = []
+    monkeypatch.setattr(partition_ends.EndsClient, "ask", lambda self, timeout: asked.append(self.home.executor) or {})
+    clock = Clock()
+    driver = QueryDriver("hub", clock=clock, bind="127.0.0.1")
+    try:
+        with caplog.at_level(logging.INFO, logger="eventhubs_spark"):
+            driver.handle(_service("up", 1001))
+            driver.want_ends()
+            driver.handle(_service("down", 1002))
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not any("ahead" in r.getMessage() for r in caplog.records):
+                time.sleep(0.01)
+        said = [r.getMessage() for r in caplog.records if "could not be reached ahead" in r.getMessage()]
+        assert len(said) == 1 and "down" in said[0] and "ConnectionRefusedError" in said[0], said
+        assert sorted(connects) == ["down", "up"]
+        driver.executor_ends()
+        assert asked == ["up"], "the trigger asked only the service it could reach"
+        clock.now += ENDS_RETRY_AFTER
+        asked.clear()
+        down.clear()  # it can be reached now: announced again (new after its expiry), it is connected to ahead
+        driver.handle(_service("up", 1001))
+        driver.handle(_service("down", 1002))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and connects.count("down") < 2:  # "up" keeps its connection
+            time.sleep(0.01)
+        driver.executor_ends()
+        assert sorted(asked) == ["down", "up"], "asked again after ENDS_RETRY_AFTER"
+    finally:
+        driver.close()
