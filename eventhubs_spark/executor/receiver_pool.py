@@ -141,11 +141,10 @@ class ReceiverPool:
         # stream asks every 10 ms or so). reap() looks at every receiver again once a second, off that path, so a
         # change nobody told of is seen within a second. Each is kept with its answer row encoded (Vouched), made as
         # it changes on the thread that changed it, so a question that must tell every partition joins bytes.
-        self._vouches: dict[PoolKey, Vouched] = {}
-        # the same vouches by hub (namespace, hub, credential), then consumer group, then partition: a question
-        # copies its hub's dict instead of selecting from every receiver's (at 1,024 partitions that selection was
-        # 0.7-1.6 ms of the service's CPU while the driver's trigger waited for the answer)
-        self._by_hub: dict[PoolKey, dict[str, dict[str, Vouched]]] = {}
+        # Kept by hub (namespace, hub, credential), then consumer group, then partition: a question copies its hub's
+        # dict instead of selecting from every receiver's (at 1,024 partitions that selection was 0.7-1.6 ms of the
+        # service's CPU while the driver's trigger waited for the answer).
+        self._vouches: dict[PoolKey, dict[str, dict[str, Vouched]]] = {}
         self.vouch_version = 0
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
@@ -243,7 +242,7 @@ class ReceiverPool:
         the same (one reopened elsewhere by the task vouches for what the new link brings, behind what the driver knew:
         such a partition is asked of Event Hubs, :mod:`eventhubs_spark.planning.executor_ends`)."""
         with self._lock:  # the lock held for a dict's copy (in C) per consumer group reading the hub
-            groups = [dict(by_partition) for by_partition in self._by_hub.get(settings.pool_key(), {}).values()]
+            groups = [dict(by_partition) for by_partition in self._vouches.get(settings.pool_key(), {}).values()]
         if len(groups) <= 1:
             return groups[0] if groups else {}
         out = groups[0]
@@ -264,21 +263,20 @@ class ReceiverPool:
                 self._vouch(key, receiver.newest_end())
 
     def _vouch(self, key: PoolKey, found: tuple[int, str, int | None] | None) -> None:
-        held = self._vouches.get(key)
+        hub, group, partition = key[:-2], key[-2], key[-1]
+        groups = self._vouches.get(hub, {})
+        by_partition = groups.get(group, {})
+        held = by_partition.get(partition)
         if found is None:
             if held is not None:
-                del self._vouches[key]
-                hub, group, partition = key[:-2], key[-2], key[-1]
-                groups = self._by_hub[hub]
-                del groups[group][partition]
-                if not groups[group]:
+                del by_partition[partition]
+                if not by_partition:
                     del groups[group]
                     if not groups:
-                        del self._by_hub[hub]
+                        del self._vouches[hub]
                 self.vouch_version += 1
         elif held is None or held[0] != found[0] or held[1] != found[1] or held[2] != found[2]:
-            vouch = self._vouches[key] = vouched(key[-1], *found)
-            self._by_hub.setdefault(key[:-2], {}).setdefault(key[-2], {})[key[-1]] = vouch
+            self._vouches.setdefault(hub, {}).setdefault(group, {})[partition] = vouched(partition, *found)
             self.vouch_version += 1
 
     def _revouch_all(self) -> None:
@@ -286,7 +284,9 @@ class ReceiverPool:
         left behind is right again within a second."""
         with self._lock:
             now = {k: e.receiver.newest_end() for k, e in self._entries.items()}
-            for key in self._vouches.keys() - now.keys():
+            held = {(*hub, group, partition) for hub, groups in self._vouches.items()
+                    for group, by_partition in groups.items() for partition in by_partition}  # fmt: skip
+            for key in held - now.keys():
                 self._vouch(key, None)
             for key, found in now.items():
                 self._vouch(key, found)  # re-encoded, and the version moved, only where it changed
@@ -360,7 +360,6 @@ class ReceiverPool:
             receivers = [e.receiver for e in self._entries.values()]
             self._entries.clear()
             self._vouches.clear()
-            self._by_hub.clear()
             self.vouch_version += 1
         _close_all(receivers)
 
