@@ -436,17 +436,14 @@ class EventSender:
         """Send one batch, retrying transient failures until ``eventhubs.operationTimeout``; whether it was sent
         again after an attempt that went unanswered.
 
-        Why that is told: a send refused (busy, a detached link, a connection refused) was not stored, so
-        sending it again repeats nothing; a send that timed out may have been stored all the same (the answer
-        was late, or lost with its connection), and Event Hubs has no idempotent send this SDK offers, so the
-        next attempt may store it twice. That is the sink's "at least once", and the driver says when it
-        happened and for how many events (:meth:`_SinkBase._log_commit`)."""
+        Why that is told: a send refused (busy) or one that failed before anything of it was written (its link
+        or connection could not open) was not stored, so sending it again repeats nothing; a send that timed out
+        may have been stored all the same (the answer was late, or lost with its connection), and Event Hubs has
+        no idempotent send this SDK offers, so the next attempt may store it twice. That is the sink's "at least
+        once", and the driver says when it happened and for how many events (:meth:`_SinkBase._log_commit`).
+        With exactly once, every send whose outcome is not known is settled by reading back instead."""
 
-        from azure.eventhub.exceptions import (  # here: importing the sink loads no SDK
-            ConnectionLostError,
-            EventDataSendError,
-            OperationTimeoutError,
-        )
+        from azure.eventhub.exceptions import OperationTimeoutError  # here: importing the sink loads no SDK
 
         unanswered = False
 
@@ -462,15 +459,13 @@ class EventSender:
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
                     unanswered = True
                     self._replace_client(client)  # unanswered: the next attempt goes over a new connection
-                    if self._once is not None:
-                        raise _Unanswered(str(exc)) from exc
-                # Exactly once: a send that may have reached the service (its connection lost on the way, or an
-                # error whose meaning for the batch is unknown) is settled by reading back too; only a refusal
-                # (busy) or a failure to connect at all says for certain that nothing was stored.
-                maybe_stored = isinstance(exc, ConnectionLostError) or (
-                    isinstance(exc, EventDataSendError) and condition != sdk_internals.SERVER_BUSY
-                )
-                if self._once is not None and maybe_stored:
+                # Exactly once: a send whose outcome is not known is settled by reading back, never by its error's
+                # type. Only a failure before anything of it was written (its link or connection opening, the
+                # sign-in: sdk_internals.unsent) or the service's refusal of the send itself (busy) says for
+                # certain that nothing was stored; a send unanswered, or whose link was detached or connection
+                # lost on the way (the SDK reports those as ConnectionLostError, ConnectError, EventDataSendError
+                # or a bare EventHubError, depending on where it was), may have been stored.
+                if self._once is not None and not sdk_internals.unsent(exc) and condition != sdk_internals.SERVER_BUSY:
                     raise _Unanswered(str(exc)) from exc
                 raise
 

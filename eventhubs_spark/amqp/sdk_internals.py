@@ -528,19 +528,39 @@ def send_once(client: Any, batch: Any, timeout: float, shared: SendConnection | 
     from azure.eventhub._constants import ALL_PARTITIONS
 
     partition = batch._partition_id or ALL_PARTITIONS
-    producer = client._producers.get(partition)
-    if producer is None or producer.closed:
-        client._start_producer(partition, timeout)
-        producer = client._producers[partition]
-    if shared is not None:
-        if getattr(producer, "running", False):
-            connection = getattr(producer._handler, "_connection", None)
-            if connection is None or connection_closed(connection) is not None:
-                producer._close_handler()  # its link was on a connection that ended: open it on the live one
-        if not getattr(producer, "running", False):
-            _open_producer_once(producer, timeout)
-            shared.adopt(producer)
+    try:
+        producer = client._producers.get(partition)
+        if producer is None or producer.closed:
+            client._start_producer(partition, timeout)
+            producer = client._producers[partition]
+        if shared is not None:
+            if getattr(producer, "running", False):
+                connection = getattr(producer._handler, "_connection", None)
+                if connection is None or connection_closed(connection) is not None:
+                    producer._close_handler()  # its link was on a connection that ended: open it on the live one
+            if not getattr(producer, "running", False):
+                _open_producer_once(producer, timeout)
+                shared.adopt(producer)
+    except Exception as exc:
+        mark_unsent(exc)
+        raise
     producer.send(batch, partition_key=None, timeout=timeout)
+
+
+_UNSENT = "_eventhubs_unsent"
+
+
+def mark_unsent(error: BaseException) -> None:
+    """Say on ``error`` that it was raised before any byte of the send it failed was written (while its link or
+    connection opened, or before): the service cannot have stored that send (see :func:`unsent`)."""
+    with contextlib.suppress(AttributeError):  # an exception type with __slots__: taken as maybe sent
+        setattr(error, _UNSENT, True)
+
+
+def unsent(error: BaseException) -> bool:
+    """Whether ``error`` failed its send before anything was written (:func:`mark_unsent`). Any other failure of a
+    send may have been stored (its answer lost with the link or the connection), whatever its type says."""
+    return bool(getattr(error, _UNSENT, False))
 
 
 def _open_producer_once(producer: Any, timeout: float) -> None:

@@ -112,7 +112,11 @@ class SharedProducer:
     def send(self, batch: Any, timeout: float) -> None:
         """Send a batch made by :meth:`create_batch` once, on its partition's (or key's) lane."""
         lane = self._lane(batch._partition_id, batch._partition_key)
-        self._tell_partitions(lane, batch._partition_id, timeout)
+        try:
+            self._tell_partitions(lane, batch._partition_id, timeout)
+        except Exception as exc:
+            sdk_internals.mark_unsent(exc)  # a lookup before the send: nothing of it went out
+            raise
         with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
             try:
                 sdk_internals.send_once(lane.client, batch, timeout, lane.shared)

@@ -1,13 +1,16 @@
-"""A hub-to-hub stream written exactly once, in a driver process of its own on ``local-cluster[2,1,1024]``, for the
-test that SIGKILLs its executors and the driver itself while batches are being written.
+"""A hub-to-hub stream written exactly once, in a driver process of its own (``local-cluster[2,1,1024]`` by default),
+for the tests that SIGKILL its executors, its receiver services and the driver itself while batches are being written.
 
 ``python -m tests.integration.sink_app SOURCE TARGET OUT_DIR EXECUTOR_KILLS`` reads the source hub from its start
-(``maxEventsPerTrigger`` 10,000) through a stateless transform (bodies upper-cased, each event to the partition it
-came from) into the target hub with ``eventhubs.sink.exactlyOnce``, checkpoints under ``OUT_DIR``, until the
-source is drained; then writes ``OUT_DIR/done``. With ``EXECUTOR_KILLS`` n, a thread SIGKILLs an executor's JVM n
-times, each while a batch is being written (its tasks' marks are there, its fence is not), and appends each pid to
-``OUT_DIR/executor-kills``. A fifth argument ``off`` writes at least once instead (the same faults then store events
-twice: the test shows what the option prevents), a batch being written then one Spark planned and did not commit.
+(``maxEventsPerTrigger`` 10,000, or ``SINK_APP_PER_TRIGGER``) through a stateless transform (bodies upper-cased, each
+event to the partition it came from) into the target hub with ``eventhubs.sink.exactlyOnce``, checkpoints under
+``OUT_DIR``, until the source is drained; then writes ``OUT_DIR/done``. With ``EXECUTOR_KILLS`` n, a thread SIGKILLs
+an executor's JVM n times, each while a batch is being written (its tasks' marks are there, its fence is not), and
+appends each pid to ``OUT_DIR/executor-kills``. ``SINK_APP_MASTER`` runs another master (``local[2]``: the executor is
+the driver's JVM, so EXECUTOR_KILLS must be 0), and ``SINK_APP_SERVICE_KILLS`` n SIGKILLs a receiver service n times,
+each while a batch is being written (pids appended to ``OUT_DIR/service-kills``). A fifth argument ``off`` writes at
+least once instead (the same faults then store events twice: the test shows what the option prevents), a batch being
+written then one Spark planned and did not commit.
 
 ``python -m tests.integration.sink_app connect TARGET OUT_DIR`` writes 42,000 rows to the target with ``df.write``
 and ``eventhubs.sink.exactlyOnce`` through a Spark Connect client: a first run fails after its tasks sent 20,000
@@ -62,6 +65,60 @@ def kill_executors(spark: object, out: str, kills: int) -> None:
             f.write(f"{victim} batch {batch}\n")
 
 
+def service_pids(jvms: list[int]) -> list[int]:
+    """The receiver services watching any of these JVMs (each is started with ``--watch-pid`` of its executor's)."""
+    wanted = {str(pid).encode() for pid in jvms}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        watching = b"--watch-pid" in args and args[args.index(b"--watch-pid") + 1] in wanted
+        if b"eventhubs_spark.executor.receiver_service" in args and watching:
+            found.append(int(entry))
+    return found
+
+
+def driver_jvms() -> list[int]:
+    """This driver's JVM (a child of this process: pyspark starts it)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(entry))
+    return found
+
+
+def kill_services(spark: object, out: str, kills: int) -> None:
+    """SIGKILL the application's receiver services ``kills`` times, each while a batch is being written."""
+    from tests.integration.spark_app import executor_pids
+
+    app = spark.sparkContext.applicationId  # type: ignore[attr-defined]
+    hit: set[int] = set()
+    while len(hit) < kills:
+        batch = writing(out)
+        pids = service_pids(executor_pids(app) + driver_jvms())
+        if batch is None or batch in hit or not pids:
+            time.sleep(0.05)
+            continue
+        time.sleep(random.uniform(0.0, 0.4))
+        victim = random.choice(pids)
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        hit.add(batch)
+        with open(os.path.join(out, "service-kills"), "a") as f:
+            f.write(f"{victim} batch {batch}\n")
+
+
 def main(source: str, target: str, out: str, kills: int, once: bool = True) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     import pyspark
@@ -71,25 +128,33 @@ def main(source: str, target: str, out: str, kills: int, once: bool = True) -> N
     from tests.integration.cluster_start import distinct_application_id
     from tests.integration.spark_app import executors_up
 
-    with distinct_application_id():
-        spark = (
-            SparkSession.builder.master("local-cluster[2,1,1024]")
-            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
-        )
-    executors_up(spark, 2)
+    master = os.environ.get("SINK_APP_MASTER", "local-cluster[2,1,1024]")
+    builder = (
+        SparkSession.builder.master(master)
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.ui.enabled", "false")
+    )
+    if master.startswith("local-cluster"):
+        with distinct_application_id():
+            spark = builder.getOrCreate()
+        executors_up(spark, 2)
+    else:
+        spark = builder.getOrCreate()
     if not once:
         Path(out, "at-least-once").touch()
     if kills:
         threading.Thread(target=kill_executors, args=(spark, out, kills), daemon=True).start()
+    service_kills = int(os.environ.get("SINK_APP_SERVICE_KILLS", "0"))
+    if service_kills:
+        threading.Thread(target=kill_services, args=(spark, out, service_kills), daemon=True).start()
+    per_trigger = os.environ.get("SINK_APP_PER_TRIGGER", str(PER_TRIGGER))
 
     def run() -> int:
         query = (
             spark.readStream.format("eventhubs")
             .option("eventhubs.connectionString", source)
             .option("eventhubs.startingPosition", '{"offset": "-1"}')
-            .option("maxEventsPerTrigger", str(PER_TRIGGER))
+            .option("maxEventsPerTrigger", per_trigger)
             .option("eventhubs.connectionIdleTimeout", "5s")
             .load()
             .select(F.upper(F.col("body").cast("string")).alias("body"), F.col("partition").alias("partitionId"))

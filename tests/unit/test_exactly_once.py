@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import types
 from typing import Any
 
 import pyarrow as pa
@@ -331,6 +332,125 @@ def test_a_lost_connection_is_settled_and_a_send_that_never_answers_fails_in_the
     stuck.add_columns([["a"], ["1"]])
     with pytest.raises(SinkError, match="failed 11 times in a row without an answer"):
         stuck.flush()
+
+
+def _connect_error() -> Exception:
+    """What the SDK raises when the connection fails under a send (a socket error, a connection closed): its
+    ConnectError, which says nothing of whether the batch was written."""
+    from azure.eventhub._pyamqp import error as errors
+    from azure.eventhub.exceptions import ConnectError
+
+    cause = errors.AMQPConnectionError(errors.ErrorCondition.SocketError, description="the socket closed")
+    return ConnectError(str(cause), cause)
+
+
+def _link_timeout() -> Exception:
+    """A sending link the service detached with com.microsoft:timeout, as the SDK reports it: a ConnectError (a
+    vendor condition), though the batch may have been stored before the detach."""
+    from azure.eventhub._pyamqp import error as errors
+    from azure.eventhub.exceptions import ConnectError
+
+    cause = errors.AMQPLinkError(errors.ErrorCondition.LinkDetachForced, description="detached")
+    cause.condition = "com.microsoft:timeout"
+    return ConnectError(str(cause), cause)
+
+
+def _bare_error() -> Exception:
+    from azure.eventhub.exceptions import EventHubError
+
+    return EventHubError("a failure of unknown meaning")
+
+
+@pytest.mark.parametrize(
+    "failure", [_connect_error, _link_timeout, _bare_error], ids=["connection-lost", "link-timeout", "bare-error"]
+)
+def test_a_send_whose_outcome_is_unknown_is_settled_whatever_its_error_type(monkeypatch, tmp_path, in_spark_task,
+                                                                            failure):  # fmt: skip
+    """A send the service stored, whose answer never came because its link or connection failed under it: the sink
+    cannot tell from the error's type (the SDK says ConnectError, a bare EventHubError...) whether it was stored, so
+    it asks the hub, and sends nothing twice. (Before, only a timeout, ConnectionLostError and EventDataSendError
+    were settled, and these were sent again: stored twice.)"""
+    from eventhubs_spark import sink
+
+    hub = Hub(2)
+
+    class Failing(_Client):
+        def send(self, batch: _Batch, timeout: float) -> None:
+            super().send(batch, 0)
+            if self.sends == 1:
+                raise failure()
+
+    client = Failing(hub, unanswered=set())
+    settings, layout = sending_through(monkeypatch, in_spark_task, hub, client, batch="5")
+    sender = sink.EventSender(settings, layout, 30.0, sink.ExactlyOnce(str(tmp_path), True, None, "$Default"))
+    sender.add_columns([["a", "b", "c"], ["1", "1", "1"]])
+    sender.flush()
+    assert len(hub.stamps()) == 3 and sender.report.settled == 1 and client.sends == 1
+
+
+@pytest.mark.parametrize("refusal", ["busy", "unsent"])
+def test_a_send_certainly_not_stored_is_sent_again_without_reading_back(monkeypatch, tmp_path, in_spark_task, refusal):
+    """The namespace refused the send as busy, or it failed before anything of it was written (its link could not
+    open): nothing was stored, so it is simply sent again, with no read-back."""
+    from azure.eventhub._pyamqp import error as errors
+    from azure.eventhub.exceptions import EventDataSendError
+
+    from eventhubs_spark import sink
+    from eventhubs_spark.amqp import sdk_internals
+
+    hub = Hub(2)
+
+    class Refusing(_Client):
+        def send(self, batch: _Batch, timeout: float) -> None:
+            if self.sends == 0:
+                self.sends += 1
+                if refusal == "busy":
+                    cause = errors.MessageException(errors.ErrorCondition.UnknownError, description="throttled")
+                    cause.condition = sdk_internals.SERVER_BUSY.encode()  # as pyamqp decodes it
+                    raise EventDataSendError(str(cause), cause)
+                error = _connect_error()
+                sdk_internals.mark_unsent(error)
+                raise error
+            super().send(batch, 0)
+
+    client = Refusing(hub, unanswered=set())
+    settings, layout = sending_through(monkeypatch, in_spark_task, hub, client, batch="6")
+    sender = sink.EventSender(settings, layout, 30.0, sink.ExactlyOnce(str(tmp_path), True, None, "$Default"))
+    sender.add_columns([["a", "b"], ["0", "0"]])
+    sender.flush()
+    assert len(hub.stamps()) == 2 and sender.report.settled == 0 and sender.report.read_back == 0
+
+
+def test_send_once_says_a_failure_while_its_link_opens_was_before_anything_was_sent():
+    """sdk_internals.send_once: a failure while the partition's producer starts or its link opens is marked unsent;
+    one from the send itself is not."""
+    from azure.eventhub.exceptions import ConnectError
+
+    from eventhubs_spark.amqp import sdk_internals
+
+    class Producer:
+        closed, running = False, True
+
+        def send(self, batch: Any, partition_key: Any = None, timeout: float = 0) -> None:
+            raise ConnectError("lost under the send")
+
+    class Client:
+        def __init__(self, start_fails: bool) -> None:
+            self._producers: dict[str, Any] = {}
+            self.start_fails = start_fails
+
+        def _start_producer(self, partition: str, timeout: float) -> None:
+            if self.start_fails:
+                raise ConnectError("could not open")
+            self._producers[partition] = Producer()
+
+    batch = types.SimpleNamespace(_partition_id="0")
+    with pytest.raises(ConnectError) as opening:
+        sdk_internals.send_once(Client(start_fails=True), batch, 5.0)
+    assert sdk_internals.unsent(opening.value)
+    with pytest.raises(ConnectError) as sending:
+        sdk_internals.send_once(Client(start_fails=False), batch, 5.0)
+    assert not sdk_internals.unsent(sending.value)
 
 
 def test_a_batch_that_cannot_be_opened_on_a_dead_connection_is_opened_again(monkeypatch, tmp_path, in_spark_task):
