@@ -136,6 +136,26 @@ def receive(
         return r.wait_for(count, timeout)
 
 
+def receive_partition(conn: str, partition: str, count: int, timeout: float = 60.0) -> list[Any]:
+    """The first ``count`` events of one partition as the official SDK reads them, each once, in sequence order.
+
+    Where links are detached meanwhile (the emulator's ``detach_every``, as the service does), the SDK's consumer
+    hands events out again: it reopens its link after the last event it handed out but keeps what it had already
+    buffered (``EventHubConsumer._message_buffer``), so a batch read back that way holds repeats the hub does not.
+    Kept here by sequence number: what the hub stores, which is what a test of a writer counts."""
+    by_seq: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    with Receiver(conn, partition_id=partition, starting_position="-1") as r:
+        while time.monotonic() < deadline:
+            with r._lock:
+                events = list(r.result.events)
+            by_seq = {e.sequence_number: e for e in events}
+            if all(seq in by_seq for seq in range(count)):
+                break
+            time.sleep(0.05)
+    return [by_seq[seq] for seq in sorted(by_seq)]
+
+
 def wait_until(predicate: Any, timeout: float = 20.0, message: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
