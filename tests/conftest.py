@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # Every Spark the tests start (here and in the processes they run) reads its defaults from this directory: the
 # JIT and collector settings that save short-lived JVMs CPU (see the file). One already set is kept.
 os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "tests" / "spark-conf"))
+# A hung test says where, in this process and in every Python process it started: tests/dumps/sitecustomize.py
+# (first on PYTHONPATH, which Spark passes to its Python workers) makes each dump its threads on SIGUSR1 into a file
+# of its own in this folder, and the deadline hook below asks them all shortly before pytest-timeout fails the test.
+DUMPS = tempfile.mkdtemp(prefix="eventhubs-tests-dumps-")
+os.environ["EVENTHUBS_TESTS_DUMPS"] = DUMPS
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "tests" / "dumps"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+)
+DUMP_AHEAD = 15.0  # seconds before a test's time-out that every thread's stack is dumped
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
@@ -113,6 +122,75 @@ class Azurite:
     def stop(self) -> None:
         self.kill()
         shutil.rmtree(self.location, ignore_errors=True)
+
+
+def _command_line(raw: bytes) -> str:
+    """As tests/dumps/sitecustomize.py writes a process's command line first in its dump file."""
+    return raw.replace(b"\0", b" ").replace(b"\n", b" ").decode("utf-8", "replace")[:500]
+
+
+def _timeout_of(item: pytest.Item) -> float:
+    """The test's time-out as pytest-timeout takes it: its ``timeout`` mark, else the ini's."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        if value is not None:
+            return float(value)
+    return float(item.config.getini("timeout") or 0)
+
+
+def _dump_everything(test: str) -> None:
+    """Every thread's stack: this process's on its stderr, and each Python process started since the run began
+    (tests/dumps/sitecustomize.py) into its dump file, printed here with its command line."""
+    import faulthandler
+    import sys
+
+    print(f"\n==== {test} is about to time out: every thread's stack, here and in the processes started ====",
+          file=sys.stderr, flush=True)  # fmt: skip
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    signalled = []
+    for name in os.listdir(DUMPS):
+        pid = int(name.split(".")[0])
+        if pid == os.getpid():
+            continue
+        try:
+            registered = Path(DUMPS, name).read_text(errors="replace").split("\n", 1)[0]
+            now = _command_line(Path(f"/proc/{pid}/cmdline").read_bytes())
+            if now != registered:  # ended, and its pid may be another process's now: never signalled
+                raise ProcessLookupError(pid)
+            os.kill(pid, signal.SIGUSR1)
+            signalled.append(name)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(DUMPS, name))  # ended: its file says nothing new
+    time.sleep(1.0)  # each writes its dump from its signal handler
+    for name in signalled:
+        with contextlib.suppress(OSError):
+            text = Path(DUMPS, name).read_text(errors="replace")
+            if "Thread" in text or "Current thread" in text:
+                print(f"---- process {name[:-4]}: {text}", file=sys.stderr, flush=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Every test has a deadline (pytest-timeout: its mark, else the ini's 300 s), and one that reaches it says
+    where it hung: DUMP_AHEAD seconds before, every thread's stack here and in the Python processes it started
+    (:func:`_dump_everything`), and should this process be stuck in C, faulthandler's own dump of this process."""
+    import faulthandler
+
+    timeout = _timeout_of(item)
+    timer = None
+    if timeout > DUMP_AHEAD:
+        timer = threading.Timer(timeout - DUMP_AHEAD, _dump_everything, args=(item.nodeid,))
+        timer.daemon = True
+        timer.start()
+        faulthandler.dump_traceback_later(timeout - DUMP_AHEAD / 2, exit=False)
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")
