@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from eventhubs_spark.errors import EventHubsError
 from eventhubs_spark.json_bodies import types
+from eventhubs_spark.json_bodies.spark_text import spark_json_text
 
 ADD, RESCUE, FAIL, NONE = "addnewcolumns", "rescue", "failonnewcolumns", "none"
 MODES = (ADD, RESCUE, FAIL, NONE)
@@ -246,7 +247,7 @@ def _conform(value: Any, t: pa.DataType, path: str, misfits: dict[str, Any], ext
             return None
         return [_conform(item, t.value_type, f"{path}[]", misfits, extras) for item in value]
     if t == types.TEXT:
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return value if isinstance(value, str) else spark_json_text(value)
     if t == types.BOOL:
         if isinstance(value, bool):
             return value
@@ -274,6 +275,17 @@ def _conform(value: Any, t: pa.DataType, path: str, misfits: dict[str, Any], ext
     return None
 
 
+def redefine(stream: bool) -> str:
+    """What a user does once the kept schema has columns their DataFrame lacks: a stream is defined again and started
+    (it reads the batch that stopped again); a batch read is loaded again and its action run again (nothing of it
+    was kept)."""
+    if stream:
+        return ("define the stream again (spark.readStream.format('eventhubs')...load()) and start it; it reads this "
+                "batch again with the new columns, nothing skipped")  # fmt: skip
+    return ("load the DataFrame again (spark.read.format('eventhubs')...load()) and run the action again; it reads "
+            "every event again with the new columns, nothing skipped")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class JsonReading:
     """How a read decodes JSON bodies (plain data: it travels to the tasks): the value struct's schema (DDL), the
@@ -285,6 +297,7 @@ class JsonReading:
     location: str | None = None
     version: int | None = None
     keep_body: bool = False  # eventhubs.json.keepBody: the body column stays beside value
+    stream: bool = True  # a stream's read (spark.readStream), else a batch read's: what a user does next differs
 
     def source_fields(self, own: pa.Schema) -> list[pa.Field]:
         """The read's columns: the source's own ``own`` (less the body, unless kept), then value and the rescue
@@ -344,6 +357,5 @@ class JsonReading:
             self._where(batch, outcome.first_misfit, "and others carry what schema version "
                         f"{self.version} lacks: {', '.join(outcome.added)}")
             + f". Schema version {number} at {self.location} has them (eventhubs.json.schemaEvolutionMode "
-            "addNewColumns): define the stream again (spark.readStream...load()) and start it; it reads this batch "
-            "again with the new columns, nothing skipped"
+            f"addNewColumns): {redefine(self.stream)}"
         )  # fmt: skip

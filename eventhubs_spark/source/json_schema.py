@@ -8,6 +8,7 @@ schema grew, and must be defined again to read the new columns).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -18,11 +19,11 @@ from typing import Any
 import pyarrow as pa
 
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
+from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.json_bodies import types
 from eventhubs_spark.json_bodies.decode import ADD, RESCUE, JsonReading
 from eventhubs_spark.json_bodies.kept import KeptSchemas
-from eventhubs_spark.options import ReadOptions
+from eventhubs_spark.options import STREAM, ReadOptions
 from eventhubs_spark.process import runtime
 
 _LOG = logging.getLogger(__name__)
@@ -37,31 +38,34 @@ def json_of_options(
     if not options.json_schema and not options.json_schema_location:
         return None
     mode = options.json_mode or (ADD if options.json_schema_location else RESCUE)
+    stream = options.mode == STREAM
     if options.json_schema:
         return JsonReading(types.to_text(types.parse_schema(options.json_schema)), mode, options.json_rescue_column,
-                           keep_body=options.json_keep_body)  # fmt: skip
+                           keep_body=options.json_keep_body, stream=stream)  # fmt: skip
     location = str(options.json_schema_location)
     kept = KeptSchemas(location)
     latest = kept.latest()
     given = _value_of(spark_schema)
     if given is not None:
         if latest is not None and types.parse_schema(latest.schema) != given and mode == ADD:
-            example = "spark.readStream.format('eventhubs')...load()"
+            example = f"spark.{'readStream' if stream else 'read'}.format('eventhubs')...load()"
             raise OptionError(
                 f"eventhubs.json.schemaLocation: the schema kept at {location} is version {latest.number}, with "
-                f"{', '.join(latest.added) or 'other fields'}; this DataFrame was defined with an earlier one. Define "
-                f"it again ({example}) to read the new columns",
+                f"{', '.join(latest.added) or 'other fields'}; this DataFrame was defined with an earlier one. "
+                f"{'Define' if stream else 'Load'} it again ({example}) to read the new columns",
                 example,
             )  # fmt: skip
         return JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
-                           latest.number if latest is not None else 0, options.json_keep_body)  # fmt: skip
+                           latest.number if latest is not None else 0, options.json_keep_body, stream)  # fmt: skip
     if latest is None:
         inferred = infer(planner(raw, options.mode), options)
         if not kept.create(0, types.to_text(inferred), [f.name for f in inferred]):
             _LOG.info("eventhubs.json: another process kept a schema at %s first; reading with it", location)
         latest = kept.latest()
         assert latest is not None
-    return JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number, options.json_keep_body)
+    return JsonReading(
+        latest.schema, mode, options.json_rescue_column, location, latest.number, options.json_keep_body, stream
+    )
 
 
 def _value_of(spark_schema: Any) -> pa.StructType | None:
@@ -92,10 +96,32 @@ SAMPLE_READERS = 16  # partitions sampled at once: each read is a link attach an
 SAMPLE_SECONDS = 60.0  # partitions not begun within this are not sampled (said in the log): a big hub's bound
 
 
+def _default_start(options: ReadOptions, pid: str) -> bool:
+    """Whether partition ``pid`` starts where the read's kind says (no eventhubs.startingPosition(s) for it): a batch
+    read at the start of the stream, a stream at its end. Spark does not tell a source at ``.load()``, where the
+    schema is inferred, which of the two the DataFrame will be, so such a partition is sampled at both."""
+    return options.starting_position is None and pid not in options.starting_positions
+
+
+def _sample_ranges(info: Any, start: int, per: int, both_ends: bool) -> list[tuple[int, int]]:
+    """The ranges of one partition to sample, ``per`` events in all: from ``start``, or (``both_ends``) half from
+    its first event and half up to its newest; where ``start`` has nothing yet to read, the newest events."""
+    begin, end = info.beginning_sequence_number, info.end
+    if both_ends:
+        head = (begin, min(end, begin + max(1, per // 2)))
+        tail = (max(head[1], end - (per - per // 2)), end)
+        return [r for r in (head, tail) if r[0] < r[1]]
+    start = max(start, begin)
+    if start >= end:  # nothing to read yet from where it starts: the latest events stand in for it
+        start = max(begin, end - per)
+    return [(start, min(end, start + per))] if start < min(end, start + per) else []
+
+
 def infer(planner: Any, options: ReadOptions, budget: float = SAMPLE_SECONDS) -> pa.StructType:
     """A schema for the JSON objects among a sample of the events the query will read first: up to
-    ``eventhubs.json.sampleEvents`` in all, spread over the partitions, from each one's starting position (a
-    stream starting at the end: the latest events).
+    ``eventhubs.json.sampleEvents`` in all, spread over the partitions, from each one's starting position; a
+    partition with none given is sampled at both the start of the stream (where a batch read begins) and its end
+    (where a stream does), half each.
 
     Why concurrently and within ``budget`` seconds: the sample is read on the driver at ``.load()``, one small
     range per partition, and each range costs a link attach (a token, a round trip) however few events it holds:
@@ -105,20 +131,17 @@ def infer(planner: Any, options: ReadOptions, budget: float = SAMPLE_SECONDS) ->
     infos = planner.partition_infos()
     starts = planner.resolve(infos, planner.configured_starts(infos))
     per = max(1, options.json_sample_events // max(1, len(infos)))
-    config = ReceiverConfig(consumer_group=options.consumer_group, exclusive=False,
-                            receiver_timeout=options.receiver_timeout)  # fmt: skip
+    # The query's own receivers (owner level, as its reads open them): an idle receiver the pool kept from a read
+    # a moment ago holds the partition at that level and would refuse a sampler without one; this one takes the
+    # partition from it as every read of the query does, and the pooled one reopens at its next read.
+    config = dataclasses.replace(planner.config, receiver_timeout=options.receiver_timeout)
     requests: list[RangeRequest] = []
     for pid, info in infos.items():
         if info.is_empty:
             continue
-        start = max(starts[pid], info.beginning_sequence_number)
-        if start >= info.end:  # nothing to read yet from where it starts: the latest events stand in for it
-            start = max(info.beginning_sequence_number, info.end - per)
-        end = min(info.end, start + per)
-        if start >= end:
-            continue
-        requests.append(RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
-                                     idle_timeout=0.0, settings=options.settings))  # fmt: skip
+        for start, end in _sample_ranges(info, starts[pid], per, _default_start(options, pid)):
+            requests.append(RangeRequest(config=config, partition=pid, start=start, end=end, fail_on_data_loss=False,
+                                         idle_timeout=0.0, settings=options.settings))  # fmt: skip
     deadline = time.monotonic() + budget
 
     def bodies(request: RangeRequest) -> list[Any] | None:
@@ -131,7 +154,7 @@ def infer(planner: Any, options: ReadOptions, budget: float = SAMPLE_SECONDS) ->
         sampled = list(pool.map(bodies, requests))
     left_out = sum(1 for b in sampled if b is None)
     if left_out:
-        _LOG.warning("eventhubs.json: sampled %d of %d partitions within %g s; the schema is inferred from those "
+        _LOG.warning("eventhubs.json: sampled %d of %d ranges within %g s; the schema is inferred from those "
                      "(give eventhubs.json.schema to read with a schema of your own)", len(requests) - left_out,
                      len(requests), budget)  # fmt: skip
     found: pa.DataType = types.NULL

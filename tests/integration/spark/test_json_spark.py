@@ -77,6 +77,37 @@ def test_a_schema_is_inferred_from_mixed_documents_kept_and_read_by_a_batch_read
     assert [r._rescued_data for r in rows if r.id is None] == ['{"_body": "not json"}']
 
 
+def test_an_inferred_batch_read_right_after_a_read_samples_where_it_starts_and_writes_sparks_text(
+    spark, eventhub, tmp_path
+):
+    """Right after a read of the same hub (whose owner-level receivers stay pooled a while), a read that infers its
+    schema loads and reads (it failed with ReceiverDisconnectedError, its sampler refused by them); a batch read
+    with no starting position samples the start of the stream too (quakes, then films: it inferred only the films'
+    fields); a non-string value in a string field reads as Spark's own from_json writes it."""
+    quakes = [json.dumps({"mag": 1.5 + i, "place": "x", "extra": {"depth": 0.0007482, "note": "\U0001F633"}})
+              for i in range(60)]  # fmt: skip
+    films = [json.dumps({"title": f"film {i}", "extra": "plain"}) for i in range(60)]
+    send(eventhub.connection_string, quakes + films, partition_id="0")
+    plain = spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string).load()
+    assert plain.count() == 120  # its receivers are pooled, owner level, for a while
+    location = str(tmp_path / "schema")
+    df = (
+        spark.read.format("eventhubs")
+        .option("eventhubs.connectionString", eventhub.connection_string)
+        .option("eventhubs.json.schemaLocation", location)
+        .option("eventhubs.json.sampleEvents", "40")  # 10 a partition: 5 of the first events, 5 of the newest
+        .load()
+    )
+    fields = {f.name: f.dataType.simpleString() for f in df.schema["value"].dataType.fields}
+    assert fields == {"mag": "double", "place": "string", "extra": "string", "title": "string"}, fields
+    extras = [r.extra for r in df.selectExpr("value.extra").collect()]
+    # what Spark's own reader makes of the same bodies with the same schema
+    bodies = spark.createDataFrame([(b,) for b in quakes + films], "body string")
+    expected = [r.extra for r in bodies.selectExpr("from_json(body, 'extra string').extra as extra").collect()]
+    assert sorted(extras) == sorted(expected)
+    assert '{"depth":7.482E-4,"note":"\\uD83D\\uDE33"}' in extras, extras[:2]
+
+
 def test_a_new_field_mid_stream_stops_once_then_every_event_is_read_once_with_its_new_column(spark, eventhub, tmp_path):
     location, out, checkpoint = str(tmp_path / "schema"), str(tmp_path / "out"), str(tmp_path / "cp")
     send(eventhub.connection_string, [json.dumps({"id": i, "device": f"d{i}"}) for i in range(20)], partition_id="1")

@@ -125,6 +125,21 @@ def test_add_new_columns_records_one_version_and_stops_naming_fields_and_where(t
     assert len(kept.versions()) == 2
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "batch"])
+def test_a_stop_for_new_columns_says_what_a_stream_or_a_batch_read_does_next(tmp_path, stream):
+    """A stream is defined again and started; a batch read is loaded again and its action run again: each is told
+    its own next step, never the other's."""
+    reading = D.JsonReading("`id` bigint", D.ADD, "_rescued_data", str(tmp_path), 0, stream=stream)
+    with pytest.raises(D.SchemaEvolved) as caught:
+        reading.apply(_batch([b'{"id": 1, "battery": 0.5}']))
+    message = str(caught.value)
+    if stream:
+        assert "spark.readStream.format('eventhubs')" in message and "start it" in message
+    else:
+        assert "spark.read.format('eventhubs')" in message and "run the action again" in message
+        assert "readStream" not in message and "stream" not in message.split("addNewColumns)")[1]
+
+
 def test_fail_on_new_columns_names_the_partition_and_sequence_number():
     reading = D.JsonReading("`id` bigint", D.FAIL, "_rescued_data")
     assert reading.apply(_batch([b'{"id": 1}'])).column("value").to_pylist() == [{"id": 1}]
