@@ -90,6 +90,39 @@ class NetworkError(EventHubsError, ConnectionError):
         return (_network_error, (str(self), self.example, self.retriable, self.wrong_address))
 
 
+class SchemaEvolved(EventHubsError):
+    """JSON bodies carry fields (or types) the read's schema lacks; a new version was recorded: define the read again
+    (eventhubs.json.schemaEvolutionMode addNewColumns)."""
+
+
+class DoesNotFit(EventHubsError):
+    """A JSON body that does not fit the read's schema (eventhubs.json.schemaEvolutionMode failOnNewColumns)."""
+
+
+class CaptureFileError(EventHubsError):
+    """A Capture file that cannot be read as one: says which file, where, and why."""
+
+
+class RegistryError(EventHubsError):
+    """The Schema Registry could not be used: unknown schema id, unreachable, refused sign-in. Says which."""
+
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.retriable))
+
+
+class SchemaError(OptionError):
+    """An Avro schema the connector cannot use, naming the field and why."""
+
+
+class AvroDecodeError(EventHubsError):
+    """An Avro record the reader schema cannot be read from (FAILFAST): names the partition, sequence number and
+    schema id."""
+
+
 class DecodeError(ValueError):
     """A received message the connector cannot turn into a row (it lacks what every event has). Here, on the
     floor below both, because the frame reader (``amqp/``) and the decoders (``codec/``) both raise it."""
@@ -115,6 +148,12 @@ ERROR_TYPES: dict[str, type[EventHubsError]] = {
         HubNotFoundError,
         ConsumerGroupNotFoundError,
         NetworkError,
+        SchemaEvolved,
+        DoesNotFit,
+        CaptureFileError,
+        RegistryError,
+        SchemaError,
+        AvroDecodeError,
     )
 }
 

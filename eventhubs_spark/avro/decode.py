@@ -35,10 +35,10 @@ import pyarrow.compute as pc
 
 from eventhubs_spark import defaults
 from eventhubs_spark.avro import columnar, types
-from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
+from eventhubs_spark.avro.registry import Registry, schema_id
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.schema import ARROW_SCHEMA
-from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.errors import AvroDecodeError, RegistryError
 
 FAILFAST, PERMISSIVE = "FAILFAST", "PERMISSIVE"
 CORRUPT_TYPE = pa.struct([pa.field("body", pa.binary()), pa.field("error", pa.string())])
@@ -48,10 +48,6 @@ _SEQUENCE = ARROW_SCHEMA.get_field_index("sequenceNumber")
 _SYSTEM = ARROW_SCHEMA.get_field_index("systemProperties")
 # a compute argument made from an array (pa.scalar, which pyarrow.compute calls on a Python value, imports pandas)
 _CONTENT_TYPE = arrays.text_scalar("content-type")
-
-
-class AvroDecodeError(EventHubsError):
-    """A record the reader schema cannot be read from (FAILFAST): names the partition, sequence number and id."""
 
 
 @dataclass(frozen=True)

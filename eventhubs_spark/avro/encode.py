@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from eventhubs_spark.avro.registry import Registry
-from eventhubs_spark.avro.types import SchemaError, avro_of_spark, full_name, parse
+from eventhubs_spark.avro.types import avro_of_spark, full_name, parse
 from eventhubs_spark.codec import arrays
-from eventhubs_spark.errors import SinkError
+from eventhubs_spark.errors import SchemaError, SinkError
 
 
 @dataclass(frozen=True)

@@ -22,22 +22,11 @@ from typing import Any
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.network import NetworkSettings
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.errors import RegistryError
 
 SCOPE = "https://eventhubs.azure.net/.default"
 CONTENT_TYPE = re.compile(r"^avro/binary\+([0-9A-Za-z-]{1,128})$")
 FETCHES: dict[str, int] = {"schemas": 0, "ids": 0}  # registry calls made by this process
-
-
-class RegistryError(EventHubsError):
-    """The Schema Registry could not be used: unknown schema id, unreachable, refused sign-in. Says which."""
-
-    def __init__(self, message: str, retriable: bool = False) -> None:
-        super().__init__(message)
-        self.retriable = retriable
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.retriable))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from eventhubs_spark.errors import OptionError
+from eventhubs_spark.errors import SchemaError
 
 PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 ARROW_PRIMITIVE = {
@@ -57,10 +57,6 @@ _LOGICAL: dict[tuple[str, Any], tuple[pa.DataType, str]] = {
 }
 _SPARK_OF_ARROW = {pa.date32(): "date", pa.timestamp("us", tz="UTC"): "timestamp", pa.timestamp("us"): "timestamp_ntz"}
 _EXAMPLE = '{"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "long"}]}'
-
-
-class SchemaError(OptionError):
-    """An Avro schema the connector cannot use, naming the field and why."""
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ import numpy as np
 import pyarrow as pa
 
 from eventhubs_spark.amqp.messages import windows
-from eventhubs_spark.capture.files import CaptureFileError, blocks, dotnet_time_ms
+from eventhubs_spark.capture.files import blocks, dotnet_time_ms
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.columns import to_text
 from eventhubs_spark.codec.layout import spans
 from eventhubs_spark.codec.schema import ARROW_SCHEMA
+from eventhubs_spark.errors import CaptureFileError
 
 _MAP = ARROW_SCHEMA.field("properties").type
 _TIME = ARROW_SCHEMA.field("enqueuedTime").type

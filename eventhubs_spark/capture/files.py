@@ -23,16 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.errors import CaptureFileError
 
 MAGIC = b"Obj\x01"
 _DOUBLE = struct.Struct("<d")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _FIELDS = ("SequenceNumber", "Offset", "EnqueuedTimeUtc", "SystemProperties", "Properties", "Body")
-
-
-class CaptureFileError(EventHubsError):
-    """A Capture file that cannot be read as one: says which file, where, and why."""
 
 
 class _CutShort(CaptureFileError):

@@ -28,12 +28,12 @@ import pyarrow as pa
 
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.capture.columnar import decode
-from eventhubs_spark.capture.files import BlockMap, CaptureFileError, streamed_block_map
+from eventhubs_spark.capture.files import BlockMap, streamed_block_map
 from eventhubs_spark.capture.index import file_first, partition_files
 from eventhubs_spark.capture.names import NameFormat
 from eventhubs_spark.capture.store import CaptureRead, CaptureStore, open_store
 from eventhubs_spark.codec import arrays
-from eventhubs_spark.errors import DataLossError
+from eventhubs_spark.errors import CaptureFileError, DataLossError
 from eventhubs_spark.positions import geo_segments
 
 _LOG = logging.getLogger(__name__)

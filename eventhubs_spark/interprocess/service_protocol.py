@@ -26,7 +26,7 @@ from eventhubs_spark.auth.network import HttpProxy, NetworkSettings
 from eventhubs_spark.auth.secret import Secret
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.common.retry import RetryPolicy
-from eventhubs_spark.errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError
+from eventhubs_spark.errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError, RegistryError
 from eventhubs_spark.interprocess.task_ranges import (
     DriverAddress,
     Home,
@@ -188,6 +188,8 @@ def decode_error(payload: bytes | bytearray | memoryview) -> EventHubsError:
     cls = ERROR_TYPES.get(str(name), EventHubsError)
     if cls is NetworkError:
         return NetworkError(text, example, retriable=bool(retriable))
-    if cls is OptionError:
-        return OptionError(text, example)
+    if issubclass(cls, OptionError):
+        return cls(text, example)
+    if cls is RegistryError:
+        return RegistryError(text, bool(retriable))
     return cls(text)

@@ -36,20 +36,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from eventhubs_spark.errors import EventHubsError
+from eventhubs_spark.errors import DoesNotFit, SchemaEvolved
 from eventhubs_spark.json_bodies import types
 from eventhubs_spark.json_bodies.spark_text import spark_json_text
 
 ADD, RESCUE, FAIL, NONE = "addnewcolumns", "rescue", "failonnewcolumns", "none"
 MODES = (ADD, RESCUE, FAIL, NONE)
-
-
-class SchemaEvolved(EventHubsError):
-    """Events carry fields (or types) the read's schema lacks; a new version was recorded: start the query again."""
-
-
-class DoesNotFit(EventHubsError):
-    """``failOnNewColumns``: an event that does not fit the schema."""
 
 
 @dataclass

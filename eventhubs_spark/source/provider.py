@@ -11,8 +11,7 @@ from typing import Any, NoReturn
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from eventhubs_spark.avro.registry import RegistryError
-from eventhubs_spark.errors import OptionError
+from eventhubs_spark.errors import OptionError, RegistryError
 from eventhubs_spark.source.batch_reader import EventHubsBatchReader
 from eventhubs_spark.source.partition_reader import source_ddl
 from eventhubs_spark.source.planner import body_decoding

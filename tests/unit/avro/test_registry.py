@@ -8,7 +8,8 @@ import pytest
 
 from eventhubs_spark.avro import registry as registry_module
 from eventhubs_spark.avro.decode import PERMISSIVE, AvroReading
-from eventhubs_spark.avro.registry import Registry, RegistryError, schema_id
+from eventhubs_spark.avro.registry import Registry, schema_id
+from eventhubs_spark.errors import RegistryError
 from tests.unit.support.avro import READING, REGISTRY, VALUE, batch, body
 
 

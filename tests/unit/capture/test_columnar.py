@@ -50,7 +50,7 @@ def test_the_columnar_decoder_gives_the_rows_the_reference_reader_gives():
 
 def test_the_columnar_decoder_reads_old_files_and_refuses_bad_ones():
     from eventhubs_spark.capture.columnar import decode
-    from eventhubs_spark.capture.files import CaptureFileError
+    from eventhubs_spark.errors import CaptureFileError
 
     record = b"".join([writer._long(3), writer._string("300"), writer._string("10/16/2017 6:18:55 PM"),
                        writer._long(0), writer._long(0), writer._long(1) + writer._bytes(b"old")])  # fmt: skip

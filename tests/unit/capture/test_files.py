@@ -9,7 +9,8 @@ import random
 import pytest
 
 from eventhubs_emulator import capture as writer
-from eventhubs_spark.capture.files import CaptureFileError, NeedMore, first_sequence, read_file
+from eventhubs_spark.capture.files import NeedMore, first_sequence, read_file
+from eventhubs_spark.errors import CaptureFileError
 from tests.unit.support.capture_files import _Event, _file
 from tests.unit.support.capture_read import MS0
 
@@ -72,7 +73,8 @@ def test_a_large_files_block_map_is_read_a_window_at_a_time_with_every_check_of_
     a window smaller than a block skips the block's body; a corrupt marker or a file cut short is named with its
     byte in the file, whatever window it fell in."""
     from eventhubs_spark.capture.columnar import decode
-    from eventhubs_spark.capture.files import CaptureFileError, streamed_block_map
+    from eventhubs_spark.capture.files import streamed_block_map
+    from eventhubs_spark.errors import CaptureFileError
 
     monkeypatch.setattr(writer, "BLOCK_EVENTS", 40)
     # bodies that deflate does not shrink

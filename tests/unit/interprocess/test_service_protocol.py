@@ -94,6 +94,39 @@ def test_what_is_not_a_json_request_is_refused(payload):
         service_protocol.decode_request(payload)
 
 
+def test_every_public_error_of_the_package_is_known_by_name_and_crosses_the_service_as_itself():
+    """An error raised in the receiver service (or a home) reaches the task as its own type: every public
+    EventHubsError of the package is in errors.ERROR_TYPES (it would otherwise arrive as a plain EventHubsError)."""
+    import importlib
+    import pkgutil
+
+    import eventhubs_spark
+    from eventhubs_spark import errors
+    from eventhubs_spark.interprocess import service_protocol
+
+    for module in pkgutil.walk_packages(eventhubs_spark.__path__, "eventhubs_spark."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+
+    def public(cls: type) -> list[type]:
+        found = [] if cls.__name__.startswith("_") else [cls]
+        return found + [c for sub in cls.__subclasses__() for c in public(sub)]
+
+    missing = sorted(f"{c.__module__}.{c.__name__}" for c in public(errors.EventHubsError)
+                     if errors.ERROR_TYPES.get(c.__name__) is not c)  # fmt: skip
+    assert not missing, f"public errors not in errors.ERROR_TYPES: {missing}"
+    for name, cls in errors.ERROR_TYPES.items():
+        error = cls("what went wrong")  # every type takes its message first
+        if isinstance(error, errors.OptionError):
+            error.example = ".option('eventhubs.x', '1')"
+        error.retriable = not cls.retriable or name == "TransientError"
+        back = service_protocol.decode_error(service_protocol.encode_error(error))
+        assert type(back) is cls and str(back) == "what went wrong", name
+        assert getattr(back, "example", None) == getattr(error, "example", None), name
+        if cls in (errors.NetworkError, errors.RegistryError):
+            assert back.retriable == error.retriable, name
+
+
 def test_errors_cross_as_json_with_their_type_example_and_retriability():
     from eventhubs_spark.errors import NetworkError
     from eventhubs_spark.interprocess import service_protocol
