@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 from typing import Any
 
 
@@ -156,6 +157,26 @@ ERROR_TYPES: dict[str, type[EventHubsError]] = {
         AvroDecodeError,
     )
 }
+
+
+# -- what a user reads first --------------------------------------------------------------------------------
+
+
+def said_first(error: EventHubsError, spark_called: bool) -> EventHubsError:
+    """``error`` as it is raised to Spark: Spark puts the Python traceback's text into the exception a user reads,
+    frames first and the message last, so a failure of ours read as Spark's header, pyspark's frames, ours, and only
+    then what went wrong. Raised to Spark (``spark_called``), the error goes as the cause, without frames, of an
+    error of the same type that says where: Python prints a cause first, so the text opens with our message, right
+    after Spark's header, and holds it once. Raised to our own callers (tests, the CLI), it is ``error`` without its
+    inner frames."""
+    bare = error.with_traceback(None)
+    bare.__suppress_context__ = True  # the chain behind it is in the log (debug): it adds nothing the message lacks
+    if not spark_called:
+        return bare
+    outer = copy.copy(error)  # its type and fields (example, retriable), with another message
+    outer.args = ("(the connector's error above)",)
+    outer.__cause__ = bare
+    return outer
 
 
 # -- data loss -----------------------------------------------------------------------------------------

@@ -56,6 +56,18 @@ _AUTH_HINTS = {
 # not after eventhubs.operationTimeout (5 minutes by default). Once reached, the same refusal is retried to the end.
 FIRST_CONNECT_GRACE = 10.0
 _REACHED: set[str] = set()  # namespaces this process has connected to
+# A query's driver (the processes that plan it, where a user's mistake first meets the namespace) gives a wrong
+# address no grace at all: its first contact is the query's, and a refusal there is said at once
+# (first_contact_fails_fast). An executor keeps the grace: the driver reached the namespace before any task ran,
+# so a refusal there is more likely a blip of that node's network.
+_grace = FIRST_CONNECT_GRACE
+
+
+def first_contact_fails_fast() -> None:
+    """This process plans queries (a driver's): a namespace it never reached that refuses its port, or whose host
+    has no address, fails the first call at once instead of after :data:`FIRST_CONNECT_GRACE` seconds of retries."""
+    global _grace
+    _grace = 0.0
 
 
 def reached(settings: ConnectionSettings) -> None:
@@ -68,7 +80,8 @@ def give_up_early(
 ) -> Callable[[BaseException], bool]:
     """A retry loop's ``is_retriable`` for calls that may be the process's first to the namespace: as
     :func:`~eventhubs_spark.errors.retriable`, but a wrong address (a refused port, a host with no address) of a
-    namespace never reached stops being retried :data:`FIRST_CONNECT_GRACE` seconds after the first one."""
+    namespace never reached stops being retried :data:`FIRST_CONNECT_GRACE` seconds after the first one (at once in a
+    driver's process: :func:`first_contact_fails_fast`)."""
     first: list[float] = []
 
     def is_retriable(exc: BaseException) -> bool:
@@ -76,7 +89,7 @@ def give_up_early(
             return False
         if isinstance(exc, NetworkError) and exc.wrong_address and settings.namespace not in _REACHED:
             first.append(clock())
-            return first[-1] - first[0] < FIRST_CONNECT_GRACE
+            return _grace > 0 and first[-1] - first[0] < _grace
         return True
 
     return is_retriable

@@ -24,12 +24,26 @@ READ = frozenset({STREAM, BATCH})
 ALL = frozenset({STREAM, BATCH, WRITE})
 
 
+def near_value(value: str, allowed: tuple[str, ...]) -> str | None:
+    """The allowed value ``value`` is one edit from (in any case), when there is exactly one."""
+    from eventhubs_spark.options.checks import edit_distance
+
+    text = str(value).strip().lower()
+    near = [a for a in allowed if edit_distance(text, a.lower(), 1) <= 1]
+    return near[0] if len(near) == 1 else None
+
+
+def _got(value: str, near: str | None) -> str:
+    return f"got {value!r}" + (f" (did you mean {near!r}?)" if near else "")
+
+
 def parse_bool(option: str, value: str) -> bool:
     text = str(value).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    example = f".option({option!r}, 'true')"
-    raise OptionError(f"{option}: expected true or false, got {value!r}. Example: {example}", example)
+    near = near_value(value, ("true", "false"))
+    example = f".option({option!r}, {near or 'true'!r})"
+    raise OptionError(f"{option}: expected true or false, {_got(value, near)}. Example: {example}", example)
 
 
 def count_at_least(minimum: int) -> Callable[[str, str], int]:
@@ -156,12 +170,17 @@ def parse_local_location(option: str, value: str) -> str:
 
 
 def choice_of(*allowed: str) -> Callable[[str, str], str]:
+    """One of ``allowed`` (spelt as documented) in any case, given back in lower case; an error names them as
+    documented, the value as given, and the one it is an edit away from."""
+    lowered = {a.lower() for a in allowed}
+
     def parse(option: str, value: str) -> str:
         text = str(value).strip().lower()
-        if text not in allowed:
-            example = f".option({option!r}, {allowed[0]!r})"
+        if text not in lowered:
+            near = near_value(value, allowed)
+            example = f".option({option!r}, {near or allowed[0]!r})"
             raise OptionError(
-                f"{option}: expected one of {', '.join(allowed)}, got {value!r}. Example: {example}", example
+                f"{option}: expected one of {', '.join(allowed)}, {_got(value, near)}. Example: {example}", example
             )
         return text
 
@@ -185,9 +204,10 @@ def parse_auth_method(option: str, value: str) -> str:
     by_lower = {m.lower(): m for m in AUTH_METHODS}
     text = str(value).strip().lower()
     if text not in by_lower:
-        example = f".option({option!r}, 'servicePrincipal')"
+        near = near_value(value, tuple(AUTH_METHODS))
+        example = f".option({option!r}, {near or 'servicePrincipal'!r})"
         raise OptionError(
-            f"{option}: expected one of {', '.join(AUTH_METHODS)}, got {value!r}. Example: {example}", example
+            f"{option}: expected one of {', '.join(AUTH_METHODS)}, {_got(value, near)}. Example: {example}", example
         )
     return by_lower[text]
 

@@ -636,7 +636,7 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "eventhubs.json.schemaEvolutionMode",
         None,
-        choice_of("addnewcolumns", "rescue", "failonnewcolumns", "none"),
+        choice_of("addNewColumns", "rescue", "failOnNewColumns", "none"),
         "Events with fields or types the schema lacks: addNewColumns (with a schema location: record a new schema "
         "version and stop the stream, which reads them when started again), rescue (into the rescue column), "
         "failOnNewColumns (fail, naming the partition and sequence number), none (ignore new fields; values of "

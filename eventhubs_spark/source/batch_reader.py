@@ -13,6 +13,7 @@ from eventhubs_spark.planning.offset_ranges import Range
 from eventhubs_spark.positions.event_positions import Latest
 from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches
 from eventhubs_spark.source.planner import MetadataSource, QueryColumns, plan_reading
+from eventhubs_spark.source.said_first import spark_facing
 
 
 class EventHubsBatchReader(DataSourceReader):
@@ -22,9 +23,11 @@ class EventHubsBatchReader(DataSourceReader):
                  columns: QueryColumns = None, schema: Any = None) -> None:  # fmt: skip
         self.planner, self.avro, self.columns = plan_reading(options, BATCH, metadata, columns, schema)
 
+    @spark_facing
     def partitions(self) -> list[EventHubsPartition]:
         planner = self.planner
         infos = planner.partition_infos()
+        planner.check_consumer_group(infos)  # at the action, before any task runs
         starts = planner.resolve(infos, planner.starting_positions(infos))
         options = planner.options
         ending = planner.positions_for(

@@ -21,10 +21,10 @@ from pyspark.sql.datasource import InputPartition
 
 from eventhubs_spark.capture.store import CaptureRead
 from eventhubs_spark.codec.schema import ARROW_SCHEMA, SCHEMA_DDL, Projection
-from eventhubs_spark.errors import EventHubsError
 from eventhubs_spark.interprocess import driver_channel
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.process import runtime
+from eventhubs_spark.source.said_first import batches_said_first
 
 _LOG = logging.getLogger(__name__)
 
@@ -153,19 +153,7 @@ def read_batches(
     batches = read_partition(partition)
     if avro is not None:
         batches = map(avro.apply, batches)
-    return said_first(batches if columns is None else map(columns.apply, batches))
-
-
-def said_first(batches: Iterator[Any]) -> Iterator[Any]:
-    """``batches``, with the connector's own errors raised with a traceback of one frame (the whole chain goes to
-    the executor's log): Spark puts a task's Python traceback, then the error's message, into the exception a user
-    sees, so a deep traceback buried our one-line message at line 48 of 56 of a stream's failure. Anything else (a
-    bug) keeps its whole traceback."""
-    try:
-        yield from batches
-    except EventHubsError as exc:
-        _LOG.info("eventhubs: the task fails: %s", exc, exc_info=True)
-        raise exc.with_traceback(None) from None
+    return batches_said_first(batches if columns is None else map(columns.apply, batches))
 
 
 def source_schema(avro: AvroReading | JsonReading | None) -> pa.Schema:

@@ -9,17 +9,19 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from eventhubs_spark.amqp import failures
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.avro import reading as avro_reading
 from eventhubs_spark.avro.decode import AvroReading
 from eventhubs_spark.capture.store import CaptureRead
 from eventhubs_spark.checkpoints.mirror import CheckpointMirror
 from eventhubs_spark.codec.schema import Projection, projection
-from eventhubs_spark.errors import OptionError, data_loss_error
+from eventhubs_spark.errors import AuthenticationFailedError, HubNotFoundError, OptionError, data_loss_error
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, ReceiverConfig
 from eventhubs_spark.json_bodies.decode import JsonReading
 from eventhubs_spark.options import ReadOptions, read_options
@@ -58,6 +60,8 @@ MAX_STREAM_IDLE_TIMEOUT = 120.0
 # partition (a task each, Spark's own per-task cost on a small cluster: bench partitions), at least the minimum.
 FIRST_BATCH_TASK_SECONDS = 0.05
 
+
+GROUP_CHECK_TIMEOUT = 10.0  # seconds the driver waits for its consumer-group check's link to attach (else: goes on)
 
 # Events from Capture a task reads at least, in whole files: a partition's long history goes to many tasks at once
 # (each file is read by the one task whose range holds its first event), without a task for every small file.
@@ -108,6 +112,37 @@ class Planner:
             from eventhubs_spark.capture.index import CaptureIndex
 
             self.capture = CaptureIndex(self.options.capture, self.settings)
+        self._group_checked = metadata is not None  # a stand-in hub (tests) has no receivers to check with
+        # this process plans the query: where a wrong host or port first meets the namespace, said at once
+        failures.first_contact_fails_fast()
+
+    def check_consumer_group(self, infos: Mapping[str, PartitionInfo]) -> None:
+        """Once, on the driver, before any task: that the hub has the query's consumer group, by attaching one
+        receiving link to one partition (at its end: it reads nothing), with no owner level, so it takes nothing
+        from a reader that holds the partition. The management requests that listed ``infos`` found the namespace,
+        the sign-in and the hub; only a receiver's attach finds a missing group, which every task then met 35 s into
+        the query, told once per task and retry. Said as ConsumerGroupNotFoundError (or the sign-in's error); any
+        other answer (a reader of the group holding the partition, a busy link) means the group is there."""
+        if self._group_checked or not infos:
+            return
+        from eventhubs_spark.amqp.receive_connections import LinkSpec
+
+        pid = min(infos, key=int)
+        spec = LinkSpec(self.config.consumer_group, pid, infos[pid].end, None, prefetch=1, read_ahead_events=1,
+                        read_ahead_bytes=1 << 20)  # fmt: skip
+        connection, link = runtime.current().connections.open_link(self.settings, spec)
+        try:
+            deadline = time.monotonic() + GROUP_CHECK_TIMEOUT
+            while link.state == "opening" and link.sink.error is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            exc = link.sink.exception
+            if link.sink.error is not None and exc is not None:
+                found = failures.failure(self.settings, exc)
+                if isinstance(found, HubNotFoundError | AuthenticationFailedError):
+                    raise found
+        finally:
+            connection.close_link(link)
+        self._group_checked = True
 
     def configured_starts(self, infos: Mapping[str, PartitionInfo]) -> dict[str, Position]:
         """eventhubs.startingPosition(s) per partition."""

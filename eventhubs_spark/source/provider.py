@@ -15,6 +15,7 @@ from eventhubs_spark.errors import OptionError, RegistryError
 from eventhubs_spark.source.batch_reader import EventHubsBatchReader
 from eventhubs_spark.source.partition_reader import source_ddl
 from eventhubs_spark.source.planner import body_decoding
+from eventhubs_spark.source.said_first import spark_facing
 from eventhubs_spark.source.stream_reader import EventHubsStreamReader
 
 
@@ -25,20 +26,12 @@ class EventHubsDataSource(DataSource):
     def name(cls) -> str:
         return "eventhubs"
 
+    @spark_facing
     def schema(self) -> str:
         # Spark calls this at .load(): the first place a bad option can be reported, before any query.
         from eventhubs_spark.options import check_read_options
 
-        try:
-            decoding = body_decoding(self.options, check_read_options(self.options))
-        except OptionError as exc:
-            # Spark shows the traceback with the message: keep it to this one frame.
-            error: Exception = OptionError(str(exc), exc.example)
-        except RegistryError as exc:
-            error = RegistryError(str(exc), exc.retriable)
-        else:
-            return source_ddl(decoding)
-        raise error
+        return source_ddl(body_decoding(self.options, check_read_options(self.options)))
 
     # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.
     def reader(self, schema: Any) -> DataSourceReader:
@@ -84,17 +77,21 @@ class _Failing:
             raise OptionError(str(error), error.example) from None
         raise RegistryError(str(error), error.retriable) from None
 
+    @spark_facing
     def read(self, partition: InputPartition) -> Iterator[Any]:
         self.fail()
 
 
 class _FailingStreamReader(_Failing, DataSourceStreamReader):
+    @spark_facing
     def initialOffset(self) -> dict[str, Any]:
         self.fail()
 
+    @spark_facing
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         self.fail()
 
+    @spark_facing
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         self.fail()
 
@@ -103,6 +100,7 @@ class _FailingStreamReader(_Failing, DataSourceStreamReader):
 
 
 class _FailingReader(_Failing, DataSourceReader):
+    @spark_facing
     def partitions(self) -> list[InputPartition]:
         self.fail()
 

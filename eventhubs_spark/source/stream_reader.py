@@ -36,6 +36,7 @@ from eventhubs_spark.source.planner import (
     QueryColumns,
     plan_reading,
 )
+from eventhubs_spark.source.said_first import spark_facing
 
 _LOG = logging.getLogger(__name__)
 
@@ -120,11 +121,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             vouches = self._driver.executor_ends()
         interval = self.planner.options.partition_discovery_interval
         self._infos = self.planner.partition_infos(interval, known, vouches)
+        self.planner.check_consumer_group(self._infos)  # the query's first trigger: before any task runs
         if vouches is not None:
             _LOG.debug("hub %s: %d partitions' ends from the executors' links, %d asked of Event Hubs", self.hub,
                        known.vouched, known.asked)  # fmt: skip
         return self._infos
 
+    @spark_facing
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
             infos = self._trigger_infos()
@@ -137,6 +140,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # again, 1 ms of the first trigger at 1,024 partitions, were it not remembered)
         return self._offsets.to_json(self._initial)
 
+    @spark_facing
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self._max_events())
 
@@ -147,6 +151,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         count = len(self._infos) or len(self._refresh())
         return defaults.EVENTS_PER_PARTITION * max(1, count)
 
+    @spark_facing
     def prepareForTriggerAvailableNow(self) -> None:
         """Spark 4.2+: the run reads what is there now, in batches of the read limit (admission control);
         eventhubs.triggerAvailableNow is not needed (the batches stay capped)."""
@@ -210,6 +215,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             timeout = min(timeout, ownership.update_interval)
         return timeout
 
+    @spark_facing
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         self._note_trigger()
         infos = self._trigger_infos()
@@ -340,6 +346,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             shown[LAG_KEY] = self._lag_report.progress(self.planner.options.lag_progress_partitions)
         return shown
 
+    @spark_facing
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[EventHubsPartition]:
         s = self._offsets.positions(start)
         e = self._offsets.positions(end)
@@ -470,6 +477,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_batches(partition, self.columns, self.avro)
 
+    @spark_facing
     def commit(self, end: dict[str, Any]) -> None:
         positions = self._offsets.positions(end)
         _LOG.info("hub %s: committed %s", self.hub, dict(positions))

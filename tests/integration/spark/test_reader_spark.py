@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -530,38 +533,62 @@ def test_bad_options_fail_clearly_through_spark(spark, eventhub):
     assert "EntityPath" in message and secret not in message
 
 
-@pytest.mark.partitions(1)
-def test_our_message_is_what_a_user_reads_first_in_a_failed_batch_and_stream(spark, eventhub, tmp_path):
-    """A task's error (here a consumer group the hub lacks) reaches the user inside Spark's exception: its message
-    comes right after Spark's own first line and a one-frame traceback, in a batch read and in a stream, on every
-    Spark (it was line 48 of 56 of a stream's failure, behind the task's whole traceback)."""
-    send(eventhub.connection_string, ["x"], partition_id="0")
-    ours = "consumer group 'nosuchgroup' was not found"
+MISTAKES = {
+    "missing consumer group": (
+        "consumer group 'nosuchgroup' was not found",
+        {"eventhubs.consumerGroup": "nosuchgroup"},
+    ),
+    "wrong port": ("refused the connection", {}),
+    "wrong key": ("could not sign in to", {}),
+}
 
-    def line_of(exc: BaseException) -> tuple[int, int]:
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_wrong_setting_fails_in_seconds_once_with_our_message_first(spark, tmp_path, mistake):
+    """Each mistake a newcomer makes with a real namespace's details fails on the driver before any task runs, in
+    seconds (a refused port is a wrong address on the query's first contact, not a blip to retry; a missing
+    consumer group is found by one link's attach), once, and the exception a user reads carries our message within
+    three lines of Spark's own header line, for a batch read's action and a stream's start, on every Spark (it was
+    35-60 s in, after task retries, 54 lines down)."""
+    from eventhubs_emulator import Emulator
+
+    ours, options = MISTAKES[mistake]
+    with Emulator({"hub": 1}, keys={"reader": "cmlnaHQta2V5"}) as emu:
+        conn = emu.connection_string("hub")
+        if mistake == "wrong port":
+            with socket.socket() as probe:  # a port nothing listens on
+                probe.bind(("127.0.0.1", 0))
+                conn = conn.replace(f":{emu.port}", f":{probe.getsockname()[1]}")
+        if mistake == "wrong key":
+            conn = conn.replace("SharedAccessKey=cmlnaHQta2V5", "SharedAccessKey=d3Jvbmcta2V5")
+        send(emu.connection_string("hub"), ["x"], partition_id="0")
+        # the session's Python workers warm (a first action of a session starts them: seconds that are not ours)
+        spark.read.format("eventhubs").option("eventhubs.connectionString", emu.connection_string("hub")).load().count()
+
+        def read(stream: bool):
+            reader = spark.readStream if stream else spark.read
+            return (reader.format("eventhubs").option("eventhubs.connectionString", conn)
+                    .option("eventhubs.startingPosition", '{"offset": "-1"}').options(**options).load())  # fmt: skip
+
+        started = time.monotonic()
+        with pytest.raises(Exception, match=re.escape(ours)) as batch:
+            read(stream=False).collect()
+        batch_seconds = time.monotonic() - started
+        query = read(stream=True).writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(Exception, match=re.escape(ours)) as stream:
+                query.awaitTermination(120)
+        finally:
+            query.stop()
+        stream_seconds = time.monotonic() - started
+
+    def line_of(exc: BaseException) -> int:
         lines = str(exc).splitlines()
-        return next(i + 1 for i, line in enumerate(lines) if ours in line), len(lines)
+        return next(i for i, line in enumerate(lines) if ours in line)  # lines below the header (line 0)
 
-    reader = (spark.read.format("eventhubs").option("eventhubs.connectionString", eventhub.connection_string)
-              .option("eventhubs.consumerGroup", "nosuchgroup"))  # fmt: skip
-    with pytest.raises(Exception, match=ours) as batch:
-        reader.load().collect()
-    batch_line, batch_lines = line_of(batch.value)
-    query = (
-        spark.readStream.format("eventhubs")
-        .option("eventhubs.connectionString", eventhub.connection_string)
-        .option("eventhubs.startingPosition", '{"offset": "-1"}')
-        .option("eventhubs.consumerGroup", "nosuchgroup")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
-    try:
-        with pytest.raises(Exception, match=ours) as stream:
-            query.awaitTermination(120)
-    finally:
-        query.stop()
-    stream_line, stream_lines = line_of(stream.value)
-    print(f"our message: line {batch_line} of {batch_lines} (batch), line {stream_line} of {stream_lines} (stream)")
-    assert batch_line <= 6 and stream_line <= 6, (batch_line, stream_line, str(stream.value)[:2000])
+    print(f"{mistake}: batch {batch_seconds:.1f} s, line {line_of(batch.value)}; stream {stream_seconds:.1f} s, "
+          f"line {line_of(stream.value)}")  # fmt: skip
+    assert batch_seconds < 10 and stream_seconds < 10, (batch_seconds, stream_seconds)
+    assert line_of(batch.value) <= 3 and line_of(stream.value) <= 3, str(stream.value)[:2000]
+    assert str(batch.value).count(ours) == 1 and str(stream.value).count(ours) == 1

@@ -20,6 +20,8 @@ from tests.unit.support.capture_read import CONN as capture_read_CONN
 from tests.unit.support.network import CONN as network_CONN
 from tests.unit.support.network import net
 
+CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=a2V5;EntityPath=hub"
+
 
 def test_did_you_mean_goes_by_edit_distance_and_kafka_habits_name_our_option():
     """Issue 49: the most common option's typos suggested it (they got maxEventsPerPartition before); Spark's Kafka
@@ -122,3 +124,38 @@ def test_the_edit_distance_lets_an_edit_fall_between_the_letters_of_a_swap():
     assert edit_distance("kitten", "sitting") == 3 and edit_distance("ab", "ba") == 1
     assert edit_distance("aaaaa", "bbbbb") == 4, "past the limit: limit + 1"
     assert suggestion("vaeenthubs.name", STREAM) == "eventhubs.name"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("eventhubs.json.schemaEvolutionMode", "addNewColumn", "got 'addNewColumn' (did you mean 'addNewColumns'?)"),
+        ("eventhubs.json.schemaEvolutionMode", "RESCUES", "got 'RESCUES' (did you mean 'rescue'?)"),
+        ("eventhubs.useExclusiveReceiver", "ture", "got 'ture' (did you mean 'true'?)"),
+        ("eventhubs.auth", "sasToke", "got 'sasToke' (did you mean 'sasToken'?)"),
+    ],
+)
+def test_a_value_one_edit_from_an_allowed_one_gets_did_you_mean_as_documented(option, value, said):
+    """The value as the user gave it, the allowed ones as documented (addNewColumns, not addnewcolumns), and the
+    one it is an edit away from, also in the example."""
+    from eventhubs_spark.options import read_options
+
+    raw = {"eventhubs.connectionString": CONN, option: value}
+    if option.startswith("eventhubs.json"):
+        raw["eventhubs.json.schemaLocation"] = "/tmp/unused-json-schema"
+    with pytest.raises(OptionError) as caught:
+        read_options(raw, "stream")
+    message = str(caught.value)
+    assert said in message, message
+    near = said.split("'")[3]
+    assert caught.value.example == f".option({option!r}, {near!r})"
+    if option.endswith("schemaEvolutionMode"):
+        assert "addNewColumns, rescue, failOnNewColumns, none" in message
+
+
+def test_a_value_far_from_every_allowed_one_gets_no_guess():
+    from eventhubs_spark.options import read_options
+
+    with pytest.raises(OptionError) as caught:
+        read_options({"eventhubs.connectionString": CONN, "eventhubs.useExclusiveReceiver": "maybe"}, "stream")
+    assert "did you mean" not in str(caught.value) and "got 'maybe'." in str(caught.value)
