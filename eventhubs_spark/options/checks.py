@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.options.parsers import WRITE
+from eventhubs_spark.options.parsers import WRITE, edit_distance
 from eventhubs_spark.options.spec import example_of
 from eventhubs_spark.options.specs import BY_KEY, SPECS
 
@@ -37,33 +37,6 @@ HABITS: dict[str, tuple[str, str]] = {
     ),
     "topic": ("eventhubs.name", "writes go to the hub of the connection string (EntityPath) or eventhubs.name"),
 }
-
-
-def edit_distance(a: str, b: str, limit: int = 3) -> int:
-    """Damerau-Levenshtein distance, or ``limit`` + 1 when it is past ``limit``: a swap of neighbours counts one, and
-    an edit may fall between the two letters of a swap (``ca`` -> ``abc`` is 2; the restricted distance, which edits
-    no substring twice, says 3 and so missed two-edit typos such as ``vaeenthubs.name``)."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    far = len(a) + len(b)
-    # d[i + 1][j + 1]: the distance between a[:i] and b[:j]; row and column 0 hold ``far``
-    d = [[far] * (len(b) + 2) for _ in range(len(a) + 2)]
-    for i in range(len(a) + 1):
-        d[i + 1][1] = i
-    for j in range(len(b) + 1):
-        d[1][j + 1] = j
-    last_row: dict[str, int] = {}  # each letter's last row in a
-    for i in range(1, len(a) + 1):
-        last_col = 0  # the last column in this row where a[i - 1] matched
-        for j in range(1, len(b) + 1):
-            k, m = last_row.get(b[j - 1], 0), last_col
-            same = a[i - 1] == b[j - 1]
-            if same:
-                last_col = j
-            d[i + 1][j + 1] = min(d[i][j] + (0 if same else 1), d[i + 1][j] + 1, d[i][j + 1] + 1,
-                                  d[k][m] + (i - k - 1) + 1 + (j - m - 1))  # fmt: skip
-        last_row[a[i - 1]] = i
-    return min(d[len(a) + 1][len(b) + 1], limit + 1)
 
 
 def suggestion(key: str, mode: str) -> str | None:

@@ -24,10 +24,35 @@ READ = frozenset({STREAM, BATCH})
 ALL = frozenset({STREAM, BATCH, WRITE})
 
 
+def edit_distance(a: str, b: str, limit: int = 3) -> int:
+    """Damerau-Levenshtein distance, or ``limit`` + 1 when it is past ``limit``: a swap of neighbours counts one, and
+    an edit may fall between the two letters of a swap (``ca`` -> ``abc`` is 2; the restricted distance, which edits
+    no substring twice, says 3 and so missed two-edit typos such as ``vaeenthubs.name``)."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    far = len(a) + len(b)
+    # d[i + 1][j + 1]: the distance between a[:i] and b[:j]; row and column 0 hold ``far``
+    d = [[far] * (len(b) + 2) for _ in range(len(a) + 2)]
+    for i in range(len(a) + 1):
+        d[i + 1][1] = i
+    for j in range(len(b) + 1):
+        d[1][j + 1] = j
+    last_row: dict[str, int] = {}  # each letter's last row in a
+    for i in range(1, len(a) + 1):
+        last_col = 0  # the last column in this row where a[i - 1] matched
+        for j in range(1, len(b) + 1):
+            k, m = last_row.get(b[j - 1], 0), last_col
+            same = a[i - 1] == b[j - 1]
+            if same:
+                last_col = j
+            d[i + 1][j + 1] = min(d[i][j] + (0 if same else 1), d[i + 1][j] + 1, d[i][j + 1] + 1,
+                                  d[k][m] + (i - k - 1) + 1 + (j - m - 1))  # fmt: skip
+        last_row[a[i - 1]] = i
+    return min(d[len(a) + 1][len(b) + 1], limit + 1)
+
+
 def near_value(value: str, allowed: tuple[str, ...]) -> str | None:
     """The allowed value ``value`` is one edit from (in any case), when there is exactly one."""
-    from eventhubs_spark.options.checks import edit_distance
-
     text = str(value).strip().lower()
     near = [a for a in allowed if edit_distance(text, a.lower(), 1) <= 1]
     return near[0] if len(near) == 1 else None
