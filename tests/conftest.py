@@ -124,6 +124,32 @@ class Azurite:
         shutil.rmtree(self.location, ignore_errors=True)
 
 
+# ./dev test runs the suite in two pytest processes side by side (--half): the Spark tests, which keep the two cores
+# busy, and the rest, which mostly wait (emulators, time-outs, retries). These Spark tests run beside the rest
+# instead: each starts Sparks of its own in other processes (local-cluster apps, drivers it kills) and waits on them,
+# so the two halves end about together (the Spark half took 37 minutes and the other 25 on 2 cores with them there).
+SPARK_BESIDE = ("tests/integration/spark/test_executor_loss.py", "tests/integration/spark/test_reliability_spark.py")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--half", choices=("spark", "other"), default=None,
+                     help="./dev test's halves: the Spark tests, or the rest (with SPARK_BESIDE)")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    half = config.getoption("--half")
+    if half is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        beside = item.nodeid.split("::")[0] in SPARK_BESIDE
+        spark_half = item.get_closest_marker("spark") is not None and not beside
+        (keep if spark_half == (half == "spark") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def _command_line(raw: bytes) -> str:
     """As tests/dumps/sitecustomize.py writes a process's command line first in its dump file."""
     return raw.replace(b"\0", b" ").replace(b"\n", b" ").decode("utf-8", "replace")[:500]

@@ -1,5 +1,5 @@
 """Exactly once into a hub through the faults a user meets, each driver in a process of its own: an 8-partition
-hub-to-hub stream of 80,000 events (4,000 a micro-batch) on a namespace that force-detaches every link every 15 s and
+hub-to-hub stream of 40,000 events (2,000 a micro-batch) on a namespace that force-detaches every link every 15 s and
 is metered at 2 throughput units (sends refused as busy), through a black hole under every connection mid-write and
 the driver SIGKILLed mid-write three times (then started again from its checkpoint); on ``local-cluster[2,1,1024]``
 executors are SIGKILLed mid-write three times besides, on ``local[2]`` the receiver service twice. Every event is in
@@ -36,8 +36,8 @@ from tests.integration.spark.test_exactly_once_spark import stored
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
 PARTITIONS = 8
-EVENTS = 80_000
-PER_TRIGGER = 4_000
+EVENTS = 40_000
+PER_TRIGGER = 2_000
 DETACH_EVERY = 15.0  # seconds: every link of events force-detached (amqp:link:detach-forced), as the service does
 THROUGHPUT_UNITS = 2  # the namespace's metering once the source is filled: 2,000 events/s in
 
