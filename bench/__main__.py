@@ -13,6 +13,7 @@ from . import (
     ceiling,
     checkpoint_mirror,
     cluster,
+    defaults,
     emulator_sdk,
     json_bodies,
     jvm,
@@ -49,6 +50,7 @@ BENCHMARKS = {
     "cluster": cluster.run,  # issue 37: attaches and egress per event read on one executor and on three
     "jvm": jvm.run,  # issue 47: the old Scala connector on Spark 3.5 beside this one, same emulator and events
     "cluster_kill": cluster.run_kills,  # issues 37 and 64: executors SIGKILLed every 15 s and 12 s, exactly once
+    "defaults": defaults.run,  # issue 87: a micro-batch with no option set, 4 to 1,024 partitions, beside Kafka's
     "partitions": partitions.run,  # issue 64: 4 to 1,024 partitions beside Spark's floor; first batch, attaches
     "checkpoint_mirror": checkpoint_mirror.run,  # issue 64: triggers with the checkpoint store at 1,024 partitions
     "start_lookups": start_lookups.run,  # issue 64: a start by enqueued time at 32 and 1,024 partitions, and the SDK

@@ -109,6 +109,12 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         )
         if mode == "homes off":
             reader = reader.option("eventhubs.partitionHomes", "false")
+        if mode == "one task a partition":  # the default until issue 87 (and the old connector's)
+            reader = reader.option("eventhubs.minEventsPerTask", "0")
+        if mode.startswith("ours, "):  # "ours, key=value; key=value": the connector with these options set
+            for pair in mode.removeprefix("ours, ").split(";"):
+                key, _, value = pair.strip().partition("=")
+                reader = reader.option(key, value)
         if mode.startswith("packed"):
             reader = reader.option("eventhubs.minEventsPerTask", str(PACK_EVENTS))
             if "," in mode:  # "packed, at most N a task"

@@ -227,11 +227,12 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.minEventsPerTask",
         defaults.MIN_EVENTS_PER_TASK,
         count_at_least(0),
-        "0 (as the old connector): one Spark partition per Event Hubs partition. Above 0, ranges smaller than this "
-        "share Spark tasks (in partition order, up to this many events each), so a quiet stream's micro-batch runs a "
-        "few tasks instead of one per partition: lower latency, but a Spark partition may then hold several Event "
-        "Hubs partitions.",
-        "500",
+        "A task's worth of events: a partition's range of a micro-batch (or batch read) this big is a Spark task of "
+        "its own; smaller ranges share tasks of about this many events (in partition order, read at once within the "
+        "task), so a quiet micro-batch runs a few tasks instead of one per partition (every Python task costs Spark "
+        "tens of milliseconds whatever it reads). A batch run again is packed as its first run was. 0 (as the old "
+        "connector): one Spark partition per Event Hubs partition, whatever its size.",
+        "0",
         READ,
         field="min_events_per_task",
     ),
@@ -239,9 +240,10 @@ SPECS: tuple[Spec, ...] = (
         "eventhubs.maxPartitionsPerTask",
         defaults.MAX_PARTITIONS_PER_TASK,
         count_at_least(1),
-        "With eventhubs.minEventsPerTask: at most this many Event Hubs partitions share one Spark task. A task reads "
-        "its partitions one after another, so this bounds a task's time on a hub of many quiet partitions (1,024 on "
-        "a Dedicated namespace) while keeping the task count far below one per partition.",
+        "At most this many Event Hubs partitions share one Spark task (see eventhubs.minEventsPerTask; a task reads "
+        "8 of its ranges at once). By default the events decide: a quiet micro-batch of a 1,024-partition hub "
+        "(Dedicated) runs as few tasks as it has a task's worth of events; a lower bound spreads such a batch over "
+        "more tasks.",
         "64",
         READ,
         field="max_partitions_per_task",

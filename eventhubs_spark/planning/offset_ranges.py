@@ -360,32 +360,58 @@ def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
 def pack_ranges(
     ranges: list[Range], min_events: int, max_events: int | None = None, max_ranges: int | None = None
 ) -> list[list[Range]]:
-    """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; smaller ones
-    share tasks, in partition order, until a task holds ``min_events`` (0: one task per range), never
-    more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays split) nor more than
-    ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``: a task reads them one after another).
+    """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; the smaller ones share
+    as few tasks as hold about ``min_events`` each (0: one task per range), in partition order, split where the
+    events even out, never more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays
+    split) nor more than ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``).
 
-    Every Python task costs Spark tens of milliseconds whatever it reads, so a quiet stream's micro-batch
-    of a few events per partition runs one task for a few partitions instead of one per partition
-    (32 partitions, 32 tasks per trigger); a busy one still gets a task per partition.
-    """
+    Why: every Python task costs Spark tens of milliseconds whatever it reads, so a quiet micro-batch of a few
+    events per partition ran a task per partition (1,024 of them on a Dedicated hub); a busy one still gets a task
+    per partition. The plan is a function of the ranges and the options alone, never of the cluster at the time:
+    Spark plans a batch run again (after a restart) from the same offsets, and the exactly-once sink names each row
+    by its task and place, so a batch run again must be packed as its first run was."""
+    ordered = sorted(ranges, key=lambda r: (int(r.partition), r.start))
     if min_events <= 0:
-        return [[r] for r in ranges]
+        return [[r] for r in ordered]
     tasks: list[list[Range]] = []
     small: list[Range] = []
-    held = 0
-    for r in sorted(ranges, key=lambda r: (int(r.partition), r.start)):
+    for r in ordered:
         if r.size >= min_events:
             tasks.append([r])
-            continue
-        if small and max_events is not None and held + r.size > max_events:
-            tasks.append(small)
-            small, held = [], 0
-        small.append(r)
-        held += r.size
-        if held >= min_events or (max_ranges is not None and len(small) >= max_ranges):
-            tasks.append(small)
-            small, held = [], 0
-    if small:
-        tasks.append(small)
+        else:
+            small.append(r)
+    if not small:
+        return tasks
+    total = sum(r.size for r in small)
+    count = max(1, total // min_events)  # each shared task holds about min_events, at least
+    if max_events is not None:
+        count = max(count, -(-total // max_events))
+    if max_ranges is not None:
+        count = max(count, -(-len(small) // max_ranges))
+    count = min(count, len(small))
+    tasks += _even_runs(small, count, max_events, max_ranges)
     return tasks
+
+
+def _even_runs(ranges: list[Range], count: int, max_events: int | None, max_ranges: int | None) -> list[list[Range]]:
+    """``ranges`` cut into about ``count`` runs, in order, of about equal events (a cut where the running total
+    passes the next share), and earlier where a run would pass ``max_events`` or hold ``max_ranges``."""
+    total = sum(r.size for r in ranges)
+    runs: list[list[Range]] = []
+    run: list[Range] = []
+    held = done = 0
+    for r in ranges:
+        full = max_events is not None and held + r.size > max_events
+        if run and (full or (max_ranges is not None and len(run) >= max_ranges)):
+            runs.append(run)
+            run, held = [], 0
+        run.append(r)
+        held += r.size
+        done += r.size
+        # the next share's mark: (runs so far + 1) of ``count`` equal parts of the total
+        if len(runs) + 1 < count and done * count >= (len(runs) + 1) * total:
+            runs.append(run)
+            run, held = [], 0
+    if run:
+        runs.append(run)
+    return runs

@@ -38,6 +38,7 @@ from eventhubs_spark.interprocess.sealed_socket import RefusedError
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, RangeResult
 
 _LOG = logging.getLogger(__name__)
+RANGE_READERS = 8  # ranges of one packed task read at once, ahead of the one handed to Spark
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
 
 
@@ -87,12 +88,15 @@ class Runtime:
         self.pool = ReceiverPool(self.connections, capacity=pool_capacity, clock=clock, reap_every=reap_every)
         self.producers = ProducerPool()
         self._place = place_of_service
-        self._service: ServiceClient | None = None
+        self._where: Any = None  # the executor's service's place, looked up once
         self._service_looked_up = False
+        # A connection is read by one thread at a time: each thread that reads ranges (the task's, and a packed
+        # task's range readers) keeps its own to the service and to each home
+        self._local = threading.local()
         self._management: dict[tuple[Any, ...], ManagementClient] = {}
         self._lock = threading.Lock()
         self._fallback_logged = False
-        self._homes: dict[tuple[Home, str], HomeClient] = {}  # kept connections to other executors' services
+        self._readers: Any = None  # the range readers' threads (range_readers), made on first use
         # What this process found it may not use, each found out once (at a bounded cost) and checked again in the
         # background every driver_channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
         self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
@@ -115,22 +119,37 @@ class Runtime:
         service is known to be unusable here (it could not start, or went away: see :meth:`_service_failed`)."""
         with self._lock:
             if not self._service_looked_up:
-                where = self._place()
-                self._service = ServiceClient(where) if where is not None else None
+                self._where = self._place()
                 self._service_looked_up = True
-            return None if self._service_down else self._service
+            if self._service_down or self._where is None:
+                return None
+        client: ServiceClient | None = getattr(self._local, "service", None)
+        if client is None:
+            client = self._local.service = ServiceClient(self._where)
+        return client
+
+    def range_readers(self) -> Any:
+        """The threads a task of several ranges reads them on, ahead of the one it hands Spark (each with its own
+        connections, kept across tasks): made once per process."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with self._lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(RANGE_READERS, thread_name_prefix="eventhubs-range")
+            return self._readers
 
     def _service_failed(self) -> None:
         """The service could not be used: tasks here read in their worker from now on, at no cost, while a thread
         tries to reach (or start) the service again: at once (a service killed between tasks is back within a
         second or two), then every ``recheck`` seconds (one a sandbox forbids costs one attempt a minute, in the
         background)."""
+        client: ServiceClient | None = getattr(self._local, "service", None)
         with self._lock:
-            client = self._service
             if client is None or self._service_down:
                 return
             self._service_down = True
         client.close()
+        self._local.service = None  # whichever thread reads next makes a new one once the service is back
 
         def recheck() -> None:
             wait = 0.0
@@ -234,16 +253,18 @@ class Runtime:
         """This worker's kept connection to a home, for one query."""
         assert request.query is not None
         key = (home, request.query.query)
-        with self._lock:
-            client = self._homes.get(key)
-            if client is None:
-                # the same service at a new port (it listens again after losing one): the old connection goes
-                for (known, query), old in list(self._homes.items()):
-                    if known.executor == home.executor and query == key[1]:
-                        old.close()
-                        del self._homes[(known, query)]
-                client = self._homes[key] = HomeClient(home, request.query)
-            return client
+        homes: dict[tuple[Home, str], HomeClient] | None = getattr(self._local, "homes", None)
+        if homes is None:
+            homes = self._local.homes = {}
+        client = homes.get(key)
+        if client is None:
+            # the same service at a new port (it listens again after losing one): the old connection goes
+            for (known, query), old in list(homes.items()):
+                if known.executor == home.executor and query == key[1]:
+                    old.close()
+                    del homes[(known, query)]
+            client = homes[key] = HomeClient(home, request.query)
+        return client
 
     def _home_down(self, request: RangeRequest, home: Home) -> bool:
         """Whether this process found that home unreachable for the query (and has not reached it since)."""

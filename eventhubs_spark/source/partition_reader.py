@@ -61,7 +61,10 @@ class EventHubsPartition(InputPartition):
 def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     """Executor side: read the task's ranges through the executor's receiver service (which sends the
     undecoded frames' spans; they are decoded here into Arrow record batches), or in this worker when
-    there is none, and log what each took.
+    there is none, and log what each took. A task of several ranges (small ones packed together, see
+    ``eventhubs.minEventsPerTask``) reads up to RANGE_READERS of them at once, ahead of the one it hands Spark,
+    and hands them over in its plan's order, small batches joined: the same rows in the same order on every run of
+    the task (the exactly-once sink names rows by their place), in about the time of its largest range.
 
     (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
     the readers answer that with no rows.)
@@ -72,46 +75,100 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     ctx = TaskContext.get()
     runtime.task_started()
     retry = ctx is not None and ctx.attemptNumber() > 0
+    requests = [dataclasses.replace(r, retry=True) if retry else r for r in split.requests if r.end > r.start]
     # each range read: [partition, end, its last event's enqueued time (µs), and its offset when it is the event at
     # end - 1 (a plain position: the checkpoint the next trigger mirrors names it)]
     done: list[list[Any]] = []
-    for request in split.requests:
-        if request.end <= request.start:
-            continue
-        if retry:
-            request = dataclasses.replace(request, retry=True)
-        stats: dict[str, Any] = {}
-        started = time.monotonic()
-        last = None
-        try:
-            if split.capture is not None:
-                from eventhubs_spark.capture.reader import read_capture
-
-                reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
-                                     request.fail_on_data_loss, stats)  # fmt: skip
-            else:
-                reads = runtime.current().read(request, split.service, stats)
-            for last in reads:
-                yield last
-            if last is not None and last.num_rows:
-                row = last.num_rows - 1
-                entry = [request.partition, request.end, last.column(_ENQUEUED)[row].value]
-                if last.column(_SEQUENCE)[row].as_py() == request.end - 1:
-                    entry.append(last.column(_OFFSET)[row].as_py())
-                done.append(entry)
-        finally:
-            if stats.get("fallbacks"):
-                slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
-            if _LOG.isEnabledFor(logging.INFO):
-                figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
-                _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
-                          request.settings.hub, request.partition, request.start, request.end,
-                          time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+    if len(requests) > 1:
+        yield from _joined(_read_ahead(split, requests, done))
+    elif requests:
+        yield from _read_range(split, requests[0], done)
     first = split.requests[0] if split.requests else None
     if done and first is not None and first.driver is not None:
         # The stream's driver works out how far behind the query is in time from each range's last event
         # (planning/lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
         driver_channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
+
+
+def _read_range(split: EventHubsPartition, request: RangeRequest, done: list[list[Any]]) -> Iterator[Any]:
+    """One range's record batches, noting in ``done`` where it ended, and logging what it took."""
+    stats: dict[str, Any] = {}
+    started = time.monotonic()
+    last = None
+    try:
+        if split.capture is not None:
+            from eventhubs_spark.capture.reader import read_capture
+
+            reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
+                                 request.fail_on_data_loss, stats)  # fmt: skip
+        else:
+            reads = runtime.current().read(request, split.service, stats)
+        for last in reads:
+            yield last
+        if last is not None and last.num_rows:
+            row = last.num_rows - 1
+            entry = [request.partition, request.end, last.column(_ENQUEUED)[row].value]
+            if last.column(_SEQUENCE)[row].as_py() == request.end - 1:
+                entry.append(last.column(_OFFSET)[row].as_py())
+            done.append(entry)
+    finally:
+        if stats.get("fallbacks"):
+            slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
+        if _LOG.isEnabledFor(logging.INFO):
+            figures = " ".join(f"{key}={stats.get(key, 0)}" for key in _LOGGED)
+            _LOG.info("eventhubs read hub=%s partition=%s range=[%d,%d) seconds=%.3f via=%s %s worker_pid=%d",
+                      request.settings.hub, request.partition, request.start, request.end,
+                      time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
+
+
+def _read_ahead(split: EventHubsPartition, requests: list[RangeRequest], done: list[list[Any]]) -> Iterator[Any]:
+    """The ranges' batches in ``requests``' order, each range read whole on one of the process's range readers, up
+    to RANGE_READERS of them at once ahead of the one handed over (a packed task's ranges are small by its plan).
+    A failure is raised as the range's own when its turn comes; the ranges not yet begun are not begun."""
+    readers = runtime.current().range_readers()
+    notes: list[list[list[Any]]] = [[] for _ in requests]
+
+    def whole(i: int) -> list[Any]:
+        return list(_read_range(split, requests[i], notes[i]))
+
+    ahead = runtime.RANGE_READERS
+    futures = [readers.submit(whole, i) for i in range(min(ahead, len(requests)))]
+    try:
+        for i in range(len(requests)):
+            batches = futures[i].result()
+            if i + ahead < len(requests):
+                futures.append(readers.submit(whole, i + ahead))
+            done.extend(notes[i])
+            yield from batches
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+JOIN_ROWS = 8192  # a packed task hands Spark record batches of about this many rows: Spark pays per batch
+
+
+def _joined(batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches`` in order, consecutive small ones joined into one of up to about JOIN_ROWS rows."""
+    held: list[Any] = []
+    rows = 0
+    for batch in batches:
+        if rows and rows + batch.num_rows > JOIN_ROWS:
+            yield _concat(held)
+            held, rows = [], 0
+        held.append(batch)
+        rows += batch.num_rows
+    if held:
+        yield _concat(held)
+
+
+def _concat(batches: list[Any]) -> Any:
+    if len(batches) == 1:
+        return batches[0]
+    concat = getattr(pa, "concat_batches", None)  # pyarrow 19+
+    if concat is not None:
+        return concat(batches)
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 _ENQUEUED = ARROW_SCHEMA.get_field_index("enqueuedTime")

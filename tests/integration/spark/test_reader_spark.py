@@ -421,11 +421,11 @@ def test_split_of_a_large_partition_into_several_tasks(spark, eventhub):
     assert seqs == list(range(1000))
 
 
-def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
-    """Default: one Spark partition per Event Hubs partition, as the old connector. With
-    eventhubs.minEventsPerTask, the small ranges share one task (each still read in order, once), a
-    large one keeps its own, and eventhubs.maxPartitionsPerTask bounds how many share one; through the receiver
-    service too (a stream)."""
+def test_small_ranges_share_tasks_by_default_and_zero_keeps_one_task_per_partition(spark, eventhub, tmp_path):
+    """By default the small ranges of a read share tasks of about eventhubs.minEventsPerTask events (here all four
+    partitions' 660 events: one task), each still read in order, once; 0 keeps one Spark partition per Event Hubs
+    partition, as the old connector. With eventhubs.minEventsPerTask set lower, a large range keeps its own task,
+    and eventhubs.maxPartitionsPerTask bounds how many share one; through the receiver service too (a stream)."""
     from pyspark.sql.functions import spark_partition_id
 
     bodies = fill(eventhub, {0: 30, 1: 20, 2: 10, 3: 600})
@@ -436,7 +436,8 @@ def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
             reader = reader.option(key, value)
         return reader.load()
 
-    assert batch_read().rdd.getNumPartitions() == 4
+    assert batch_read().rdd.getNumPartitions() == 1
+    assert batch_read(**{"eventhubs.minEventsPerTask": "0"}).rdd.getNumPartitions() == 4
     packed = batch_read(**{"eventhubs.minEventsPerTask": "100"})
     assert packed.rdd.getNumPartitions() == 2
     rows = packed.select("partition", "sequenceNumber", spark_partition_id().alias("task")).collect()
@@ -447,7 +448,7 @@ def test_small_ranges_share_tasks_only_when_asked(spark, eventhub, tmp_path):
     for partition, count in {"0": 30, "1": 20, "2": 10, "3": 600}.items():
         assert [r.sequenceNumber for r in rows if r.partition == partition] == list(range(count))
     bounded = batch_read(**{"eventhubs.minEventsPerTask": "100", "eventhubs.maxPartitionsPerTask": "2"})
-    assert bounded.rdd.getNumPartitions() == 3, "at most two partitions per task: [0, 1], [2], [3]"
+    assert bounded.rdd.getNumPartitions() == 3, "at most two partitions per task: two tasks for 0-2, and 3"
     assert sorted(r.body for r in bounded.selectExpr("cast(body as string) as body").collect()) == sorted(bodies)
     run_available_now(spark, eventhub, tmp_path, eventhubs__startingPosition='{"offset": "-1"}',
                       eventhubs__minEventsPerTask="100", eventhubs__maxPartitionsPerTask="2",

@@ -197,27 +197,51 @@ def test_trigger_rules(case, latest, kwargs, end, skipped):
 def test_small_ranges_share_tasks_and_large_ones_keep_their_own():
     from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
 
-    quiet = [Range(str(p), 10, 25) for p in range(32)]  # 15 events per partition
+    quiet = [Range(str(p), 10, 25) for p in range(32)]  # 15 events per partition, 480 in all
     tasks = pack_ranges(quiet, 100)
-    assert [sum(r.size for r in t) for t in tasks] == [105, 105, 105, 105, 60]
+    assert [sum(r.size for r in t) for t in tasks] == [120, 120, 120, 120], "as few as hold 100 each, evened out"
     assert [r for t in tasks for r in t] == sorted(quiet, key=lambda r: int(r.partition)), "each range once, in order"
     busy = [Range(str(p), 0, 1000) for p in range(4)] + [Range("7", 0, 3)]
     assert pack_ranges(busy, 100) == [[busy[0]], [busy[1]], [busy[2]], [busy[3]], [busy[4]]]
     assert pack_ranges(quiet, 0) == [[r] for r in quiet], "0: one task per range"
     assert pack_ranges([], 100) == []
+    assert pack_ranges(quiet[:3], 1000) == [quiet[:3]], "fewer events than a task's worth: one task"
     split = [Range("0", s, s + 250) for s in range(0, 1000, 250)]  # maxEventsPerPartition=300 split these
     assert pack_ranges(split, 500, 300) == [[r] for r in split], "what maxEventsPerPartition split stays split"
 
 
-def test_a_task_takes_at_most_max_partitions_per_task_of_a_big_quiet_hub():
-    """1,024 partitions with a dozen events each (a Dedicated hub's quiet micro-batch): with minEventsPerTask they
-    share tasks, never more than eventhubs.maxPartitionsPerTask in one, each range once and in order."""
+def test_a_big_quiet_hub_shares_few_tasks_at_most_max_partitions_per_task_each():
+    """1,024 partitions with a dozen events each (a Dedicated hub's quiet micro-batch) share as few tasks as hold a
+    task's worth of events, never more than eventhubs.maxPartitionsPerTask in one, each range once and in order."""
     from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
 
-    quiet = [Range(str(p), 100, 112) for p in range(1024)]
-    tasks = pack_ranges(quiet, 500, None, 32)
-    assert len(tasks) == 32 and all(len(t) == 32 for t in tasks), "32 partitions (384 events) each: the bound"
+    quiet = [Range(str(p), 100, 112) for p in range(1024)]  # 12,288 events
+    assert [len(t) for t in pack_ranges(quiet, 5_000)] == [512, 512]
+    tasks = pack_ranges(quiet, 5_000, None, 256)
+    assert [len(t) for t in tasks] == [256] * 4, "the partitions bound comes first"
     assert [r for t in tasks for r in t] == quiet
-    by_events = pack_ranges(quiet, 200, None, 32)  # 17 partitions make 204 events: the events bound comes first
-    assert [len(t) for t in by_events] == [17] * 60 + [4]
     assert pack_ranges(quiet[:3], 500, None, 1) == [[r] for r in quiet[:3]]
+
+
+@given(
+    sizes=st.lists(st.integers(0, 3_000), min_size=0, max_size=200),
+    min_events=st.integers(0, 5_000),
+    max_events=st.none() | st.integers(1, 10_000),
+    max_ranges=st.none() | st.integers(1, 64),
+)
+def test_any_packing_reads_each_range_once_in_order_within_its_bounds(sizes, min_events, max_events, max_ranges):
+    """Whatever the ranges: each once; a task's ranges in partition order; a range of min_events or more alone;
+    a shared task within maxEventsPerPartition (unless one range alone passes it) and maxPartitionsPerTask; and the
+    same plan every time for the same ranges (a batch run again is packed as its first run was)."""
+    from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
+
+    ranges = [Range(str(p), 0, n) for p, n in enumerate(sizes)]
+    tasks = pack_ranges(list(reversed(ranges)), min_events, max_events, max_ranges)
+    assert sorted((r for t in tasks for r in t), key=lambda r: int(r.partition)) == ranges
+    assert all(t and [int(r.partition) for r in t] == sorted(int(r.partition) for r in t) for t in tasks)
+    for t in tasks:
+        if len(t) > 1:
+            assert min_events > 0 and all(r.size < min_events for r in t)
+            assert max_events is None or sum(r.size for r in t) <= max_events
+            assert max_ranges is None or len(t) <= max_ranges
+    assert pack_ranges(ranges, min_events, max_events, max_ranges) == tasks
