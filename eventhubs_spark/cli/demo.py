@@ -159,6 +159,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         stop = threading.Event()
 
         from eventhubs_spark.amqp import sdk_internals
+        from eventhubs_spark.cli.send import now_iso
 
         def produce() -> None:
             with EventHubProducerClient.from_connection_string(conn) as producer:
@@ -166,7 +167,8 @@ def _demo_run(args: argparse.Namespace) -> int:
                 while not stop.is_set() and n < args.events:
                     batch = producer.create_batch()
                     for _ in range(min(max(1, args.rate // 10), args.events - n)):
-                        batch.add(EventData(json.dumps({"id": n, "temperature": 20 + n % 7})))
+                        batch.add(EventData(json.dumps({"id": n, "device": f"sensor-{n % 4}", "temperature": 20 + n % 7,
+                                                        "ts": now_iso()})))  # fmt: skip
                         n += 1
                     sdk_internals.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
                     time.sleep(0.1)
@@ -176,7 +178,8 @@ def _demo_run(args: argparse.Namespace) -> int:
         print("starting Spark (20-40 s on a 2-core machine; its JVM and Python workers start)...", flush=True)
         spark_started = time.monotonic()
         spark = local_session("eventhubs-spark demo")  # eventhubs_spark/conf/spark-defaults.conf
-        print(f"Spark started in {time.monotonic() - spark_started:.0f} s; starting the query...", flush=True)
+        print(f"Spark started in {time.monotonic() - spark_started:.0f} s; starting the query (Spark starts Python "
+              "processes to ask the source its schema and to plan: 5-20 s more)...", flush=True)  # fmt: skip
         for sig in (signal.SIGTERM, signal.SIGINT):  # after Spark, whose SparkContext sets its own
             signal.signal(sig, stop_requested.set)
         from eventhubs_spark import register
@@ -212,6 +215,8 @@ def _demo_run(args: argparse.Namespace) -> int:
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         started = time.monotonic()
+        print("the query started; its first micro-batch comes once its first Python workers are up (10-30 s on a "
+              "2-core machine), then one a second", flush=True)  # fmt: skip
         before = dict(read)
         live = sys.stdout.isatty()
         try:
@@ -234,8 +239,8 @@ def _demo_run(args: argparse.Namespace) -> int:
                 total = sum(now.values())
                 text = table(("partition", "events read", "events/s", "lag"), rows)
                 header = f"{time.monotonic() - started:5.1f} s   {total} of {args.events} events read"
-                if not first_batch_done:  # the query's planner and first Python workers start: 5-20 s here
-                    header += f"   (waiting for the query's first micro-batch: {time.monotonic() - started:.0f} s)"
+                if not first_batch_done:  # the query's planner and first Python workers start: 10-30 s here
+                    header += "   (waiting for the query's first micro-batch: its Python workers start)"
                 print(("\033[H\033[J" if live else "\n") + header + "\n" + text, flush=True)
                 if total >= args.events:
                     break

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import sys
 import time
@@ -27,10 +28,19 @@ def _bodies(args: argparse.Namespace) -> tuple[int | None, Iterator[str]]:
         return count, (line.rstrip("\n") for line in handle if line.strip())
 
     def generated() -> Iterator[str]:
+        # readings as the docs' examples parse them (the example pipeline's device, temperature and ts), padded to
+        # about --size bytes
         for i in range(args.count):
-            yield json.dumps({"id": i, "ts": time.time(), "pad": "x" * max(0, args.size - 40)})
+            reading = {"id": i, "device": f"device-{i % 8}", "temperature": round(20 + (i % 100) / 10, 1),
+                       "ts": now_iso()}  # fmt: skip
+            yield json.dumps({**reading, "pad": "x" * max(0, args.size - len(json.dumps(reading)) - 10)})
 
     return args.count, generated()
+
+
+def now_iso() -> str:
+    """Now, as ISO 8601 text in UTC (what to_timestamp and a JSON schema's timestamp read)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _progress(done: int, total: int | None, out: TextIO) -> None:
