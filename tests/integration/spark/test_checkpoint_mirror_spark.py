@@ -88,9 +88,9 @@ def test_a_rate_limited_stream_mirrors_each_batch_from_what_its_tasks_read_witho
     """A batch capped by maxEventsPerTrigger ends inside each partition, so the checkpoint the next trigger mirrors
     names an event no partition properties told of: the batch's tasks tell the driver its offset. Each batch finds
     in the store exactly the events the batches before it read last (sequence number and offset; the last of those
-    batches' write may still be on its way, overlapping the batch), and the run
-    attaches one link a partition (and the driver one, to check the consumer group): before, every trigger looked each partition's event up on the hub with an SDK
-    receiver of its own (76 attaches over these 10 batches, 59-90 ms a trigger at 4 partitions)."""
+    batches' write may still be on its way, overlapping the batch), and the run attaches one link a partition (and
+    the driver one, to check the consumer group): before, every trigger looked each partition's event up on the hub
+    with an SDK receiver of its own (76 attaches over these 10 batches, 59-90 ms a trigger at 4 partitions)."""
     from azure.core.exceptions import ResourceNotFoundError
     from pyspark.sql import functions as F
 
