@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client, producers
     ("process",),  # what one Spark process keeps across tasks, driver or executor: the runtime
     ("planning", "checkpoints", "options"),  # the driver's planning, the checkpoint store, the options
-    ("source", "sink", "exactly_once", "cli", "__init__"),  # what Spark and users call
+    ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (
     ("amqp", "config", "tls", "websocket", "entra", "metering", "registry", "capture"),

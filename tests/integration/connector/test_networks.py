@@ -312,13 +312,13 @@ def test_the_sink_fails_on_an_untrusted_certificate_without_waiting_for_the_oper
     from pyspark.sql.types import StringType, StructField, StructType
 
     from eventhubs_spark.options import write_options
-    from eventhubs_spark.sink import _write, layout_for
+    from eventhubs_spark.sink import layout_for, write_task
 
     options = {**network_options(eventhub, "tls"), "eventhubs.connectionVerify": "/etc/ssl/certs/ca-certificates.crt"}
     layout = layout_for(StructType([StructField("body", StringType())]))
     started = time.monotonic()
     with pytest.raises(NetworkError, match="eventhubs.connectionVerify"):
-        _write(write_options(options).settings, layout, 120.0, iter([("hello",)]), arrow=False)
+        write_task(write_options(options).settings, layout, 120.0, iter([("hello",)]), arrow=False)
     assert time.monotonic() - started < 40  # the SDK's own three retries, not ours until eventhubs.operationTimeout
 
 

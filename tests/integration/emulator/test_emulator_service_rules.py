@@ -239,7 +239,7 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
     from eventhubs_spark.planning.position_lookup import first_event
     from eventhubs_spark.positions.event_positions import SequenceNumber
     from eventhubs_spark.process.runtime import current
-    from eventhubs_spark.sink import _write, layout_for
+    from eventhubs_spark.sink import layout_for, write_task
 
     with LocalEntra() as entra, Emulator({"t": 1}, token_verifier=entra.verify) as emulator:
         entra.add_secret_client("app", "app-secret")
@@ -260,7 +260,7 @@ def test_every_call_of_the_connector_fails_at_once_on_a_missing_hub(sign_in, mon
             "receiver": lambda: list(read_here(RangeRequest(config, "0", 0, 1, True, settings=settings), RangeResult(),
                                                current().pool)),
             "position lookup": lambda: first_event(settings, config, "0", SequenceNumber(0), 60),
-            "sink": lambda: _write(write_options(options).settings, layout_for(StructType([StructField(
+            "sink": lambda: write_task(write_options(options).settings, layout_for(StructType([StructField(
                 "body", StringType())])), 60.0, iter([("x",)]), False),
         }  # fmt: skip
         for name, call in calls.items():

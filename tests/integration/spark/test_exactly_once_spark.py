@@ -66,7 +66,7 @@ def in_target(emu) -> int:
 
 def totals(tmp_path) -> dict:
     """What exactly once did over the query's life, as its driver kept it under ``tmp_path``/sink."""
-    from eventhubs_spark.checkpoints.write_fences import WriteFences
+    from eventhubs_spark.sink.write_fences import WriteFences
 
     (write,) = os.listdir(tmp_path / "sink" / "eventhubs-sink")
     return WriteFences(str(tmp_path / "sink"), write, "-").totals()
@@ -239,7 +239,7 @@ def test_a_send_into_a_black_hole_is_settled_by_reading_back_and_stored_once(spa
     # the driver kept what exactly once did. Whether a send was in flight on a holed connection (then settled by
     # reading back) or its link could not open there (then nothing was sent, and it is sent on a new one) is the
     # machine's timing: both happen here; the settling itself is tested with a producer that answers as told
-    # (tests/unit/test_exactly_once.py)
+    # (tests/unit/sink/test_exactly_once.py)
     kept = totals(tmp_path)
     assert kept["rows found stored"] == 0 and kept["last batch"] >= 1, kept
     print(f"sends settled by reading back: {kept['sends settled']}")

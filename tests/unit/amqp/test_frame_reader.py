@@ -434,3 +434,20 @@ def _frames_read(tap: FrameTap, writer: threading.Thread) -> list[int]:
     writer.join()
     tap.publish()
     return got
+
+
+def test_links_share_the_process_read_ahead_budget_without_changing_a_few_links_bounds():
+    from eventhubs_spark.amqp.frame_reader import LinkSink, ReadAheadBudget
+
+    links = [4]
+    budget = ReadAheadBudget(lambda: links[0], total=256 << 20, floor=256 << 10)
+    sink = LinkSink(credit=500, max_events=2000, max_bytes=8 << 20, budget=budget)
+    assert sink.bytes_bound() == 8 << 20  # 4 links: each keeps its own bound
+    links[0] = 32
+    assert sink.bytes_bound() == 8 << 20
+    links[0] = 1024
+    assert sink.bytes_bound() == 256 << 10  # 1,024 links: 256 MiB in all
+    links[0] = 100_000
+    assert sink.bytes_bound() == 256 << 10  # never below the floor
+    sink.received, sink.received_bytes = 100, 100 * 10_000  # 10 KB events: the window follows the bound
+    assert sink.window() == (256 << 10) // 10_000

@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`eventhubs_spark.sink`."""
+"""Unit tests of :mod:`eventhubs_spark.sink.writers` and :mod:`eventhubs_spark.sink.layout`."""
 
 from __future__ import annotations
 
@@ -25,23 +25,6 @@ def test_writing_avro_takes_a_value_struct_instead_of_a_body_and_says_so():
         layout_for(StructType([StructField("partitionKey", StringType())]), avro=True)
 
 
-def test_links_share_the_process_read_ahead_budget_without_changing_a_few_links_bounds():
-    from eventhubs_spark.amqp.frame_reader import LinkSink, ReadAheadBudget
-
-    links = [4]
-    budget = ReadAheadBudget(lambda: links[0], total=256 << 20, floor=256 << 10)
-    sink = LinkSink(credit=500, max_events=2000, max_bytes=8 << 20, budget=budget)
-    assert sink.bytes_bound() == 8 << 20  # 4 links: each keeps its own bound
-    links[0] = 32
-    assert sink.bytes_bound() == 8 << 20
-    links[0] = 1024
-    assert sink.bytes_bound() == 256 << 10  # 1,024 links: 256 MiB in all
-    links[0] = 100_000
-    assert sink.bytes_bound() == 256 << 10  # never below the floor
-    sink.received, sink.received_bytes = 100, 100 * 10_000  # 10 KB events: the window follows the bound
-    assert sink.window() == (256 << 10) // 10_000
-
-
 def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
     from eventhubs_spark import sink
     from eventhubs_spark.process import runtime
@@ -58,8 +41,8 @@ def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):
         def flush(self) -> None:
             pass
 
-    monkeypatch.setattr(sink, "EventSender", Sender)
-    assert sink._write(None, None, 1.0, iter(()), arrow=True) is Sender.report  # type: ignore[arg-type]
+    monkeypatch.setattr(sink.sender, "EventSender", Sender)
+    assert sink.write_task(None, None, 1.0, iter(()), arrow=True) is Sender.report  # type: ignore[arg-type]
     assert started == [True]
 
 
@@ -76,7 +59,7 @@ def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warning
         None,  # a task that sent nothing reports nothing
         sink.SendReport(by_partition={"0": 3, "2": 4}, batches=1, throttled=2, throttled_wait=1.25, resent=3),
     ]
-    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+    with caplog.at_level(logging.INFO, logger=sink.writers._LOG.name):
         writer.commit(reports, 7)
     said = [r.getMessage() for r in caplog.records]
     assert [m for m in said if "sent again" in m] == [
@@ -91,7 +74,7 @@ def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warning
         in said
     )
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger=sink._LOG.name):
+    with caplog.at_level(logging.INFO, logger=sink.writers._LOG.name):
         writer.abort(reports, 8)
     assert [r.getMessage() for r in caplog.records] == [
         "eventhubs sink hub=orders batch=8 aborted after 15 events were sent; Spark re-runs it (at least once)"
@@ -109,7 +92,7 @@ def test_a_writes_commit_sums_its_tasks_reports_into_one_summary_and_its_warning
 def test_unaddressed_events_are_dealt_over_the_partitions_in_runs(monkeypatch, partitions, events, expected) -> None:
     from eventhubs_spark import sink
     from eventhubs_spark.options import write_options
-    from tests.unit.test_exactly_once import Hub, _Client
+    from tests.unit.sink.test_exactly_once import Hub, _Client
 
     hub = Hub(partitions)
     client = _Client(hub, unanswered=set())
@@ -121,7 +104,7 @@ def test_unaddressed_events_are_dealt_over_the_partitions_in_runs(monkeypatch, p
     class Runtime:
         producers = Pool()
 
-    monkeypatch.setattr(sink.runtime, "current", lambda: Runtime())
+    monkeypatch.setattr(sink.sender.runtime, "current", lambda: Runtime())
     conn = "Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
     sender = sink.EventSender(
         write_options({"eventhubs.connectionString": conn}).settings, sink.SinkLayout(0, True), 30.0

@@ -2,7 +2,7 @@
 (fences), and which tasks have begun sending (marks).
 
 Why both: a task attempt that finds its mark knows an earlier attempt of the same task may have stored some of its
-rows, and reads the hub back from the fence before its batch to find them (:mod:`eventhubs_spark.exactly_once`); a
+rows, and reads the hub back from the fence before its batch to find them (:mod:`eventhubs_spark.sink.exactly_once`); a
 first attempt finds no mark and sends at once, reading nothing. A fence is written by the driver when a batch
 commits (``commit()`` runs there once per batch), so a batch's tasks never look up the hub's ends themselves. Only
 the first batch a stream writes (no fence before it) and ``df.write`` (no batches) have none: there each task

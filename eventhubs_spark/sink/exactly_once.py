@@ -11,7 +11,7 @@ deterministic is found out: a row whose body differs from what an earlier attemp
 counted, and said), never skipped, so such a query falls back to at least once and loses nothing.
 
 Where to look: every event a batch's tasks store lands after the fence (the partitions' ends when the batch before
-committed, :mod:`eventhubs_spark.checkpoints.write_fences`). An attempt that finds no mark of an earlier one reads
+committed, :mod:`eventhubs_spark.sink.write_fences`). An attempt that finds no mark of an earlier one reads
 nothing; one that finds a mark (a retried task, a batch run again after the driver restarted, a ``df.write`` run
 again with its write id) reads each partition from the fence to its end through the connector's own receive path,
 keeps the stamps of its own task, and sends the rest. A send that went unanswered inside an attempt is settled the
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.checkpoints.write_fences import WriteFences
 from eventhubs_spark.errors import SinkError
 from eventhubs_spark.interprocess.task_ranges import RangeRequest, ReceiverConfig
 from eventhubs_spark.positions.partition_catalog import PartitionInfo, by_number
 from eventhubs_spark.process import runtime
+from eventhubs_spark.sink.write_fences import WriteFences
 
 _LOG = logging.getLogger(__name__)
 
@@ -62,12 +62,19 @@ class TaskStamp:
         return f"{self.write}/{self.batch}/{self.partition}/"
 
     def of(self, row: int, body: bytes | str = b"") -> str:
-        return f"{self.prefix}{row}/{digest(body)}"
+        """The stamp of row ``row`` of this task, whose body is ``body``."""
+        return stamp_of(self.prefix.encode("utf-8"), row, crc_of(body)).decode("utf-8")
 
 
-def digest(body: bytes | str) -> str:
-    """A body's digest in its stamp: CRC-32, hex (a few hundred MB/s in C: the cost of a stamp is its text)."""
-    return format(zlib.crc32(body.encode("utf-8") if isinstance(body, str) else body), "08x")
+def crc_of(body: bytes | str) -> int:
+    """A body's CRC-32, the digest its stamp carries (a few hundred MB/s in C: the cost of a stamp is its text)."""
+    return zlib.crc32(body.encode("utf-8") if isinstance(body, str) else body)
+
+
+def stamp_of(prefix: bytes, row: int, crc: int) -> bytes:
+    """A stamp's text: the task's ``prefix`` (``<write>/<batch>/<partition>/``), the row, the body's CRC-32 as 8 hex
+    digits. The one place the format is written: the sender stamps every event with it."""
+    return b"%s%d/%08x" % (prefix, row, crc)
 
 
 def task_stamp(stream: bool, write_id: str | None) -> TaskStamp:
@@ -236,3 +243,40 @@ def record_fence(
     ends = {p: info.end for p, info in client.partition_properties(client.partition_ids()).items()}
     WriteFences(location, write_id, target_of(settings)).write_fence(batch, ends, figures)
     return ends
+
+
+@dataclass(frozen=True)
+class ExactlyOnce:
+    """What a task of an exactly-once write needs (plain data, pickled into the tasks): where the fences and marks
+    are kept, whether it is a stream's, a ``df.write``'s write id, and the consumer group it reads back with."""
+
+    location: str
+    stream: bool
+    write_id: str | None
+    consumer_group: str
+
+
+def exactly_once_of(parsed: Any, stream: bool) -> ExactlyOnce | None:
+    """The exactly-once settings of a write (None: at least once), checked on the driver."""
+    from eventhubs_spark.errors import OptionError
+
+    if not parsed.exactly_once:
+        if parsed.write_id is not None:
+            example = ".option('eventhubs.sink.exactlyOnce', 'true')"
+            raise OptionError(f"eventhubs.sink.writeId names an exactly-once write: also set {example}", example)
+        return None
+    if parsed.checkpoint_location is None:
+        example = ".option('eventhubs.checkpointLocation', '/dbfs/checkpoints/orders-out')"
+        raise OptionError(
+            "eventhubs.sink.exactlyOnce keeps where each batch's events can be under eventhubs.checkpointLocation, "
+            f"a path every executor reaches (Spark does not tell a Python sink its own checkpoint location), e.g. "
+            f"{example}",
+            example,
+        )
+    if stream and parsed.write_id is not None:
+        example = ".option('eventhubs.sink.exactlyOnce', 'true')"
+        raise OptionError(f"eventhubs.sink.writeId is for df.write: a stream's writes are named by its query id; "
+                          f"drop it, e.g. keep only {example}", example)  # fmt: skip
+    if not stream and parsed.write_id is None:
+        raise OptionError(WRITE_ID_HELP, ".option('eventhubs.sink.writeId', 'orders-2026-11-28')")
+    return ExactlyOnce(parsed.checkpoint_location, stream, parsed.write_id, parsed.consumer_group)

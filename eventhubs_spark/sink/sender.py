@@ -1,149 +1,42 @@
-"""The sink: ``df.writeStream.format("eventhubs")`` and ``df.write.format("eventhubs")``.
-
-Rows become events packed into batches up to the hub's maximum message size, grouped by target:
-an explicit ``partitionId``, a ``partitionKey`` (the service routes each key to one partition), or
-neither, in which case the connector deals the events over the partitions in turn itself (runs of
-at least :data:`DEAL_RUN` events, as a partition-less send of the SDKs puts a batch in one partition), so
-it can count events per partition. Targets are sent concurrently through a producer pooled per
-executor process.
-
-Delivery is at least once by default: a failed task is retried by Spark and sends again. With
-``eventhubs.sink.exactlyOnce`` every event carries a stamp naming its row, and an attempt that may follow
-another reads its stamps back and sends only what is missing (:mod:`eventhubs_spark.exactly_once`).
-"""
+"""A write task's sender: rows into events, packed into batches per target, sent concurrently, retried, and (exactly
+once) settled by reading the hub back when a send's outcome is not known."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import threading
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 
 from eventhubs_spark.amqp import failures, sdk_internals
 from eventhubs_spark.auth.settings import ConnectionSettings
-from eventhubs_spark.avro.encode import AvroWriting
-from eventhubs_spark.avro.encode import writing as avro_writing
-from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.codec.encode import encode_event, encode_with_property
 from eventhubs_spark.errors import EventHubsError, SinkError
-from eventhubs_spark.exactly_once import STAMP, WriteGuard, guard_for, record_fence
-from eventhubs_spark.options import write_options
 from eventhubs_spark.process import runtime
+from eventhubs_spark.sink.exactly_once import STAMP, ExactlyOnce, WriteGuard, guard_for, stamp_of
+from eventhubs_spark.sink.layout import SinkLayout
 
 T = TypeVar("T")
-
-try:  # Spark 4.1+
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-
-    HAS_STREAM_ARROW_WRITER = True
-except ImportError:  # Spark 4.0: the stream sink takes rows
-    HAS_STREAM_ARROW_WRITER = False
-    DataSourceStreamArrowWriter = DataSourceStreamWriter  # type: ignore[misc,assignment]
-
 _LOG = logging.getLogger(__name__)
 DEAL_RUN = 256  # the fewest unaddressed events a flush deals to one partition (while it has that many)
 
-COLUMNS_HELP = (
-    "the eventhubs sink takes the columns body (string or binary, required), and optionally partitionKey "
-    "(string) or partitionId (string or int; 'partition' is accepted too), and properties (map<string,string>)"
-)
 
+class OutEvent(NamedTuple):
+    """One event to send: its body and application properties; with exactly once, its row's number in the task and
+    its body's CRC-32, which its stamp names (row -1 without)."""
 
-AVRO_COLUMNS_HELP = (
-    "writing Avro (eventhubs.avro.schemaRegistry), the eventhubs sink takes the columns value (a struct, required; "
-    "its Avro body is the event's), and optionally partitionKey (string) or partitionId (string or int), and "
-    "properties (map<string,string>)"
-)
-
-
-@dataclass(frozen=True)
-class SinkLayout:
-    """Which input column plays which role, validated on the driver from the DataFrame's schema."""
-
-    body: int
-    body_is_text: bool
-    partition_key: int | None = None
-    partition_id: int | None = None
-    properties: int | None = None
-    avro: AvroWriting | None = None  # the body column is a struct, written as registered Avro
-
-
-def layout_for(schema: Any, avro: bool = False) -> SinkLayout:
-    """Check the DataFrame's columns; any other column or a wrong type is an error naming it. With ``avro``,
-    the body comes from the struct column ``value`` instead of ``body``."""
-    from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType, StructType
-
-    names = [f.name for f in schema.fields]
-    roles: dict[str, int] = {}
-    for index, f in enumerate(schema.fields):
-        name = f.name.lower()
-        if avro and name == "value":
-            if not isinstance(f.dataType, StructType):
-                raise SinkError(f"column 'value' must be a struct to be written as Avro, got "
-                                f"{f.dataType.simpleString()}; {AVRO_COLUMNS_HELP}")  # fmt: skip
-            roles["body"] = index
-        elif avro and name == "body":
-            raise SinkError(f"column 'body' is not written when writing Avro: {AVRO_COLUMNS_HELP}. Drop it, or drop "
-                            "eventhubs.avro.schemaRegistry to send it as is")  # fmt: skip
-        elif name == "body":
-            if not isinstance(f.dataType, StringType | BinaryType):
-                raise SinkError(
-                    f"column 'body' must be string or binary, got {f.dataType.simpleString()}; {COLUMNS_HELP}"
-                )
-            roles["body"] = index
-        elif name == "partitionkey":
-            if not isinstance(f.dataType, StringType):
-                raise SinkError(f"column 'partitionKey' must be string, got {f.dataType.simpleString()}")
-            roles["partitionkey"] = index
-        elif name in ("partitionid", "partition"):
-            if not isinstance(f.dataType, StringType | IntegerType | LongType | ShortType):
-                raise SinkError(f"column '{f.name}' must be string or int, got {f.dataType.simpleString()}")
-            if "partitionid" in roles:
-                raise SinkError("give either 'partitionId' or 'partition', not both")
-            roles["partitionid"] = index
-        elif name == "properties":
-            ok = (
-                isinstance(f.dataType, MapType)
-                and isinstance(f.dataType.keyType, StringType)
-                and isinstance(f.dataType.valueType, StringType)
-            )
-            if not ok:
-                raise SinkError(f"column 'properties' must be map<string,string>, got {f.dataType.simpleString()}")
-            roles["properties"] = index
-        else:
-            raise SinkError(f"unexpected column {f.name!r}: {AVRO_COLUMNS_HELP if avro else COLUMNS_HELP}. Select only "
-                            "those columns.")  # fmt: skip
-    if "body" not in roles:
-        if avro:
-            raise SinkError(f"no 'value' column among {names}: {AVRO_COLUMNS_HELP}")
-        raise SinkError(f"no 'body' column among {names}: {COLUMNS_HELP}")
-    return SinkLayout(
-        body=roles["body"],
-        body_is_text=not avro and isinstance(schema.fields[roles["body"]].dataType, StringType),
-        partition_key=roles.get("partitionkey"),
-        partition_id=roles.get("partitionid"),
-        properties=roles.get("properties"),
-    )
-
-
-@dataclass(frozen=True)
-class ExactlyOnce:
-    """What a task of an exactly-once write needs (plain data, pickled into the tasks): where the fences and marks
-    are kept, whether it is a stream's, a ``df.write``'s write id, and the consumer group it reads back with."""
-
-    location: str
-    stream: bool
-    write_id: str | None
-    consumer_group: str
+    body: Any  # bytes or str
+    properties: dict[str, Any] | None
+    row: int = -1
+    crc: int = 0
 
 
 _MOST_SETTLES = 10  # unanswered sends of one target a task settles before it fails (Spark then retries it)
@@ -189,7 +82,7 @@ class EventSender:
         self._client_lock = threading.Lock()
         self._partition_ids: list[str] | None = None
         self._next_partition = 0
-        self._pending: dict[tuple[str, str], list[Any]] = defaultdict(list)
+        self._pending: dict[tuple[str, str], list[OutEvent]] = defaultdict(list)
         self._pending_count = 0
         self._row = 0
         self._content_type = layout.avro.content_type if layout.avro is not None else None
@@ -255,9 +148,9 @@ class EventSender:
                     self.report.differed += 1
                 # stamped when packed (:meth:`_stamped`): a stamp the input carried (events read from a hub written
                 # exactly once) is replaced
-                event: tuple[Any, ...] = (raw, properties, index, crc)
+                event = OutEvent(raw, properties, index, crc)
             else:
-                event = (body, properties)
+                event = OutEvent(body, properties)
             if pid is not None:
                 target = ("partition", str(pid))
             elif key is not None:
@@ -302,7 +195,7 @@ class EventSender:
         self._next_partition += 1
         return pid
 
-    def _deal(self, events: list[Any]) -> dict[str, list[Any]]:
+    def _deal(self, events: list[OutEvent]) -> dict[str, list[OutEvent]]:
         """Unaddressed events dealt over the partitions in turn, a run of them each, so their batches go out at
         once: runs as even as the partitions allow, but of at least :data:`DEAL_RUN` events. Dealt one by one,
         12,800 events over a 1,024-partition hub made 1,024 batches of 12 events, and a warm write to it took
@@ -311,7 +204,7 @@ class EventSender:
         ids = self._partition_list()
         runs = min(len(ids), max(1, len(events) // DEAL_RUN))
         size = -(-len(events) // runs)
-        dealt: dict[str, list[Any]] = defaultdict(list)
+        dealt: dict[str, list[OutEvent]] = defaultdict(list)
         for first in range(0, len(events), size):
             dealt[self._round_robin()].extend(events[first : first + size])
         return dealt
@@ -350,7 +243,9 @@ class EventSender:
             else:
                 self.report.by_key += sent
 
-    def _pack(self, events: list[Any], partition_id: str | None, key: str | None) -> list[tuple[Any, int, list[Any]]]:
+    def _pack(
+        self, events: list[OutEvent], partition_id: str | None, key: str | None
+    ) -> list[tuple[Any, int, list[OutEvent]]]:
         """Pack (body, properties[, row, digest]) events into full batches (with their event counts and events),
         encoded once each (client.encode), checking each against the limit."""
         out: list[tuple[Any, int, list[Any]]] = []
@@ -358,8 +253,8 @@ class EventSender:
         start = 0
         content_type, stamped = self._content_type, self._once is not None
         for n, event in enumerate(events):
-            body = event[0]
-            message = self._stamped(event, key) if stamped else encode_event(body, event[1], key, content_type)
+            body = event.body
+            message = self._stamped(event, key) if stamped else encode_event(body, event.properties, key, content_type)
             if not sdk_internals.add_encoded(batch, message):
                 if n == start:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
@@ -372,11 +267,11 @@ class EventSender:
             out.append((batch, len(events) - start, events[start:]))
         return out
 
-    def _stamped(self, event: tuple[Any, ...], key: str | None) -> bytes:
+    def _stamped(self, event: OutEvent, key: str | None) -> bytes:
         """An exactly-once event's bytes (body, properties, row, CRC-32 of the body), with its stamp
-        (:data:`~eventhubs_spark.exactly_once.STAMP`) ``<task's prefix><row>/<crc as 8 hex digits>``."""
-        stamp = b"%s%d/%08x" % (self._prefix, event[2], event[3])
-        return encode_with_property(event[0], event[1], key, self._content_type, STAMP, stamp)
+        (:data:`~eventhubs_spark.sink.exactly_once.STAMP`) ``<task's prefix><row>/<crc as 8 hex digits>``."""
+        stamp = stamp_of(self._prefix, event.row, event.crc)
+        return encode_with_property(event.body, event.properties, key, self._content_type, STAMP, stamp)
 
     def _new_batch(self, partition_id: str | None, key: str | None) -> Any:
         """An empty batch for a target, retried as sends are: a lane's first batch opens its connection and signs
@@ -526,13 +421,13 @@ class EventSender:
                                         max_attempt=idle if idle > 0 else None)  # fmt: skip
 
 
-def _is_stored(event: tuple[Any, ...], stored: dict[int, int]) -> bool:
-    """Whether the hub holds this attempt's ``event`` (body, properties, row, the body's CRC-32)."""
-    return stored.get(event[2]) == event[3]
+def _is_stored(event: OutEvent, stored: dict[int, int]) -> bool:
+    """Whether the hub holds this attempt's ``event`` (its row, with the same body's CRC-32)."""
+    return stored.get(event.row) == event.crc
 
 
-def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
-           arrow: bool, once: ExactlyOnce | None = None) -> SendReport:  # fmt: skip
+def write_task(settings: ConnectionSettings, layout: SinkLayout, timeout: float, items: Iterator[Any],
+               arrow: bool, once: ExactlyOnce | None = None) -> SendReport:  # fmt: skip
     """One task's write: Arrow record batches (``arrow``) or rows in, a send report out."""
     runtime.task_started()
     sender = EventSender(settings, layout, timeout, once)
@@ -553,170 +448,3 @@ def _write(settings: ConnectionSettings, layout: SinkLayout, timeout: float, ite
             raise exc.with_traceback(None) from None
         raise
     return sender.report
-
-
-def _merged(messages: Iterable[Any]) -> SendReport:
-    """A write's tasks' reports summed into one (other commit messages, e.g. None from a failed task, skipped)."""
-    total = SendReport()
-    for m in messages:
-        if isinstance(m, SendReport):
-            for p, n in m.by_partition.items():
-                total.by_partition[p] = total.by_partition.get(p, 0) + n
-            total.by_key += m.by_key
-            total.batches += m.batches
-            total.throttled += m.throttled
-            total.throttled_wait += m.throttled_wait
-            total.resent += m.resent
-            total.write = total.write or m.write
-            total.skipped += m.skipped
-            total.differed += m.differed
-            total.settled += m.settled
-            total.read_back += m.read_back
-            total.read_seconds += m.read_seconds
-    return total
-
-
-def _events(report: SendReport) -> int:
-    return sum(report.by_partition.values()) + report.by_key
-
-
-class _SinkBase:
-    stream = False
-    once: ExactlyOnce | None = None
-
-    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-        parsed = write_options(dict(options))
-        self.settings = parsed.settings
-        self.timeout = parsed.operation_timeout
-        self.layout = layout_for(schema, avro=bool(parsed.avro_registry))
-        self.once = exactly_once(parsed, self.stream)
-        if parsed.avro_registry:
-            # registered (or found) once per query, here on the driver; the tasks only encode
-            registry = Registry.of(parsed.avro_registry, parsed.settings)
-            value = schema.fields[self.layout.body]
-            self.layout = dataclasses.replace(self.layout, avro=avro_writing(
-                registry, str(parsed.avro_group), value.dataType, parsed.avro_schema, parsed.avro_record_name,
-                parsed.avro_record_namespace, value.name))  # fmt: skip
-
-    def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
-        report = _merged(messages)
-        batch = "-" if batch_id is None else batch_id
-        if report.resent:
-            _LOG.warning(
-                "eventhubs sink hub=%s batch=%s: %d events were sent again after a send of theirs went unanswered "
-                "(for eventhubs.connectionIdleTimeout, or until eventhubs.operationTimeout); the first send may have "
-                "been stored all the same, so the hub may hold them twice (delivery is at least once)",
-                self.settings.hub, batch, report.resent,
-            )  # fmt: skip
-        if report.skipped or report.settled:
-            _LOG.warning(
-                "eventhubs sink hub=%s batch=%s (exactly once): %d rows an earlier attempt had stored were not sent "
-                "again, and %d unanswered sends were settled; %d events read back in %.1f s to find them",
-                self.settings.hub, batch, report.skipped, report.settled, report.read_back, report.read_seconds,
-            )  # fmt: skip
-        if report.differed:
-            _LOG.warning(
-                "eventhubs sink hub=%s batch=%s (exactly once): %d rows differed from what an earlier attempt had "
-                "stored at their place, so the query is not deterministic (see Guarantees: an operator whose output "
-                "order or values change between runs, e.g. rows after a shuffle; sortWithinPartitions before the "
-                "sink makes the order fixed); they were sent again rather than risk losing them (at least once)",
-                self.settings.hub, batch, report.differed,
-            )  # fmt: skip
-        if report.throttled:
-            _LOG.warning(
-                "eventhubs sink hub=%s batch=%s: the namespace is throttling (over its throughput units): it refused "
-                "%d sends as busy, and the tasks waited %.1f s in all before sending them again; every event was "
-                "sent once. More throughput units (or auto-inflate) would spare the wait; the waits follow "
-                "eventhubs.retry.*", self.settings.hub, batch, report.throttled, report.throttled_wait,
-            )  # fmt: skip
-        detail = ", ".join(f"{p}:{n}" for p, n in sorted(report.by_partition.items(), key=lambda kv: int(kv[0])))
-        _LOG.info(
-            "eventhubs sink hub=%s batch=%s sent %d events (per partition: %s; routed by partition key: %d)",
-            self.settings.hub, batch, _events(report), detail or "none", report.by_key,
-        )  # fmt: skip
-
-
-class EventHubsBatchWriter(_SinkBase, DataSourceArrowWriter):
-    """``df.write.format("eventhubs")``: Arrow batches in, events out."""
-
-    def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True, once=self.once)
-
-    def commit(self, messages: list[Any]) -> None:
-        self._log_commit(messages, None)
-
-    def abort(self, messages: list[Any]) -> None:
-        _LOG.warning("eventhubs sink hub=%s: write aborted after %d events were sent (at least once)",
-                     self.settings.hub, _events(_merged(messages)))  # fmt: skip
-
-
-class _StreamCommits(_SinkBase):
-    """Commit and abort of both stream writers: log the batch's counts, and (exactly once) record the fence."""
-
-    stream = True
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        self._log_commit(messages, batchId)
-        report = _merged(messages)
-        if self.once is not None and report.write is not None:
-            # the next batch's stamps all land after where the hub ends now
-            figures = {"rows found stored": report.skipped, "rows that differed": report.differed,
-                       "sends settled": report.settled, "events read back": report.read_back}  # fmt: skip
-            record_fence(self.settings, self.once.location, report.write, batchId, self.timeout, figures)
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        _LOG.warning(
-            "eventhubs sink hub=%s batch=%d aborted after %d events were sent; Spark re-runs it (at least once)",
-            self.settings.hub, batchId, _events(_merged(messages)),
-        )  # fmt: skip
-
-
-class EventHubsStreamArrowWriter(_StreamCommits, DataSourceStreamArrowWriter):
-    """``df.writeStream.format("eventhubs")`` on Spark 4.1+: Arrow batches per micro-batch."""
-
-    def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=True, once=self.once)
-
-
-class EventHubsStreamRowWriter(_StreamCommits, DataSourceStreamWriter):
-    """``df.writeStream.format("eventhubs")`` on Spark 4.0, which has no Arrow stream writer."""
-
-    def write(self, iterator: Iterator[Any]) -> SendReport:
-        return _write(self.settings, self.layout, self.timeout, iterator, arrow=False, once=self.once)
-
-
-def exactly_once(parsed: Any, stream: bool) -> ExactlyOnce | None:
-    """The exactly-once settings of a write (None: at least once), checked on the driver."""
-    from eventhubs_spark.errors import OptionError
-    from eventhubs_spark.exactly_once import WRITE_ID_HELP
-
-    if not parsed.exactly_once:
-        if parsed.write_id is not None:
-            example = ".option('eventhubs.sink.exactlyOnce', 'true')"
-            raise OptionError(f"eventhubs.sink.writeId names an exactly-once write: also set {example}", example)
-        return None
-    if parsed.checkpoint_location is None:
-        example = ".option('eventhubs.checkpointLocation', '/dbfs/checkpoints/orders-out')"
-        raise OptionError(
-            "eventhubs.sink.exactlyOnce keeps where each batch's events can be under eventhubs.checkpointLocation, "
-            f"a path every executor reaches (Spark does not tell a Python sink its own checkpoint location), e.g. "
-            f"{example}",
-            example,
-        )
-    if stream and parsed.write_id is not None:
-        example = ".option('eventhubs.sink.exactlyOnce', 'true')"
-        raise OptionError(f"eventhubs.sink.writeId is for df.write: a stream's writes are named by its query id; "
-                          f"drop it, e.g. keep only {example}", example)  # fmt: skip
-    if not stream and parsed.write_id is None:
-        raise OptionError(WRITE_ID_HELP, ".option('eventhubs.sink.writeId', 'orders-2026-11-28')")
-    return ExactlyOnce(parsed.checkpoint_location, stream, parsed.write_id, parsed.consumer_group)
-
-
-def batch_writer(options: Mapping[str, str], schema: Any) -> DataSourceWriter:
-    return EventHubsBatchWriter(options, schema)
-
-
-def stream_writer(options: Mapping[str, str], schema: Any) -> DataSourceStreamWriter:
-    if HAS_STREAM_ARROW_WRITER:
-        return EventHubsStreamArrowWriter(options, schema)
-    return EventHubsStreamRowWriter(options, schema)

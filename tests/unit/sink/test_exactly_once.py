@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.checkpoints.write_fences import WriteFences
 from eventhubs_spark.errors import SinkError
-from eventhubs_spark.exactly_once import STAMP, TaskStamp, WriteGuard, stamped_rows
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
+from eventhubs_spark.sink.exactly_once import STAMP, TaskStamp, WriteGuard, stamped_rows
+from eventhubs_spark.sink.write_fences import WriteFences
 
 _PROPERTIES = pa.map_(pa.string(), pa.string())
 
@@ -231,8 +231,9 @@ class _Client:
 def sending_through(monkeypatch: Any, task: Any, hub: Hub, client: _Client, batch: str) -> tuple[Any, Any]:
     """The sink's process producer replaced by ``client`` and its guard asking ``hub``, in a task of query q9's
     batch ``batch``: the settings and layout an EventSender takes (partition ids from column 1)."""
-    from eventhubs_spark import exactly_once, sink
+    from eventhubs_spark import sink
     from eventhubs_spark.options import write_options
+    from eventhubs_spark.sink import exactly_once
 
     class Pool:
         def get(self, settings: Any) -> _Client:
@@ -244,7 +245,7 @@ def sending_through(monkeypatch: Any, task: Any, hub: Hub, client: _Client, batc
     class Runtime:
         producers = Pool()
 
-    monkeypatch.setattr(sink.runtime, "current", lambda: Runtime())
+    monkeypatch.setattr(sink.sender.runtime, "current", lambda: Runtime())
     properties = {"sql.streaming.queryId": "q9", "streaming.sql.batchId": batch}
     monkeypatch.setattr(task, "getLocalProperty", properties.get)
 
@@ -254,7 +255,7 @@ def sending_through(monkeypatch: Any, task: Any, hub: Hub, client: _Client, batc
         return WriteGuard(WriteFences(location, stamp.write, "ns/hub"), stamp, stream, hub.partition_ids,
                           hub.properties, hub.read)  # fmt: skip
 
-    monkeypatch.setattr(sink, "guard_for", guard_for)
+    monkeypatch.setattr(sink.sender, "guard_for", guard_for)
     conn = "Endpoint=sb://localhost/;SharedAccessKeyName=k;SharedAccessKey=s;EntityPath=hub"
     return write_options({"eventhubs.connectionString": conn}).settings, sink.SinkLayout(0, True, partition_id=1)
 
