@@ -66,7 +66,7 @@ class _Trigger:
     def __init__(self, conn: str, lag: str = "on", files: str | None = None) -> None:
         """``lag``: "on" (as shipped), or "off": the lag figures stubbed out (the planning they add, measured
         by difference); ``files``: a checkpoint location for the lag files (eventhubs.checkpointLocation)."""
-        from eventhubs_spark.planning.lag import LagReport
+        from eventhubs_spark.lag import LagReport
         from eventhubs_spark.source import EventHubsStreamReader
 
         options = {"eventhubs.connectionString": conn, "eventhubs.startingPosition": '{"offset": "-1"}'}

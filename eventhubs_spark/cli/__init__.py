@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from eventhubs_spark.checkpoints.report import checkpoints_report
 from eventhubs_spark.cli.main import main
-from eventhubs_spark.planning.lag_report import checkpoint_folder, lag_report
+from eventhubs_spark.lag.report import checkpoint_folder, lag_report
 
 # The reports were importable from here before the package was arranged by folder (the notebooks showed
 # ``from eventhubs_spark.cli import lag_report``): they still are.

@@ -1,7 +1,7 @@
 """``eventhubs-spark checkpoints`` and ``eventhubs-spark lag``: their arguments, and the reports printed.
 
 The reports themselves are :func:`~eventhubs_spark.checkpoints.report.checkpoints_report` and
-:func:`~eventhubs_spark.planning.lag_report.lag_report`; here they are asked and shown.
+:func:`~eventhubs_spark.lag.report.lag_report`; here they are asked and shown.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from eventhubs_spark.checkpoints.report import checkpoints_report
 from eventhubs_spark.cli.inputs import secret
 from eventhubs_spark.cli.tables import table
-from eventhubs_spark.planning.lag_report import checkpoint_folder, lag_report
+from eventhubs_spark.lag.report import checkpoint_folder, lag_report
 
 
 def run_checkpoints(args: argparse.Namespace) -> int:
@@ -120,7 +120,7 @@ def with_stored_options(given: dict[str, str], stored: dict[str, dict[str, str]]
 
 def run_lag(args: argparse.Namespace) -> int:
     from eventhubs_spark.errors import OptionError
-    from eventhubs_spark.planning.lag import stored_sources
+    from eventhubs_spark.lag import stored_sources
 
     given = _lag_options(args)
     location = args.checkpoint_location or next(

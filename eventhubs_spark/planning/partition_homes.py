@@ -53,7 +53,7 @@ class QueryDriver:
         ports: str = "0",
     ) -> None:
         """``on_read(partition, end, enqueued_micros, offset)``: a task read a range of the partition up to ``end``,
-        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.planning.lag`) and at ``offset``
+        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.lag`) and at ``offset``
         (the event at ``end - 1``; None when the task did not say: the checkpoint mirror's)."""
         self.hub = hub
         self.on_read = on_read

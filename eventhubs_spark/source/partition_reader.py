@@ -86,7 +86,7 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     first = split.requests[0] if split.requests else None
     if done and first is not None and first.driver is not None:
         # The stream's driver works out how far behind the query is in time from each range's last event
-        # (planning/lag.py). Asked, not told: the answer comes before the task ends, so before the next trigger.
+        # (lag/). Asked, not told: the answer comes before the task ends, so before the next trigger.
         driver_channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
 
 

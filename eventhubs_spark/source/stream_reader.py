@@ -19,9 +19,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from eventhubs_spark import defaults
 from eventhubs_spark.interprocess.task_ranges import Home
+from eventhubs_spark.lag import LagFiles, LagReport, LagTracker
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.executor_ends import KnownEnds
-from eventhubs_spark.planning.lag import LagFiles, LagReport, LagTracker
 from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.positions import geo_segments

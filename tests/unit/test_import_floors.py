@@ -24,7 +24,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("interprocess",),  # what crosses between a query's processes: task ranges, sealed sockets, the driver's channel
     ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client, producers
     ("process",),  # what one Spark process keeps across tasks, driver or executor: the runtime
-    ("planning", "checkpoints", "options"),  # the driver's planning, the checkpoint store, the options
+    ("planning", "lag", "checkpoints", "options"),  # the driver's planning, the checkpoint store, the options
     ("source", "sink", "cli", "__init__"),  # what Spark and users call
 )
 EMULATOR_FLOORS: tuple[tuple[str, ...], ...] = (

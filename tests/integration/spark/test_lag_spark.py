@@ -19,7 +19,7 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
     spark, eventhub, azurite, tmp_path, capsys, monkeypatch
 ):
     from eventhubs_spark.cli import main
-    from eventhubs_spark.planning.lag import LagFiles
+    from eventhubs_spark.lag import LagFiles
     from eventhubs_spark.source import HAS_ADMISSION_CONTROL, LAG_KEY
 
     fill(eventhub, {0: 60, 1: 30})  # partitions 2 and 3 stay empty
@@ -140,7 +140,7 @@ def test_each_triggers_lag_is_exact_and_the_command_reads_it_from_the_checkpoint
 
 
 def test_a_partition_whose_read_hangs_past_the_stall_limit_is_named_while_its_batch_runs(spark, eventhub, tmp_path):
-    from eventhubs_spark.planning.lag import LagFiles
+    from eventhubs_spark.lag import LagFiles
 
     fill(eventhub, {1: 5})
     for _ in range(3):  # 12 MB

@@ -310,7 +310,7 @@ def test_rate_limit_splits_by_backlog_and_progress_shows_the_lag(spark, eventhub
 
 @pytest.mark.partitions(160)
 def test_a_stream_over_many_partitions_plans_over_arrays_and_reads_every_event_once(spark, eventhub, tmp_path):
-    """From 128 partitions the driver works each trigger out over arrays (planning/lag_columns.py; the other tests'
+    """From 128 partitions the driver works each trigger out over arrays (lag/columns.py; the other tests'
     hubs are planned one partition at a time): a running stream on 160 partitions, a few of them with events, the
     rest empty, reads every event once within its rate limit, and its progress shows the lag of the partitions
     furthest behind (eventhubs.lag.progressPartitions) and the whole hub's summary."""

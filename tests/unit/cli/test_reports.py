@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from eventhubs_spark.lag import LagFiles
 from eventhubs_spark.options import STREAM, read_options
-from eventhubs_spark.planning.lag import LagFiles
 
 
 def test_the_lag_commands_text_gives_a_floor_for_the_max_when_a_partitions_time_is_unknown():
@@ -32,8 +32,8 @@ def test_a_query_stores_its_options_without_secrets_and_the_lag_command_takes_th
     """`eventhubs-spark lag` given only the checkpoint location: the hub, namespace and options come from the
     query's source.json (secrets left out); the key, never stored, from the user, or a message saying so."""
     from eventhubs_spark.cli.reports import with_stored_options
+    from eventhubs_spark.lag import LocalFolder, stored_sources
     from eventhubs_spark.options import shareable_options
-    from eventhubs_spark.planning.lag import LocalFolder, stored_sources
 
     key = "k3y-TOPSECRET"
     raw = {"eventhubs.connectionString": f"Endpoint=sb://ns.example:5672;SharedAccessKeyName=a;SharedAccessKey={key}",

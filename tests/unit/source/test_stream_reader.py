@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from eventhubs_spark.errors import DataLossError
-from eventhubs_spark.planning.lag import LagFiles
+from eventhubs_spark.lag import LagFiles
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.source import LAG_KEY, EventHubsStreamReader
 from tests.unit.support.lag import CONN as lag_CONN
@@ -171,7 +171,7 @@ def test_an_available_now_run_plans_its_batches_from_the_ends_it_fetched_when_it
 
 
 def test_a_big_hubs_stream_plans_reports_and_writes_the_same_over_arrays_as_one_partition_at_a_time(tmp_path):
-    """From ARRAYS_FROM partitions planning works over arrays (planning/lag_columns.py): a stream of 200
+    """From ARRAYS_FROM partitions planning works over arrays (lag/columns.py): a stream of 200
     partitions, trigger after trigger, gives Spark the same offsets, the same progress and the same lag files as the
     same stream planned one partition at a time, with stalls, task reads and a hub that grows."""
     from eventhubs_spark.planning import offset_ranges

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from eventhubs_spark.planning.lag import LagTracker
+from eventhubs_spark.lag import LagTracker
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=k;EntityPath=hub"

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.planning import lag as lag_module
+from eventhubs_spark.lag import LagTracker
+from eventhubs_spark.lag import tracker as lag_module
 from eventhubs_spark.planning import offset_ranges
 from eventhubs_spark.planning.executor_ends import KnownEnds
-from eventhubs_spark.planning.lag import LagTracker
 from eventhubs_spark.planning.offset_ranges import _rate_limit_each, _rate_limit_plain, plan_trigger
 from eventhubs_spark.positions.partition_catalog import PartitionInfo, quick_info
 

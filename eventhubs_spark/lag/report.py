@@ -1,6 +1,6 @@
 """How far behind a query is now, read from its Spark checkpoint location and the hub: ``eventhubs-spark lag``.
 
-The figures are the ones its driver works out each trigger (:mod:`~eventhubs_spark.planning.lag`), from the last
+The figures are the ones its driver works out each trigger (:mod:`~eventhubs_spark.lag`), from the last
 committed batch, the lag files the driver writes and the partitions' properties asked now.
 """
 
@@ -24,8 +24,8 @@ def lag_report(
     with no batch committed for ``eventhubs.lag.stalledAfter``). ``storage``: a storage account's connection
     string, for a checkpoint location in Azure Storage (``abfss://``, ``wasbs://``, ``https://``); ``folder``: the
     location already opened (:func:`checkpoint_folder`), as ``lag --watch`` keeps it between refreshes."""
+    from eventhubs_spark.lag import LagFiles, LagTracker, last_commit
     from eventhubs_spark.options import STREAM, read_options
-    from eventhubs_spark.planning.lag import LagFiles, LagTracker, last_commit
     from eventhubs_spark.positions import geo_segments
     from eventhubs_spark.process import runtime
 
@@ -81,7 +81,7 @@ def checkpoint_folder(location: str, storage: str | None = None) -> Any:
     ``wasbs://container@account.blob.core.windows.net/path``, ``https://account.blob.core.windows.net/container/
     path``, or Azurite's ``http://127.0.0.1:10000/devstoreaccount1/container/path``."""
     from eventhubs_spark.checkpoints.blob import BlobFolder, blob_location
-    from eventhubs_spark.planning.lag import LocalFolder
+    from eventhubs_spark.lag import LocalFolder
 
     try:
         return LocalFolder(location)

@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`eventhubs_spark.planning.lag`."""
+"""Unit tests of :mod:`eventhubs_spark.lag`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from eventhubs_spark.auth.storage import local_path
 from eventhubs_spark.errors import OptionError
+from eventhubs_spark.lag import KEEP_FILES, LagFiles, LagReport, PartitionLag
 from eventhubs_spark.options import read_options
-from eventhubs_spark.planning.lag import KEEP_FILES, LagFiles, LagReport, PartitionLag, local_path
 from eventhubs_spark.positions import geo_segments
 from tests.unit.support.lag import CONN, at, info, micros, tracker
 
@@ -61,7 +62,7 @@ def test_trigger_files_are_written_off_the_trigger_in_order_and_said_when_they_f
     import pickle
     import threading
 
-    from eventhubs_spark.planning import lag as lag_module
+    from eventhubs_spark.lag import files as lag_module
 
     monkeypatch.setattr(lag_module, "WRITE_AFTER", 0.0)
     lag, _ = tracker()

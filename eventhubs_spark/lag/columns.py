@@ -1,4 +1,4 @@
-"""A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.planning.lag.LagTracker`
+"""A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.lag.LagTracker`
 works them out on a hub whose positions are plain sequence numbers (every hub but a geo-replicated one).
 
 Why arrays: the driver works the figures out in every trigger, for every partition, on the stream runner's one
@@ -12,7 +12,7 @@ What stays in Python objects, and why: the partition properties (one frozen obje
 management client or by the executors' vouches; only those that changed since the last trigger are read again,
 :class:`InfoColumns`), and the tasks' reads (a dict the driver's channel threads write as tasks finish;
 :class:`ReadColumns` takes them over when they changed). A geo-replicated hub, or a trigger whose properties lack
-a partition it plans, keeps the loop (:meth:`~eventhubs_spark.planning.lag.LagTracker.observe`'s other path),
+a partition it plans, keeps the loop (:meth:`~eventhubs_spark.lag.LagTracker.observe`'s other path),
 which is also what the tests compare this with.
 """
 
@@ -172,7 +172,7 @@ class MovingColumns:
 
 @dataclass
 class LagColumns:
-    """One trigger's figures as arrays in the order of ``keys`` (what :class:`~eventhubs_spark.planning.lag.
+    """One trigger's figures as arrays in the order of ``keys`` (what :class:`~eventhubs_spark.lag.
     LagReport` makes its per-partition figures from when they are asked for): ``seconds`` is NaN where unknown,
     ``read_known`` says where the last read event's time (``read_time``, µs) is the one before ``committed``;
     ``stalled`` holds only the stalled partitions, with why."""
@@ -189,7 +189,7 @@ class LagColumns:
     order: list[int] | None  # the partition-number order, None when ``keys`` are in it already
 
     def summary(self) -> dict[str, object]:
-        """As :meth:`~eventhubs_spark.planning.lag.LagReport.summary` computes it from per-partition figures (the
+        """As :meth:`~eventhubs_spark.lag.LagReport.summary` computes it from per-partition figures (the
         same sums, in the same order, so the same floats)."""
         n = len(self.keys)
         seconds = self.seconds
