@@ -15,6 +15,9 @@ import sys
 from typing import Any
 
 __version__ = "0.1.0"
+# The public surface: register, and the version. The source and the sink Spark finds by name ("eventhubs"); the error
+# types a user may catch are eventhubs_spark.errors'; the options' table is eventhubs_spark.options.
+__all__ = ["__version__", "register"]
 
 
 def _python_for_spark_workers() -> None:

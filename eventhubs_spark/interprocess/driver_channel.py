@@ -320,7 +320,7 @@ class DriverChannel:
                 self.gate.proven(conn)
                 sealed.max_frame = MAX_MESSAGE + 64  # the seal's tag
                 self.proven += 1
-                sealed.settimeout(30.0)  # an answer may wait for the services to settle (see source.Homes)
+                sealed.settimeout(30.0)  # an answer may wait for the services to settle (see planning.partition_homes)
                 self._messages(sealed, peer)
         finally:
             self.gate.done(conn)

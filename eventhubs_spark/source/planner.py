@@ -81,7 +81,7 @@ def _management(settings: ConnectionSettings, operation_timeout: float) -> Parti
 MetadataSource = Callable[[], PartitionMetadata] | None
 
 
-QueryColumns = Projection | None  # the query's own schema, when it gave one (arrow.projection)
+QueryColumns = Projection | None  # the query's own schema, when it gave one (codec.schema.projection)
 
 
 class Planner:

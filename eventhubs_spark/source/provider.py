@@ -33,7 +33,7 @@ class EventHubsDataSource(DataSource):
 
         return source_ddl(body_decoding(self.options, check_read_options(self.options)))
 
-    # ``schema``: the query's own (``.schema(...)``: some of the columns, see arrow.projection), else the source's.
+    # ``schema``: the query's own (``.schema(...)``: some columns, see codec.schema.projection), else the source's.
     def reader(self, schema: Any) -> DataSourceReader:
         try:
             return EventHubsBatchReader(self.options, schema=schema)

@@ -88,7 +88,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_batch_at = time.monotonic()
         self._last_trigger_at: float | None = None
         self._cadence: float | None = None  # seconds between this query's triggers, smoothed
-        self._mine: Any = None  # ownership mode: which partitions are this query's (ownership.OwnedPartitions)
+        self._mine: Any = None  # ownership mode: the partitions this query owns (query_ownership.OwnedPartitions)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
         self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
         self._no_driver = False  # it could not listen: not tried again
