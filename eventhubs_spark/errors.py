@@ -3,7 +3,7 @@
 Each type says whether trying again can help (``retriable``). The one retry policy
 (:mod:`eventhubs_spark.common.retry`) retries only what may heal, under a deadline, and ends in
 :class:`EventHubsTimeoutError` raised ``from`` the last cause. What an SDK error means is decided by its
-AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.sdk_internals.error_type`).
+AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.conditions.error_type`).
 """
 
 from __future__ import annotations

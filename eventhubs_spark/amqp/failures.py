@@ -5,7 +5,7 @@ The service refuses a sign-in when the client hands it a token (put-token, with 
 unknown client, no identity on the node); the network refuses a connection (see
 :mod:`eventhubs_spark.auth.network`). The SDK wraps each in errors of its own, sometimes several deep, and calls
 some failures to connect failed sign-ins. :func:`failure` walks an error's chain and says which it is, by AMQP
-condition and status (:func:`~eventhubs_spark.amqp.sdk_internals.condition`), never by the text: the first in the
+condition and status (:func:`~eventhubs_spark.amqp.conditions.condition`), never by the text: the first in the
 chain decides, so an attempt that failed to connect and a later one refused at sign-in are told apart.
 """
 
@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import conditions, sdk
 from eventhubs_spark.amqp.network_errors import causes, classify, network_failure
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import (
@@ -119,13 +119,13 @@ def failure(settings: ConnectionSettings, exc: BaseException) -> Failure | None:
         network = classify(seen, settings.namespace, settings.network, settings.emulator)
         if network is not None:
             return network
-        meaning = sdk_internals.condition(seen)
-        if meaning == sdk_internals.NOT_FOUND:  # what the service said may sit deeper in the chain than ``seen``
+        meaning = conditions.condition(seen)
+        if meaning == conditions.NOT_FOUND:  # what the service said may sit deeper in the chain than ``seen``
             return not_found(settings, " ".join(dict.fromkeys(str(c) for c in causes(seen) if str(c))))
         # azure-core's ClientAuthenticationError: azure-identity's refusal to issue a token (not an AMQP error)
-        if meaning == sdk_internals.UNAUTHORIZED or _is_client_authentication_error(seen):
+        if meaning == conditions.UNAUTHORIZED or _is_client_authentication_error(seen):
             return auth_error(settings, str(seen))
-        if meaning is None and isinstance(seen, sdk_internals.sign_in_wrappers()):
+        if meaning is None and isinstance(seen, sdk.sign_in_wrappers()):
             # The SDK reports some failures to connect as failed sign-ins (a host name that does not resolve
             # over WebSockets, a custom endpoint that refuses): what it wraps decides.
             inner = getattr(seen, "error", None) or getattr(seen, "inner_error", None) or seen.__cause__

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import conditions, sdk
 from eventhubs_spark.amqp.messages import (
     A_SEQUENCE_NUMBER,
     ANNOTATIONS_MAP8,
@@ -281,20 +281,20 @@ class FrameTap:
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
-        self.transport = sdk_internals.transport(connection)
+        self.transport = sdk.transport(connection)
         # Over WebSockets the tap reads the TCP/TLS socket under websocket-client's WebSocket and strips
         # the framing itself; until websocket-client is between two frames, the SDK's reader goes on.
-        self.websocket = sdk_internals.websocket_of(self.transport)
-        self.sock = self.transport.sock if self.websocket is None else sdk_internals.websocket_socket(self.websocket)
+        self.websocket = sdk.websocket_of(self.transport)
+        self.sock = self.transport.sock if self.websocket is None else sdk.websocket_socket(self.websocket)
         self._stream = WebSocketStream() if self.websocket is not None else None
         # Frame by frame through the transport's own reader (raw frames, no SDK decoding), where the socket
         # cannot be read directly: a transport this tap does not know (for good, said once), or a
         # WebSocket that websocket-client is still in the middle of (until it is between two frames).
         self.unsupported = None if isinstance(self.sock, socket.socket) else type(self.transport).__name__
         self._by_frame = self.unsupported is not None or (
-            self.websocket is not None and not sdk_internals.websocket_between_frames(self.websocket)
+            self.websocket is not None and not sdk.websocket_between_frames(self.websocket)
         )
-        self._data = b"" if self._by_frame else sdk_internals.take_buffered_bytes(self.transport)
+        self._data = b"" if self._by_frame else sdk.take_buffered_bytes(self.transport)
         self._pos = 0
         self.transport_name = (
             "websocket" if self.websocket is not None else "tls" if isinstance(self.sock, ssl.SSLSocket) else "tcp"
@@ -313,7 +313,7 @@ class FrameTap:
         self.timeout = 0.2
         self.transfers = 0  # transfer frames taken here, not left to the SDK
         self._starts_of: tuple[bytes, bytes, np.ndarray] | None = None  # see _starts
-        sdk_internals.set_receive_frame(self.transport, self.receive_frame)
+        sdk.set_receive_frame(self.transport, self.receive_frame)
 
     # -- for the thread that drives the connection --
     def wake(self) -> None:
@@ -377,7 +377,7 @@ class FrameTap:
                             continue
                     self._routes.clear()  # attach, detach, end...: links may have come or gone
                     self._controls += 1
-                    return channel, sdk_internals.decode_frame(memoryview(data)[body:frame_end])
+                    return channel, sdk.decode_frame(memoryview(data)[body:frame_end])
             if decoded:
                 return 0, _EMPTY  # the SDK notes that frames arrived and asks again
             if not self._fill(size if end - pos >= 8 else 8):
@@ -387,9 +387,9 @@ class FrameTap:
         """Read more bytes; False when none came within the socket's time-out."""
         self.publish()  # nobody waits on events this thread holds while it waits itself
         if self._by_frame:
-            if self.unsupported is None and sdk_internals.websocket_between_frames(self.websocket):
+            if self.unsupported is None and sdk.websocket_between_frames(self.websocket):
                 self._by_frame = False  # the WebSocket's next byte starts a frame: read the socket from here on
-                self._data = self._data[self._pos :] + sdk_internals.take_buffered_bytes(self.transport)
+                self._data = self._data[self._pos :] + sdk.take_buffered_bytes(self.transport)
                 self._pos = 0
                 return True
             return self._fill_by_frame()
@@ -414,7 +414,7 @@ class FrameTap:
         try:
             received = sock.recv_into(view, want)
         except OSError as exc:
-            if sdk_internals.is_timeout(exc):
+            if conditions.is_timeout(exc):
                 return False
             raise
         if not received:
@@ -433,7 +433,7 @@ class FrameTap:
     def _fill_by_frame(self) -> bool:
         """One frame, raw, from the transport's own reader (``read``); False when none came in time."""
         try:
-            header, _channel, body = sdk_internals.read_raw_frame(self.transport)
+            header, _channel, body = sdk.read_raw_frame(self.transport)
         except TimeoutError:
             return False
         frame = bytes(header) + (bytes(body) if body is not None else b"")
@@ -466,7 +466,7 @@ class FrameTap:
         controls, self._stream.controls = self._stream.controls, []
         for opcode, payload in controls:
             if opcode == PING:
-                sdk_internals.websocket_pong(self.websocket, payload)
+                sdk.websocket_pong(self.websocket, payload)
             elif opcode == CLOSE:
                 code = struct.unpack(">H", payload[:2])[0] if len(payload) >= 2 else 1005
                 raise WebSocketClosed(f"the service closed the WebSocket connection (code {code})")
@@ -515,7 +515,7 @@ class FrameTap:
             return 0
         p = int(to[-1])
         self._pos = p
-        credit = sdk_internals.count_transfers(session, link, n)
+        credit = sdk.count_transfers(session, link, n)
         first, last = int(at[0]), p
         if 2 * (last - first) < len(data):  # keep only the run's span, not the whole read, past this call
             data = data[first:last]
@@ -527,7 +527,7 @@ class FrameTap:
         self.transfers += n
         self._touched.add(sink)
         if credit <= window >> 1 and sink.room_for_credit():
-            sdk_internals.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
+            sdk.grant(link, sink.window())  # topped up before it runs out, so the service never waits on it
         return n
 
     def _cut_vector(
@@ -624,8 +624,8 @@ class FrameTap:
             return self._leave(sink, data, payload, end)
         sink.received_bytes += end - payload
         window = sink.window()
-        if sdk_internals.count_transfer(session, link, more) <= window >> 1 and sink.room_for_credit():
-            sdk_internals.grant(link, window)  # topped up before it runs out, so the service never waits on it
+        if sdk.count_transfer(session, link, more) <= window >> 1 and sink.room_for_credit():
+            sdk.grant(link, window)  # topped up before it runs out, so the service never waits on it
         if more:
             if partial is None:
                 partial = sink.partial = bytearray()
@@ -691,7 +691,7 @@ class FrameTap:
         sink.incoming.append(_position(data, start, end), data[start:end])
 
     def _resolve(self, channel: int, handle: int) -> tuple[Any, Any, LinkSink] | None:
-        found = sdk_internals.link_at(self.connection, channel, handle)
+        found = sdk.link_at(self.connection, channel, handle)
         if found is None:
             return None
         session, link = found
@@ -776,7 +776,7 @@ def _one_sequence_number(data: bytes, start: int, end: int) -> int:
     try:
         return sequence_number(data, start, end)
     except (Unsupported, IndexError, struct.error):
-        return _event_sequence_number(sdk_internals.decode_message(data[start:end]))  # any other form: the SDK's
+        return _event_sequence_number(sdk.decode_message(data[start:end]))  # any other form: the SDK's
 
 
 def _event_sequence_number(message: Any) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from eventhubs_spark.amqp import failures, sdk_internals
+from eventhubs_spark.amqp import failures, sdk
 from eventhubs_spark.amqp.management_pipe import ManagementPipe
 from eventhubs_spark.amqp.messages import Unsupported
 from eventhubs_spark.auth.settings import ConnectionSettings
@@ -140,7 +140,7 @@ class ManagementClient:
                 pipe = ManagementPipe.of(self._mgmt) if self.pipelined else None
                 if pipe is None and self.pipelined:
                     _LOG.info("management requests for %s go through the SDK: its links lack what the pipe uses "
-                              "(sdk_internals.MANAGEMENT_INTERNALS)", self.settings.hub)  # fmt: skip
+                              "(sdk.MANAGEMENT_INTERNALS)", self.settings.hub)  # fmt: skip
                 self._pipe = pipe if pipe is not None else False
             if not rest:
                 return first
@@ -201,7 +201,7 @@ class ManagementClient:
     def _window(self) -> int:
         """How many requests may be unanswered at once: at most ``_IN_FLIGHT``, and at most the credit the
         service has granted the request link and not used up (read before a call sends anything)."""
-        credit = sdk_internals.management_credit(self._mgmt) if self._mgmt is not None else None
+        credit = sdk.management_credit(self._mgmt) if self._mgmt is not None else None
         if credit is not None:
             self.granted_credit = credit
         return max(1, min(_IN_FLIGHT, credit if credit is not None else _IN_FLIGHT))
@@ -259,7 +259,7 @@ class ManagementClient:
             if self._mgmt is not None:
                 return
             client = self.settings.async_producer(retry_total=0)
-            auth, mgmt = await sdk_internals.open_management(client)
+            auth, mgmt = await sdk.open_management(client)
             await _signed_in(mgmt)
             self._client, self._auth, self._mgmt = client, auth, mgmt
 
@@ -298,9 +298,9 @@ class ManagementClient:
             client, mgmt = self._client, self._mgmt
             # answers need credit on the kept response link, which the SDK grants once (at most _IN_FLIGHT are
             # unanswered at a time, so that many left is enough)
-            if await sdk_internals.keep_management_answers_coming(mgmt, 2 * _IN_FLIGHT):
+            if await sdk.keep_management_answers_coming(mgmt, 2 * _IN_FLIGHT):
                 self.credit_renewals += 1
-            message = sdk_internals.management_message(client, properties)
+            message = sdk.management_message(client, properties)
             message.application_properties["security_token"] = await self._token()
             self.calls += 1
             status, description, response = await mgmt.mgmt_request_async(

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import sdk
 from eventhubs_spark.amqp.messages import Unsupported, compound, scalar
 from eventhubs_spark.errors import TransientError
 
@@ -215,7 +215,7 @@ def _any_reply_sections(message: bytes) -> tuple[Any, dict[Any, Any], Any]:
                 body = section
         correlation = properties[5] if len(properties) > 5 else None
     except (Unsupported, IndexError, ValueError, struct.error):
-        decoded = sdk_internals.decode_message(message)
+        decoded = sdk.decode_message(message)
         correlation = getattr(decoded.properties, "correlation_id", None)
         application = dict(decoded.application_properties or {})
         body = decoded.value
@@ -225,7 +225,7 @@ def _any_reply_sections(message: bytes) -> tuple[Any, dict[Any, Any], Any]:
 class ManagementPipe:
     """Requests of one call, pipelined on an open management client's links (see the module's text)."""
 
-    def __init__(self, wire: sdk_internals.ManagementWire) -> None:
+    def __init__(self, wire: sdk.ManagementWire) -> None:
         self.wire = wire
         self.most_in_flight = 0
         self.written = 0  # requests sent, over the pipe's life (for tests)
@@ -237,7 +237,7 @@ class ManagementPipe:
     def of(cls, mgmt: Any) -> ManagementPipe | None:
         """A pipe on ``mgmt``'s ``$management`` links, or None before a first request through the SDK made them
         (or when the installed SDK lacks an internal the pipe needs: then the SDK's own path is used)."""
-        wire = sdk_internals.management_wire(mgmt)
+        wire = sdk.management_wire(mgmt)
         return None if wire is None else cls(wire)
 
     async def ask(self, shared: dict[str, str], partitions: list[str], window: int) -> list[Reply]:
@@ -255,9 +255,9 @@ class ManagementPipe:
         unsettled: list[int] = []  # delivery ids of answers the service sent unsettled
         longest = max(partitions, key=len, default="")
         largest = len(transfer_frame(0, 0, 0, 0, request_payload(pairs, pair_count, longest, bytes(16))))
-        if largest > sdk_internals.remote_max_frame_size(wire.connection):
+        if largest > sdk.remote_max_frame_size(wire.connection):
             raise Unsupported(f"a request of {largest} bytes is over the service's frame size: left to the SDK")
-        source = sdk_internals.FrameSource(wire.transport)
+        source = sdk.FrameSource(wire.transport)
         try:
             while answered < count:
                 in_flight = sent - answered
@@ -265,7 +265,7 @@ class ManagementPipe:
                 # refill in runs (at least half a window, or the rest), one write each
                 if sent < count and room > 0 and (room >= window // 2 or count - sent <= room or in_flight == 0):
                     run = min(room, count - sent)
-                    if await sdk_internals.keep_answers_coming(wire.response, 2 * window):
+                    if await sdk.keep_answers_coming(wire.response, 2 * window):
                         self.credit_renewals += 1
                     frames = []
                     for index in range(sent, sent + run):
@@ -282,8 +282,8 @@ class ManagementPipe:
                         )
                         frames.append(frame)
                         our_ids[delivery_id & 0xFFFFFFFF] = index
-                        sdk_internals.count_sent(wire.session, wire.request)
-                    await sdk_internals.write(wire, b"".join(frames))
+                        sdk.count_sent(wire.session, wire.request)
+                    await sdk.write(wire, b"".join(frames))
                     sent += run
                     self.written += run
                     self.most_in_flight = max(self.most_in_flight, sent - answered)
@@ -296,7 +296,7 @@ class ManagementPipe:
 
     async def _next_frame(
         self,
-        source: sdk_internals.FrameSource,
+        source: sdk.FrameSource,
         prefix: bytes,
         count: int,
         replies: list[Reply | None],
@@ -307,18 +307,18 @@ class ManagementPipe:
         which goes to the SDK. Raises TransientError when the links or the connection are no longer usable."""
         wire = self.wire
         channel, body = await source.next()
-        sdk_internals.note_frame_received(wire.connection)
+        sdk.note_frame_received(wire.connection)
         if body is None:
             return 0  # a heartbeat
         data = bytes(body)
-        ours = sdk_internals.session_at(wire.connection, channel) is wire.session
+        ours = sdk.session_at(wire.connection, channel) is wire.session
         if ours and len(data) > 3 and data[0] == 0 and data[1] == 0x53:
             performative = data[2]
             if performative == _TRANSFER:
                 fields, end = _fields(data, 6)
                 if fields[0] == wire.response.remote_handle:
                     more = bool(fields[5])
-                    await sdk_internals.count_received(wire.session, wire.response, more)
+                    await sdk.count_received(wire.session, wire.response, more)
                     if fields[1] is not None:
                         self._first = fields  # an answer over several frames: its first frame's id and flags
                     self._partial += data[end:]
@@ -345,8 +345,8 @@ class ManagementPipe:
                         outcome = _OUTCOMES.get(state, f"outcome {state!r}")
                         raise TransientError(f"the service answered a management request with {outcome}")
                     return 0
-        await sdk_internals.process_frame(wire.connection, channel, body)
-        broken = sdk_internals.management_broken(wire)
+        await sdk.process_frame(wire.connection, channel, body)
+        broken = sdk.management_broken(wire)
         if broken is not None:
             raise TransientError(f"the management link went away: {broken}")
         return 0
@@ -360,7 +360,7 @@ class ManagementPipe:
             if cur != prev + 1:
                 frames.append(disposition_frame(self.wire.session.channel, first, prev))
                 first = cur if cur is not None else first
-        await sdk_internals.write(self.wire, b"".join(frames))
+        await sdk.write(self.wire, b"".join(frames))
 
 
 def _fields(data: bytes, wanted: int) -> tuple[list[Any], int]:

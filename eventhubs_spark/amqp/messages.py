@@ -104,9 +104,7 @@ def scalar(buf: bytes, p: int) -> tuple[Any, int]:
         return _f(buf, p + 1)[0], p + 5
     if c == 0x98:
         return uuid.UUID(bytes=buf[p + 1 : p + 17]), p + 17
-    if (
-        c == 0x73
-    ):  # a char (a Java producer's Character): its UTF-8, as strings are given (amqp.sdk_internals.decode_char)
+    if c == 0x73:  # a char (a Java producer's Character): its UTF-8, as strings are given (amqp.sdk.decode_char)
         return chr(_I(buf, p + 1)[0]).encode("utf-8"), p + 5
     raise Unsupported(f"constructor 0x{c:02x}")
 

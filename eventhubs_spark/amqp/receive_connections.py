@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import sdk
 from eventhubs_spark.amqp.frame_reader import FrameTap, LinkSink, ReadAheadBudget
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.positions.event_positions import EnqueuedTime, Offset, selector
@@ -79,7 +79,7 @@ class SharedConnection:
     def __init__(self, settings: ConnectionSettings, registry: Connections) -> None:
         self.settings = settings
         self._registry = registry
-        self._manager = sdk_internals.SharedConnections()
+        self._manager = sdk.SharedConnections()
         self._clients: dict[str, Any] = {}  # one SDK consumer client per hub, all on the shared connection
         self._connection: Any = None
         self._tap: FrameTap | None = None
@@ -189,21 +189,21 @@ class SharedConnection:
             if link.state == "open":
                 self._keep(link, now)
         try:
-            sdk_internals.listen(connection, wait=_READ_WAIT, batch=_LISTEN_BATCH)
+            sdk.listen(connection, wait=_READ_WAIT, batch=_LISTEN_BATCH)
         except Exception as exc:
             self._connection_failed(f"{type(exc).__name__}: {exc}", exc)
             return
         finally:
             if self._tap is not None:
                 self._tap.publish()
-        closed = sdk_internals.connection_closed(connection)
+        closed = sdk.connection_closed(connection)
         if closed is not None:
             self._connection_failed(str(closed), closed)
             return
         if sweep or self._tap is None or self._tap.take_controls():
             for link in list(self._links):
                 if link.state == "open":
-                    error = sdk_internals.link_detached(link.consumer)
+                    error = sdk.link_detached(link.consumer)
                     if error is not None:
                         self._fail(link, str(error), error)
 
@@ -232,27 +232,27 @@ class SharedConnection:
                     client = self._clients[hub] = link.settings.consumer(
                         consumer_group=spec.consumer_group, **link.settings.network.reader_kwargs()
                     )
-                    sdk_internals.share_connection(client, self._manager)
+                    sdk.share_connection(client, self._manager)
                 start: Any = spec.start
                 inclusive = True
                 if not isinstance(start, int):  # a lookup's offset or enqueued time: its filter
                     _, inclusive, start = selector(start)
-                link.consumer = sdk_internals.new_consumer(
+                link.consumer = sdk.new_consumer(
                     client, spec.consumer_group, spec.partition, start, link.on_sdk_message,
                     inclusive=inclusive, owner_level=spec.owner_level, prefetch=spec.prefetch,
                 )  # fmt: skip
                 self.attaches += 1
                 self._registry.attaches += 1
-            ready = sdk_internals.open_step(link.consumer)
+            ready = sdk.open_step(link.consumer)
         except Exception as exc:
             self._fail(link, f"{type(exc).__name__}: {exc}", exc)
             return
-        if self._connection is None and sdk_internals.has_connection(link.consumer):
-            self._connection = sdk_internals.adopt(link.consumer, self._manager)
+        if self._connection is None and sdk.has_connection(link.consumer):
+            self._connection = sdk.adopt(link.consumer, self._manager)
             self._tap = FrameTap(self._connection)
             if self._tap.unsupported is not None:
                 _slow_path(self._tap.unsupported)
-        sdk_internals.attach_sink(link.consumer, link.sink)
+        sdk.attach_sink(link.consumer, link.sink)
         if ready:
             link.state = "open"
             link.sink.vouch_changed()
@@ -262,14 +262,14 @@ class SharedConnection:
 
     def _keep(self, link: Link, now: float) -> None:
         """Credit while what the link holds stays under its bounds; its token renewed when due."""
-        sdk_link = sdk_internals.consumer_link(link.consumer)
+        sdk_link = sdk.consumer_link(link.consumer)
         window = link.sink.window()
-        if sdk_link is not None and sdk_internals.credit(sdk_link) <= window >> 1 and link.sink.room_for_credit():
-            sdk_internals.grant(sdk_link, window)  # its reader took what it held: read on
+        if sdk_link is not None and sdk.credit(sdk_link) <= window >> 1 and link.sink.room_for_credit():
+            sdk.grant(sdk_link, window)  # its reader took what it held: read on
         if now - link.signed_in_at > _SIGN_IN_EVERY:
             link.signed_in_at = now
             try:
-                sdk_internals.keep_signed_in(link.consumer)
+                sdk.keep_signed_in(link.consumer)
             except Exception as exc:
                 self._fail(link, f"{type(exc).__name__}: {exc}", exc)
 
@@ -291,7 +291,7 @@ class SharedConnection:
         link.state = "closed"
         if link.consumer is not None:
             try:
-                sdk_internals.close_consumer(link.consumer)
+                sdk.close_consumer(link.consumer)
             except Exception:  # the link may already be gone with its connection
                 _LOG.debug("closing a link failed", exc_info=True)
         link.sink.fail("the link was closed", None)
@@ -319,14 +319,14 @@ class SharedConnection:
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
         tap, self._tap = self._tap, None
-        self._manager = sdk_internals.SharedConnections()
+        self._manager = sdk.SharedConnections()
         for client in self._clients.values():
-            sdk_internals.share_connection(client, self._manager)
+            sdk.share_connection(client, self._manager)
         if tap is not None:
             tap.close()
         if connection is not None:
             try:
-                sdk_internals.close_connection(connection)
+                sdk.close_connection(connection)
             except Exception:
                 _LOG.debug("closing a connection failed", exc_info=True)
 

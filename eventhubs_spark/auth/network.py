@@ -77,7 +77,7 @@ class NetworkSettings:
         unless told): a live service answers a put-token at once, and one whose connection fell into a black
         hole between the opening and the sign-in never does, so each such connection held a send or a read
         back 60 s (one after another when the sink settled unanswered sends; bounded openings alone did not
-        cover it, :func:`~eventhubs_spark.amqp.sdk_internals.bound_connection_opening`)."""
+        cover it, :func:`~eventhubs_spark.amqp.sdk.bound_connection_opening`)."""
         from azure.eventhub import TransportType
 
         kwargs: dict[str, Any] = {}

@@ -158,7 +158,7 @@ def _demo_run(args: argparse.Namespace) -> int:
         )
         stop = threading.Event()
 
-        from eventhubs_spark.amqp import sdk_internals
+        from eventhubs_spark.amqp import sdk
         from eventhubs_spark.cli.send import now_iso
 
         def produce() -> None:
@@ -170,7 +170,7 @@ def _demo_run(args: argparse.Namespace) -> int:
                         batch.add(EventData(json.dumps({"id": n, "device": f"sensor-{n % 4}", "temperature": 20 + n % 7,
                                                         "ts": now_iso()})))  # fmt: skip
                         n += 1
-                    sdk_internals.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
+                    sdk.send_once(producer, batch, 30.0)  # the embedded emulator: no repeat to hide or tell
                     time.sleep(0.1)
 
         from eventhubs_spark.local_spark import local_session

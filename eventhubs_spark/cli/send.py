@@ -121,7 +121,7 @@ class _SendFailed(Exception):
 
 class _Sender:
     """The ``send`` command's producer: each batch is sent with
-    :func:`~eventhubs_spark.amqp.sdk_internals.send_once` and retried here, so a repeat is known and said.
+    :func:`~eventhubs_spark.amqp.sdk.send_once` and retried here, so a repeat is known and said.
     (``send_batch`` sends a batch a second time after any failure, silently; after a send that timed out, the first
     copy may have been stored all the same.) A send that goes unanswered
     moves to a new connection, as a black-holed one would answer nothing more.
@@ -142,26 +142,26 @@ class _Sender:
         self.resent = 0  # of them, sent again after an unanswered send
 
     def _renew(self) -> None:
-        from eventhubs_spark.amqp import sdk_internals
+        from eventhubs_spark.amqp import sdk
 
         self.client = self.new_client()
-        self.shared = sdk_internals.share_send_connection(self.client)
-        sdk_internals.know_partitions(self.client, self.partition_ids)
+        self.shared = sdk.share_send_connection(self.client)
+        sdk.know_partitions(self.client, self.partition_ids)
 
     def create_batch(self, target: dict[str, Any]) -> Any:
-        from eventhubs_spark.amqp import sdk_internals
+        from eventhubs_spark.amqp import sdk
 
-        return sdk_internals.create_batch(self.client, self.shared, timeout=self.timeout, **target)
+        return sdk.create_batch(self.client, self.shared, timeout=self.timeout, **target)
 
     def send(self, batch: Any) -> None:
         from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
 
-        from eventhubs_spark.amqp import sdk_internals
+        from eventhubs_spark.amqp import sdk
 
         unanswered = False
         for attempt in range(1, self.ATTEMPTS + 1):
             try:
-                sdk_internals.send_once(self.client, batch, self.timeout, self.shared)
+                sdk.send_once(self.client, batch, self.timeout, self.shared)
                 break
             except (EventHubError, TimeoutError) as exc:
                 timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import sdk
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.schema import ARROW_SCHEMA, COLUMN_ANNOTATIONS
 from eventhubs_spark.errors import DecodeError
@@ -65,8 +65,8 @@ def _key(value: Any) -> str:
 
 def body_bytes(event: Any) -> bytes:
     """The event body as bytes: data sections joined; a value or sequence body as JSON text."""
-    message = sdk_internals.raw_message(event)
-    data = sdk_internals.data_body(message)
+    message = sdk.raw_message(event)
+    data = sdk.data_body(message)
     if data is not None:
         if isinstance(data, bytes):
             return data
@@ -212,7 +212,7 @@ class Columns:
 
     def append_sdk_payload(self, payload: bytes) -> None:
         """Decode one message's bytes with the SDK's decoder and append it (the fast path's fallback)."""
-        self.append_sdk_message(sdk_internals.decode_message(payload))
+        self.append_sdk_message(sdk.decode_message(payload))
         self.fallbacks += 1
 
     def to_batch(self, partition: str) -> pa.RecordBatch:
@@ -310,7 +310,7 @@ def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
     """One record batch from SDK ``EventData`` objects of one partition (their public view)."""
     cols = Columns()
     for event in events:
-        message = sdk_internals.raw_message(event)
+        message = sdk.raw_message(event)
         annotations = message.annotations or {}
         system = [(k, v) for k, v in annotations.items() if k not in COLUMN_ANNOTATIONS]
         system.extend((k, v) for k, v in event.system_properties.items() if k not in annotations)

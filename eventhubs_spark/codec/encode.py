@@ -4,7 +4,7 @@ For every row the SDK's path builds an ``EventData``, turns it into an outgoing 
 once to learn its size and again to add it to the batch: more client CPU per event than the send
 itself. The sink's events are simple (a body; string properties; a partition key, on every event of a
 key's batch), so their bytes are written here in one go, the same bytes the SDK writes (a test
-compares them), and added to the SDK's own batch (:func:`eventhubs_spark.amqp.sdk_internals.add_encoded`),
+compares them), and added to the SDK's own batch (:func:`eventhubs_spark.amqp.sdk.add_encoded`),
 which the SDK sends as ever.
 """
 

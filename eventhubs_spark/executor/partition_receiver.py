@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Iterator
 
-from eventhubs_spark.amqp import failures, sdk_internals
+from eventhubs_spark.amqp import conditions, failures
 from eventhubs_spark.amqp.messages import RawEvents
 from eventhubs_spark.amqp.receive_connections import Connections, Link, LinkSpec, SharedConnection
 from eventhubs_spark.auth.settings import ConnectionSettings
@@ -154,7 +154,7 @@ class PartitionReceiver:
         # Another owner-level receiver of the group (usually the driver's own lookup between micro-batches)
         # took the link, or the service closed an idle link or connection, while this receiver sat in the
         # pool: not an error, it reopens after what it holds.
-        if sdk_internals.is_stolen(self._link_exception()):
+        if conditions.is_stolen(self._link_exception()):
             self.displaced_idle += 1
         else:
             self.closed_idle += 1
@@ -286,7 +286,7 @@ class _Recovery:
         error = r._link_error()
         if error is not None:
             error = r._raise_if_lasting(error)
-            if sdk_internals.is_stolen(r._link_exception()):
+            if conditions.is_stolen(r._link_exception()):
                 if self.reopened:
                     raise _link_failure(r, error, expected, self.end)
                 # Events handed out so far came before the detach; read on from the next one.

@@ -3,7 +3,7 @@
 The SDK's producer client opens a connection per partition it sends to, so a Python worker writing to a
 1,024-partition hub held 1,028 sockets, and a namespace's connection quota refuses such a sink long before
 that. Here a :class:`SharedProducer` keeps ``lanes`` SDK clients (default 4), each with every one of its
-links on one connection (:class:`~eventhubs_spark.amqp.sdk_internals.SendConnection`), as the other SDKs send to every
+links on one connection (:class:`~eventhubs_spark.amqp.sdk.SendConnection`), as the other SDKs send to every
 partition over one connection. A partition (or a partition key) always goes to the same lane, so its
 batches stay in order; lanes send concurrently; one thread at a time uses a lane (the SDK's synchronous
 connection is read by the thread that sends on it).
@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import conditions, sdk
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.defaults import PARTITION_DISCOVERY_INTERVAL
 
@@ -26,7 +26,7 @@ _LOG = logging.getLogger(__name__)
 
 LANES = 4  # connections per process and namespace (and hub, credential, network) for the sink
 # Refusals that concern one send or link, not the connection (the service answered): the lane keeps its connection.
-_LINK_ONLY = (sdk_internals.SERVER_BUSY, sdk_internals.TOO_LARGE, sdk_internals.DETACH_FORCED)
+_LINK_ONLY = (conditions.SERVER_BUSY, conditions.TOO_LARGE, conditions.DETACH_FORCED)
 
 
 class _Lane:
@@ -41,7 +41,7 @@ class _Lane:
         # No retries inside the SDK: sends and partition lookups are retried by the sink itself, under
         # eventhubs.operationTimeout, and a refused sign-in fails at once (the SDK would retry ~13 s).
         self.client = settings.producer(retry_total=0)
-        self.shared = sdk_internals.share_send_connection(self.client)
+        self.shared = sdk.share_send_connection(self.client)
 
 
 class SharedProducer:
@@ -97,9 +97,9 @@ class SharedProducer:
         """An empty ``EventDataBatch`` for a partition, a key, or neither (the service's choice); a lane's first
         opens its connection, giving up after ``timeout``."""
         lane = self._lane(partition_id, partition_key)
-        with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
+        with lane.lock, sdk.opening_bound(self.settings.network.idle_timeout):
             try:
-                return sdk_internals.create_batch(
+                return sdk.create_batch(
                     lane.client, lane.shared, timeout=timeout, partition_id=partition_id, partition_key=partition_key
                 )
             except Exception as exc:
@@ -115,11 +115,11 @@ class SharedProducer:
         try:
             self._tell_partitions(lane, batch._partition_id, timeout)
         except Exception as exc:
-            sdk_internals.mark_unsent(exc)  # a lookup before the send: nothing of it went out
+            sdk.mark_unsent(exc)  # a lookup before the send: nothing of it went out
             raise
-        with lane.lock, sdk_internals.opening_bound(self.settings.network.idle_timeout):
+        with lane.lock, sdk.opening_bound(self.settings.network.idle_timeout):
             try:
-                sdk_internals.send_once(lane.client, batch, timeout, lane.shared)
+                sdk.send_once(lane.client, batch, timeout, lane.shared)
             except Exception as exc:
                 self._renew_unless_link_only(lane, exc)
                 raise
@@ -129,17 +129,17 @@ class SharedProducer:
         after a discovery interval): it would otherwise ask the hub over a management connection of its own, once
         per client (0.36 s a lane on the emulator, with that connection's opening); this process keeps one. A
         partition still unknown is left to the SDK, which says it is not the hub's."""
-        if self._lookup is None or sdk_internals.knows_partition(lane.client, partition_id):
+        if self._lookup is None or sdk.knows_partition(lane.client, partition_id):
             return
         ids = self.partition_ids(timeout=timeout)
         with lane.lock:
-            sdk_internals.know_partitions(lane.client, ids)
+            sdk.know_partitions(lane.client, ids)
 
     def _renew_unless_link_only(self, lane: _Lane, exc: BaseException) -> None:
         """After a failure on ``lane`` (its lock held): a new client and connection, unless the service refused
         one send or link only. The SDK's own producers open a new connection after any failure; here every link
         of the lane shares one, which may be dead without saying so (a black hole): the lane starts over."""
-        if sdk_internals.condition(exc) not in _LINK_ONLY:
+        if conditions.condition(exc) not in _LINK_ONLY:
             old = lane.client
             lane.renew(self.settings)
             _close(old)

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from eventhubs_spark.amqp import failures, sdk_internals
+from eventhubs_spark.amqp import conditions, failures, sdk
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import EventHubsTimeoutError
 from eventhubs_spark.interprocess.task_ranges import ReceiverConfig
@@ -176,7 +176,7 @@ def first_event(settings: ConnectionSettings, config: ReceiverConfig, partition:
     def collect(events: Any) -> None:
         got.extend(events or [])
 
-    consumer = sdk_internals.create_consumer(
+    consumer = sdk.create_consumer(
         client,
         consumer_group,
         partition,
@@ -212,7 +212,7 @@ def _first_received(consumer: Any, got: list[Any], settings: ConnectionSettings,
                 break
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             continue
-        error = sdk_internals.link_error(consumer)
+        error = sdk.link_error(consumer)
         if error is not None and _lasting(error):
             raise EventHubsTimeoutError(
                 f"could not read partition {partition} of hub {settings.hub!r} to translate {pos}: {error}"
@@ -234,7 +234,7 @@ def _lasting(error: BaseException) -> bool:
     """A link error another attempt would meet again (by its AMQP condition): a higher owner level holds
     the partition, or the consumer group or the rights are missing. Anything else (a forced detach, a
     dropped connection) the SDK's next receive recovers from."""
-    meaning = sdk_internals.error_type(error)
+    meaning = conditions.error_type(error)
     return meaning is not None and not meaning.retriable
 
 

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from eventhubs_spark.amqp import failures, sdk_internals
+from eventhubs_spark.amqp import conditions, failures, sdk
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.codec.encode import encode_event, encode_with_property
 from eventhubs_spark.errors import EventHubsError, SinkError
@@ -255,13 +255,13 @@ class EventSender:
         for n, event in enumerate(events):
             body = event.body
             message = self._stamped(event, key) if stamped else encode_event(body, event.properties, key, content_type)
-            if not sdk_internals.add_encoded(batch, message):
+            if not sdk.add_encoded(batch, message):
                 if n == start:
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
                 out.append((batch, n - start, events[start:n]))
                 batch = self._new_batch(partition_id, key)
                 start = n
-                if not sdk_internals.add_encoded(batch, message):
+                if not sdk.add_encoded(batch, message):
                     raise self._too_large(body, len(message), batch.max_size_in_bytes)
         if start < len(events):
             out.append((batch, len(events) - start, events[start:]))
@@ -348,19 +348,19 @@ class EventSender:
             try:
                 client.send(batch, max(1.0, seconds))
             except Exception as exc:
-                condition = sdk_internals.condition(exc)
-                if condition == sdk_internals.TOO_LARGE:
+                condition = conditions.condition(exc)
+                if condition == conditions.TOO_LARGE:
                     raise SinkError(f"the hub rejected a batch as too large: {exc}") from exc
                 if isinstance(exc, TimeoutError | OperationTimeoutError):
                     unanswered = True
                     self._replace_client(client)  # unanswered: the next attempt goes over a new connection
                 # Exactly once: a send whose outcome is not known is settled by reading back, never by its error's
                 # type. Only a failure before anything of it was written (its link or connection opening, the
-                # sign-in: sdk_internals.unsent) or the service's refusal of the send itself (busy) says for
+                # sign-in: sdk.unsent) or the service's refusal of the send itself (busy) says for
                 # certain that nothing was stored; a send unanswered, or whose link was detached or connection
                 # lost on the way (the SDK reports those as ConnectionLostError, ConnectError, EventDataSendError
                 # or a bare EventHubError, depending on where it was), may have been stored.
-                if self._once is not None and not sdk_internals.unsent(exc) and condition != sdk_internals.SERVER_BUSY:
+                if self._once is not None and not sdk.unsent(exc) and condition != conditions.SERVER_BUSY:
                     raise _Unanswered(str(exc)) from exc
                 raise
 
@@ -406,7 +406,7 @@ class EventSender:
             return isinstance(error, EventHubError | OSError)
 
         def log(tries: int, error: BaseException) -> None:
-            if sdk_internals.condition(error) == sdk_internals.SERVER_BUSY:
+            if conditions.condition(error) == conditions.SERVER_BUSY:
                 # the namespace is over its throughput units: said once per batch by the driver, with the sums
                 self.report.throttled += 1
                 self._busy_since[threading.get_ident()] = time.monotonic()

@@ -68,13 +68,13 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
     over a new connection, and the command says the hub may hold those events twice (when the hole heals, the
     first copy is stored too). Never a repeat nobody is told of."""
     from eventhubs_emulator import Emulator
-    from eventhubs_spark.amqp import sdk_internals
+    from eventhubs_spark.amqp import sdk
     from tests.integration.sdk_helpers import wait_until
 
     emulator = Emulator({"cli-doubt": 1}).start()
     try:
         connection = emulator.connection_string("cli-doubt")
-        real, holed = sdk_internals.send_once, []
+        real, holed = sdk.send_once, []
 
         def first_into_a_hole(client, batch, timeout, shared=None):
             if not holed:  # open the partition's producer (on the client's connection), then hole every connection
@@ -83,7 +83,7 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
                 holed.append(emulator.black_hole(4.0))
             return real(client, batch, timeout, shared)
 
-        monkeypatch.setattr(sdk_internals, "send_once", first_into_a_hole)
+        monkeypatch.setattr(sdk, "send_once", first_into_a_hole)
         assert main(["send", "--connection-string", connection, "--count", "10", "--send-timeout", "1.5"]) == 0
         err = capsys.readouterr().err
         assert holed[0] >= 1 and "sent 10 events" in err

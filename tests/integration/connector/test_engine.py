@@ -172,13 +172,13 @@ def test_a_step_looks_only_at_links_something_happened_to_and_a_sweep_at_every_l
         assert all(x.sink.error is None for i, x in enumerate(links) if i != 9)  # type: ignore[union-attr]
 
         renewed: set[str] = set()
-        signed_in = receive_connections.sdk_internals.keep_signed_in
+        signed_in = receive_connections.sdk.keep_signed_in
 
         def renewing(consumer):  # type: ignore[no-untyped-def]
             renewed.add(next(x.spec.partition for x in links if x.consumer is consumer))  # type: ignore[union-attr]
             signed_in(consumer)
 
-        monkeypatch.setattr(receive_connections.sdk_internals, "keep_signed_in", renewing)
+        monkeypatch.setattr(receive_connections.sdk, "keep_signed_in", renewing)
         monkeypatch.setattr(receive_connections, "_SIGN_IN_EVERY", 0.0)
         monkeypatch.setattr(receive_connections, "_SWEEP_EVERY", 0.3)
         receivers[0]._connection._wake_reader()  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""The SDK internals the connector uses (all in eventhubs_spark.amqp.sdk_internals) exist on the installed SDK.
+"""The SDK internals the connector uses (all in eventhubs_spark.amqp.sdk) exist on the installed SDK.
 
 Run on live objects: a consumer the engine opened on its shared connection (with the frame tap on it)
 after it received, a consumer client, and the async producer client the management link is built from.
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from azure.eventhub import EventData
 
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import sdk
 from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.executor.partition_receiver import PartitionReceiver
 from eventhubs_spark.executor.shared_producer import SharedProducer
@@ -30,15 +30,15 @@ def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
         link = receiver._link
         assert link is not None and link.consumer is not None
         client = link.consumer._client
-        assert sdk_internals.missing_internals(consumer=link.consumer, client=client) == []
+        assert sdk.missing_internals(consumer=link.consumer, client=client) == []
         producer = settings.async_producer()
-        assert sdk_internals.missing_internals(async_client=producer) == []
+        assert sdk.missing_internals(async_client=producer) == []
         sync_producer = settings.producer(retry_total=0)
         try:
             batch = sync_producer.create_batch(partition_id="0")
-            assert sdk_internals.missing_internals(producer=sync_producer, batch=batch) == []
+            assert sdk.missing_internals(producer=sync_producer, batch=batch) == []
             batch.add(EventData("once"))
-            sdk_internals.send_once(sync_producer, batch, 30.0)  # the sink's send, through those internals
+            sdk.send_once(sync_producer, batch, 30.0)  # the sink's send, through those internals
         finally:
             sync_producer.close()
         assert eventhub.emulator.partition_properties(eventhub.name, 0)["last_enqueued_sequence_number"] == 1
@@ -49,7 +49,7 @@ def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
                 batch.add(EventData("shared"))
                 shared.send(batch, 30.0)
             client = shared._lanes[0].client
-            assert sdk_internals.missing_internals(producer=client, partition_producer=client._producers["1"]) == []
+            assert sdk.missing_internals(producer=client, partition_producer=client._producers["1"]) == []
             assert shared.connections() == 1
         finally:
             shared.close()
@@ -60,16 +60,16 @@ def test_the_installed_sdk_has_every_internal_the_connector_uses(eventhub):
 
 def test_a_missing_internal_is_named():
     fake_consumer = SimpleNamespace(_keep_alive=1, _handler=SimpleNamespace(_link=SimpleNamespace()))
-    missing = sdk_internals.missing_internals(consumer=fake_consumer)
+    missing = sdk.missing_internals(consumer=fake_consumer)
     assert "SimpleNamespace._handler._link._error" in missing and "SimpleNamespace._open" in missing
     assert "SimpleNamespace._keep_alive" not in missing
 
 
 def test_the_sdk_functions_used_exist_and_a_missing_one_is_named(monkeypatch):
-    assert sdk_internals.missing_internals() == [], "the installed SDK lacks a module function the connector uses"
+    assert sdk.missing_internals() == [], "the installed SDK lacks a module function the connector uses"
     missing = ("azure.eventhub._pyamqp._decode.no_such", "no_such_module.f")
-    monkeypatch.setattr(sdk_internals, "MODULE_INTERNALS", missing)
-    assert sdk_internals.missing_internals() == ["azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"]
+    monkeypatch.setattr(sdk.contract, "MODULE_INTERNALS", missing)
+    assert sdk.missing_internals() == ["azure.eventhub._pyamqp._decode.no_such", "no_such_module.f"]
 
 
 def test_websocket_client_has_every_private_field_the_frame_reader_uses(eventhub):
@@ -88,13 +88,11 @@ def test_websocket_client_has_every_private_field_the_frame_reader_uses(eventhub
         assert got == [0]
         consumer = receiver._link.consumer  # type: ignore[union-attr]
         transport = consumer._handler._connection._transport
-        assert sdk_internals.websocket_of(transport) is not None, "the consumer reads AMQP over WebSockets"
-        assert sdk_internals.missing_internals(consumer=consumer) == [], websocket.__version__
+        assert sdk.websocket_of(transport) is not None, "the consumer reads AMQP over WebSockets"
+        assert sdk.missing_internals(consumer=consumer) == [], websocket.__version__
     finally:
         receiver.close()
     # a websocket-client whose WebSocket lacks one of them (here ``pong``) is named
     ws = SimpleNamespace(sock=object(), frame_buffer=transport.sock.frame_buffer, cont_frame=transport.sock.cont_frame)
     older = SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=SimpleNamespace(sock=ws))))
-    assert "SimpleNamespace._handler._connection._transport.sock.pong" in sdk_internals.missing_internals(
-        consumer=older
-    )
+    assert "SimpleNamespace._handler._connection._transport.sock.pong" in sdk.missing_internals(consumer=older)

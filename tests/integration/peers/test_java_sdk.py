@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from eventhubs_emulator import Emulator
-from eventhubs_spark.amqp import sdk_internals
+from eventhubs_spark.amqp import sdk
 from eventhubs_spark.auth.settings import parse_connection_string
 from tests import jvm_peers
 from tests.integration.peers.test_other_producers import read_as_the_sdk_reads
@@ -66,8 +66,8 @@ def test_events_from_the_java_sdk_read_as_the_python_sdk_reads_them(java, portle
     jvm_peers.run_peer("send", _namespace(conn), "fromjava", "0", str(ALIKE))
     total = 3 + ALIKE + 1
     # the SDK's decoder has no entry for the AMQP char a Java Character is sent as (its receive stopped at that
-    # event): the connector fills that gap (amqp.sdk_internals.fill_decoder_gaps), and the SDK is the reference after it
-    sdk_internals.fill_decoder_gaps()
+    # event): the connector fills that gap (amqp.sdk.fill_decoder_gaps), and the SDK is the reference after it
+    sdk.fill_decoder_gaps()
     # the Java SDK's namespace too: the checkpoint store's paths agree
     assert parse_connection_string(conn).namespace == HOST
     reference = read_as_the_sdk_reads(conn, total, "the Java SDK")

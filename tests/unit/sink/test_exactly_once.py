@@ -397,7 +397,7 @@ def test_a_send_certainly_not_stored_is_sent_again_without_reading_back(monkeypa
     from azure.eventhub.exceptions import EventDataSendError
 
     from eventhubs_spark import sink
-    from eventhubs_spark.amqp import sdk_internals
+    from eventhubs_spark.amqp import conditions, sdk
 
     hub = Hub(2)
 
@@ -407,10 +407,10 @@ def test_a_send_certainly_not_stored_is_sent_again_without_reading_back(monkeypa
                 self.sends += 1
                 if refusal == "busy":
                     cause = errors.MessageException(errors.ErrorCondition.UnknownError, description="throttled")
-                    cause.condition = sdk_internals.SERVER_BUSY.encode()  # as pyamqp decodes it
+                    cause.condition = conditions.SERVER_BUSY.encode()  # as pyamqp decodes it
                     raise EventDataSendError(str(cause), cause)
                 error = _connect_error()
-                sdk_internals.mark_unsent(error)
+                sdk.mark_unsent(error)
                 raise error
             super().send(batch, 0)
 
@@ -423,11 +423,11 @@ def test_a_send_certainly_not_stored_is_sent_again_without_reading_back(monkeypa
 
 
 def test_send_once_says_a_failure_while_its_link_opens_was_before_anything_was_sent():
-    """sdk_internals.send_once: a failure while the partition's producer starts or its link opens is marked unsent;
+    """sdk.send_once: a failure while the partition's producer starts or its link opens is marked unsent;
     one from the send itself is not."""
     from azure.eventhub.exceptions import ConnectError
 
-    from eventhubs_spark.amqp import sdk_internals
+    from eventhubs_spark.amqp import sdk
 
     class Producer:
         closed, running = False, True
@@ -447,11 +447,11 @@ def test_send_once_says_a_failure_while_its_link_opens_was_before_anything_was_s
 
     batch = types.SimpleNamespace(_partition_id="0")
     with pytest.raises(ConnectError) as opening:
-        sdk_internals.send_once(Client(start_fails=True), batch, 5.0)
-    assert sdk_internals.unsent(opening.value)
+        sdk.send_once(Client(start_fails=True), batch, 5.0)
+    assert sdk.unsent(opening.value)
     with pytest.raises(ConnectError) as sending:
-        sdk_internals.send_once(Client(start_fails=False), batch, 5.0)
-    assert not sdk_internals.unsent(sending.value)
+        sdk.send_once(Client(start_fails=False), batch, 5.0)
+    assert not sdk.unsent(sending.value)
 
 
 def test_a_batch_that_cannot_be_opened_on_a_dead_connection_is_opened_again(monkeypatch, tmp_path, in_spark_task):
@@ -487,7 +487,7 @@ def test_a_batch_that_cannot_be_opened_on_a_dead_connection_is_opened_again(monk
 
 
 def test_a_lane_whose_batch_cannot_be_opened_starts_over_on_a_new_connection(monkeypatch):
-    from eventhubs_spark.amqp import sdk_internals
+    from eventhubs_spark.amqp import sdk
     from eventhubs_spark.executor import shared_producer
     from eventhubs_spark.options import write_options
 
@@ -502,7 +502,7 @@ def test_a_lane_whose_batch_cannot_be_opened_starts_over_on_a_new_connection(mon
             raise failure
         return "batch"
 
-    monkeypatch.setattr(sdk_internals, "create_batch", create_batch)
+    monkeypatch.setattr(sdk, "create_batch", create_batch)
     with pytest.raises(RuntimeError):
         producer.create_batch("0")
     assert producer._lanes[0].client is not first  # a new client (and connection) for the next attempt
