@@ -91,6 +91,9 @@ def main(mode: str, connection: str, out: str, batch_size: str) -> None:
             .option("eventhubs.startingPosition", '{"offset": "-1"}')
             .option("maxEventsPerTrigger", batch_size)
             .options(**json.loads(os.environ.get("SPARK_APP_OPTIONS") or "{}"))  # a test's own (e.g. Capture's)
+            # homes cut: a task per partition, so every executor runs tasks and serves as a home (packed by default,
+            # the 60 events of a batch would be one task on one executor, and the other two never start a service)
+            .options(**({"eventhubs.minEventsPerTask": "0"} if mode == "local-cluster-homes-cut" else {}))
             .load()
             .selectExpr("cast(body as string) as body", "partition", "sequenceNumber")
             .writeStream.format("parquet")
