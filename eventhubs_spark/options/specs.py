@@ -228,8 +228,9 @@ SPECS: tuple[Spec, ...] = (
         defaults.MIN_EVENTS_PER_TASK,
         count_at_least(0),
         "A task's worth of events: a partition's range of a micro-batch (or batch read) this big is a Spark task of "
-        "its own; smaller ranges share tasks of about this many events (in partition order, read at once within the "
-        "task), so a quiet micro-batch runs a few tasks instead of one per partition (every Python task costs Spark "
+        "its own; smaller ranges share tasks of about this many events (in partition order, at least one task a "
+        "partition home, each of one home's ranges, read at once within the task), so a quiet micro-batch runs "
+        "a few tasks instead of one per partition (every Python task costs Spark "
         "tens of milliseconds whatever it reads). A batch run again is packed as its first run was. 0 (as the old "
         "connector): one Spark partition per Event Hubs partition, whatever its size.",
         "0",

@@ -26,6 +26,8 @@ from eventhubs_spark.positions.partition_catalog import by_number
 # Python worker beside the JVM on the same cores) the loops were still faster at 32 partitions (0.10 ms against
 # 0.3 for the lag figures). Read at each call, so tests can take either path at any size.
 ARRAYS_FROM = 128
+# Where a planned batch's offset keeps the executors its small ranges were packed by (no hub can have this name).
+HOMES_KEY = "@homes"
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,29 @@ class OffsetCodec:
         self.hub = hub
         self._given: list[tuple[dict[str, Any], dict[str, int]]] = []
 
-    def to_json(self, positions: Mapping[str, int]) -> dict[str, Any]:
+    def to_json(self, positions: Mapping[str, int], homes: list[str] | None = None) -> dict[str, Any]:
+        """``positions`` as Spark keeps them; ``homes``: the executors a planned batch is packed by (kept under
+        ``"@homes"``, no hub's name, for the batch's plan after a restart). Positions given before without homes
+        get the offset given then: the same positions must be the same offset to Spark, or it plans an empty
+        batch to move from one to the other."""
+        if homes is None:
+            for i, (given, known) in enumerate(self._given):
+                if known == positions:
+                    self._given.insert(0, self._given.pop(i))
+                    return given
         doc: dict[str, Any] = SourceOffset(self.hub, positions).to_json()
+        if homes:
+            doc[HOMES_KEY] = sorted(homes)
         self._given = [(doc, dict(positions)), *self._given[: self.KEEP - 1]]
         return doc
+
+    @staticmethod
+    def homes(doc: Any) -> list[str] | None:
+        """The executors a batch ending at offset ``doc`` was packed by (None: packed without homes)."""
+        homes = doc.get(HOMES_KEY) if isinstance(doc, dict) else None
+        if isinstance(homes, list) and homes and all(isinstance(h, str) for h in homes):
+            return homes
+        return None
 
     def positions(self, doc: Any) -> dict[str, int]:
         """The positions of ``doc`` (a copy the caller may change); see :meth:`SourceOffset.from_json`."""
@@ -358,30 +379,46 @@ def split_ranges(ranges: list[Range], max_per_task: int | None) -> list[Range]:
 
 
 def pack_ranges(
-    ranges: list[Range], min_events: int, max_events: int | None = None, max_ranges: int | None = None
+    ranges: list[Range],
+    min_events: int,
+    max_events: int | None = None,
+    max_ranges: int | None = None,
+    home_of: Mapping[str, str] | None = None,
 ) -> list[list[Range]]:
     """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; the smaller ones share
     as few tasks as hold about ``min_events`` each (0: one task per range), in partition order, split where the
     events even out, never more than ``max_events`` in one task (``maxEventsPerPartition``: what a user split stays
-    split) nor more than ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``).
+    split) nor more than ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``). ``home_of`` (each partition's
+    home executor): the small ranges of each home share tasks of their own, at least one a home, so a task reads
+    from one executor's receivers and a quiet batch runs a task on every home (a partition without a home is
+    packed with the others without one).
 
     Why: every Python task costs Spark tens of milliseconds whatever it reads, so a quiet micro-batch of a few
     events per partition ran a task per partition (1,024 of them on a Dedicated hub); a busy one still gets a task
-    per partition. The plan is a function of the ranges and the options alone, never of the cluster at the time:
-    Spark plans a batch run again (after a restart) from the same offsets, and the exactly-once sink names each row
-    by its task and place, so a batch run again must be packed as its first run was."""
+    per partition. The plan is a function of its arguments alone, never of the cluster at the time: Spark plans a
+    batch run again (after a restart) from the same offsets, and the exactly-once sink names each row by its task
+    and place, so a batch run again must be packed as its first run was (a stream keeps the homes it packed by in
+    the batch's offset: :meth:`OffsetCodec.homes`)."""
     ordered = sorted(ranges, key=lambda r: (int(r.partition), r.start))
     if min_events <= 0:
         return [[r] for r in ordered]
     tasks: list[list[Range]] = []
-    small: list[Range] = []
+    small: dict[str, list[Range]] = {}
+    homes = home_of or {}
     for r in ordered:
         if r.size >= min_events:
             tasks.append([r])
         else:
-            small.append(r)
-    if not small:
-        return tasks
+            small.setdefault(homes.get(r.partition, ""), []).append(r)
+    for home in sorted(small):
+        tasks += _pack_small(small[home], min_events, max_events, max_ranges)
+    return tasks
+
+
+def _pack_small(
+    small: list[Range], min_events: int, max_events: int | None, max_ranges: int | None
+) -> list[list[Range]]:
+    """Ranges under a task's worth, in order, in as few tasks as hold about ``min_events`` each (at least one)."""
     total = sum(r.size for r in small)
     count = max(1, total // min_events)  # each shared task holds about min_events, at least
     if max_events is not None:
@@ -389,8 +426,7 @@ def pack_ranges(
     if max_ranges is not None:
         count = max(count, -(-len(small) // max_ranges))
     count = min(count, len(small))
-    tasks += _even_runs(small, count, max_events, max_ranges)
-    return tasks
+    return _even_runs(small, count, max_events, max_ranges)
 
 
 def _even_runs(ranges: list[Range], count: int, max_events: int | None, max_ranges: int | None) -> list[list[Range]]:

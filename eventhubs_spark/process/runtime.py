@@ -102,6 +102,7 @@ class Runtime:
         self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
         self._said: set[tuple[str, str]] = set()  # (query, home executor): said once, here and to the driver
         self._service_down = False  # the executor's receiver service cannot start, or went away
+        self._announced: set[str] = set()  # queries this process's service was told of (hello), by key
         self.recheck = driver_channel.RECHECK
 
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
@@ -223,8 +224,16 @@ class Runtime:
 
     def _home_of(self, request: RangeRequest, client: ServiceClient) -> Home | None:
         """The partition's home: as the plan says, or (a stream's first batch, planned before any service was
-        known) as the driver says once this executor's service has told it that it exists."""
-        if not request.homes or request.query is None or request.home is not None or request.driver is None:
+        known) as the driver says once this executor's service has told it that it exists.
+
+        A task whose ranges have a home still has its own executor's service told of the query, once per process:
+        packed tasks are few (one per home on a quiet stream), and an executor whose service the driver never hears
+        of never becomes a home, so every partition would stay homed on the executors that ran a first batch."""
+        if not request.homes or request.query is None or request.driver is None:
+            return request.home
+        if request.home is not None:
+            if request.query.query not in self._announced:
+                self._announce(request, client)
             return request.home
         if not driver_channel.REACH.reachable(request.driver):
             return None  # found out before: no home to ask for (the task reads through its own service)
@@ -248,6 +257,19 @@ class Runtime:
             return Home(str(found["executor"]), tuple(str(h) for h in found["hosts"]), int(found["port"]))
         except (KeyError, TypeError, ValueError):
             return None
+
+    def _announce(self, request: RangeRequest, client: ServiceClient) -> None:
+        """Tell this executor's service of the query (it tells the driver, which may make it a home from the next
+        batch); once per process and query, whatever the outcome: the read goes on either way."""
+        assert request.query is not None and request.driver is not None
+        self._announced.add(request.query.query)
+        if not driver_channel.REACH.reachable(request.driver):
+            return
+        try:
+            client.hello(request)
+        except OSError as exc:
+            _LOG.info("eventhubs: hub %s: this executor's receiver service was not told of the query (%s); the "
+                      "task reads from the partitions' homes", request.settings.hub, exc)  # fmt: skip
 
     def _home_client(self, home: Home, request: RangeRequest) -> HomeClient:
         """This worker's kept connection to a home, for one query."""

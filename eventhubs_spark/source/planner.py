@@ -318,10 +318,12 @@ class Planner:
         owned: frozenset[str] | None = None,
         stream: Mapping[str, Any] | None = None,
         placed: Mapping[str, Home] | None = None,
+        groups: Mapping[str, str] | None = None,
     ) -> list[EventHubsPartition]:
         """The tasks reading ``ranges``. ``stream``: a stream's fields of every request (``query``, ``driver``,
         ``homes``, ``ports``, ``bind``), ``placed`` each partition's home: given here, each request is made once
-        (at 1,024 partitions two ``dataclasses.replace`` a request were 8 ms of a batch's planning)."""
+        (at 1,024 partitions two ``dataclasses.replace`` a request were 8 ms of a batch's planning). ``groups``:
+        the home each partition's small range is packed by (:func:`pack_ranges`)."""
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.max_events_per_partition)
         fail = self.options.fail_on_data_loss
         extra = stream or {}
@@ -333,7 +335,7 @@ class Planner:
 
         options = self.options
         tasks = pack_ranges(pieces, options.min_events_per_task, options.max_events_per_partition,
-                            options.max_partitions_per_task)  # fmt: skip
+                            options.max_partitions_per_task, groups)  # fmt: skip
         return [EventHubsPartition(tuple(request(r) for r in task), options.receiver_service) for task in tasks]
 
     def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:

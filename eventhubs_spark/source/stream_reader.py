@@ -24,6 +24,7 @@ from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.executor_ends import KnownEnds
 from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
+from eventhubs_spark.planning.partition_placement import homes as placement_homes
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.process import runtime
@@ -91,6 +92,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._mine: Any = None  # ownership mode: the partitions this query owns (query_ownership.OwnedPartitions)
         self._answers = 0  # latestOffset answers given without admission control (Spark 4.0/4.1)
         self._driver: QueryDriver | None = None  # the query's key, channel and homes, opened at the first batch
+        self._groups: tuple[tuple[Any, ...], dict[str, str]] | None = None  # the last batch's packing by home
         self._no_driver = False  # it could not listen: not tried again
         self._batches_planned = 0  # batches planned with the driver's channel open
         typed = self.planner.options
@@ -281,7 +283,30 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lag.planned(end, infos)
         self._said_lag(report, plan.planned)
         runtime.stream_runner_planned(self.planner.mirror.settle)  # a store write in flight lands before the end
-        return self._offsets.to_json(end)
+        return self._offsets.to_json(end, self._packing_homes() if self._planned_batch else None)
+
+    def _packing_homes(self) -> list[str] | None:
+        """The executors a batch planned now packs its small ranges by (kept in its offset, so the batch run again
+        after a restart is packed the same): the live homes, when there are two or more (one packs as none)."""
+        driver = self._driver
+        options = self.planner.options
+        homes_on = options.receiver_service and options.partition_homes
+        if driver is None or options.min_events_per_task <= 0 or not homes_on:
+            return None
+        live = [home.executor for home in driver.live()]
+        return live if len(live) > 1 else None
+
+    def _home_groups(self, end: dict[str, Any], partitions: list[str]) -> dict[str, str] | None:
+        """Each partition's home among the executors the batch ending at ``end`` was packed by (None: packed
+        without homes); a pure function of the offset, as :func:`~eventhubs_spark.planning.offset_ranges.pack_ranges`
+        needs. Where the tasks then read is the homes of the moment (``driver.homes``), which may have moved on."""
+        packed_by = self._offsets.homes(end)
+        if packed_by is None:
+            return None
+        key = (tuple(packed_by), tuple(partitions))
+        if self._groups is None or self._groups[0] != key:
+            self._groups = (key, placement_homes(self.hub, partitions, packed_by))
+        return self._groups[1]
 
     def _said_lag(self, report: LagReport, planned: int) -> None:
         """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
@@ -382,7 +407,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if options.receiver_service and self._run_infos is None and options.ownership is None:
                 driver.want_ends()  # a running stream's triggers ask the services: connected to as they come
         timeout = self.idle_timeout()
-        planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed)
+        groups = self._home_groups(end, list(e))
+        planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed, groups)
         planned += self.planner.capture_partitions(from_capture, timeout, stream)
         running: dict[str, tuple[int, int]] = {}
         for r in ranges + from_capture:  # a partition's range may be split over tasks (maxEventsPerPartition)
@@ -472,6 +498,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         state["_ends_of"] = None  # planning's, not the executors'
         state["_known_ends"] = None  # likewise
         state["_fetched"] = None  # likewise
+        state["_groups"] = None  # likewise
         return state
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

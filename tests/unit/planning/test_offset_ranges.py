@@ -223,20 +223,40 @@ def test_a_big_quiet_hub_shares_few_tasks_at_most_max_partitions_per_task_each()
     assert pack_ranges(quiet[:3], 500, None, 1) == [[r] for r in quiet[:3]]
 
 
+def test_small_ranges_share_tasks_of_one_home_at_least_one_a_home():
+    """Issue 87: given each partition's home, small ranges share tasks only with ranges of the same home, and every
+    home with small ranges gets a task (a quiet batch runs on every home); a partition without a home is packed
+    with the others without one."""
+    from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
+
+    quiet = [Range(str(p), 0, 10) for p in range(9)]
+    home_of = {str(p): "ab"[p % 2] for p in range(8)}  # partition 8: no home
+    tasks = pack_ranges(quiet, 5_000, home_of=home_of)
+    assert [[r.partition for r in t] for t in tasks] == [["8"], ["0", "2", "4", "6"], ["1", "3", "5", "7"]]
+    busy = [Range("0", 0, 6_000), *quiet[1:4]]
+    assert [[r.partition for r in t] for t in pack_ranges(busy, 5_000, home_of=home_of)] == [["0"], ["2"], ["1", "3"]]
+
+
 @given(
     sizes=st.lists(st.integers(0, 3_000), min_size=0, max_size=200),
     min_events=st.integers(0, 5_000),
     max_events=st.none() | st.integers(1, 10_000),
     max_ranges=st.none() | st.integers(1, 64),
+    homes=st.integers(0, 5),
 )
-def test_any_packing_reads_each_range_once_in_order_within_its_bounds(sizes, min_events, max_events, max_ranges):
-    """Whatever the ranges: each once; a task's ranges in partition order; a range of min_events or more alone;
-    a shared task within maxEventsPerPartition (unless one range alone passes it) and maxPartitionsPerTask; and the
-    same plan every time for the same ranges (a batch run again is packed as its first run was)."""
+def test_any_packing_reads_each_range_once_in_order_within_its_bounds(sizes, min_events, max_events, max_ranges,
+                                                                      homes):  # fmt: skip
+    """Whatever the ranges and their homes: each once; a task's ranges in partition order and of one home; a range of
+    min_events or more alone; a shared task within maxEventsPerPartition (unless one range alone passes it) and
+    maxPartitionsPerTask; and the same plan every time for the same ranges (a batch run again is packed as its first
+    run was)."""
     from eventhubs_spark.planning.offset_ranges import Range, pack_ranges
 
     ranges = [Range(str(p), 0, n) for p, n in enumerate(sizes)]
-    tasks = pack_ranges(list(reversed(ranges)), min_events, max_events, max_ranges)
+    home_of = {str(p): str(p * 7 % homes) for p in range(len(sizes))} if homes else None
+    tasks = pack_ranges(list(reversed(ranges)), min_events, max_events, max_ranges, home_of)
+    if home_of is not None:
+        assert all(len({home_of[r.partition] for r in t}) == 1 for t in tasks)
     assert sorted((r for t in tasks for r in t), key=lambda r: int(r.partition)) == ranges
     assert all(t and [int(r.partition) for r in t] == sorted(int(r.partition) for r in t) for t in tasks)
     for t in tasks:
@@ -244,4 +264,4 @@ def test_any_packing_reads_each_range_once_in_order_within_its_bounds(sizes, min
             assert min_events > 0 and all(r.size < min_events for r in t)
             assert max_events is None or sum(r.size for r in t) <= max_events
             assert max_ranges is None or len(t) <= max_ranges
-    assert pack_ranges(ranges, min_events, max_events, max_ranges) == tasks
+    assert pack_ranges(ranges, min_events, max_events, max_ranges, home_of) == tasks

@@ -194,3 +194,34 @@ def test_the_stream_runner_ended_by_spark_finishes_its_checkpoint_write_first(tm
         assert json.loads(out.read_text()) == {"0": 4}
     else:
         assert not out.exists()
+
+
+def test_a_task_read_from_its_ranges_homes_still_has_its_own_service_told_of_the_query_once(monkeypatch):
+    """Issue 87: packed tasks are few, so a task whose ranges all have a home elsewhere still tells its own
+    executor's service of the query (which tells the driver, so the executor can become a home): once per process
+    and query, and a service that cannot be told does not stop the read."""
+    import dataclasses
+
+    from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, new_query_key
+
+    home = Home("b", ("127.0.0.1",), 4000)
+    query = new_query_key()
+    homed = dataclasses.replace(request(0, 10), homes=True, query=query, driver=DriverAddress(("127.0.0.1",), 1),
+                                home=home)  # fmt: skip
+
+    class Client:
+        executor = "a"
+        hellos: list[str] = []
+
+        def hello(self, req):
+            self.hellos.append(req.partition)
+            raise OSError("the service went away")
+
+    client = Client()
+    rt = Runtime(reap_every=0)
+    monkeypatch.setattr(runtime.driver_channel.REACH, "reachable", lambda address: True)
+    assert rt._home_of(homed, client) == home
+    assert rt._home_of(dataclasses.replace(homed, partition="4"), client) == home
+    assert client.hellos == ["3"], "told once, though the telling failed"
+    other = dataclasses.replace(homed, query=new_query_key())
+    assert rt._home_of(other, client) == home and client.hellos == ["3", "3"], "another query: told again"

@@ -295,3 +295,55 @@ def test_the_offsets_the_reader_gives_are_known_when_spark_hands_them_back_the_i
     assert restarted.latestOffset(spark(end), None) == later and read == [end]  # a checkpoint's: read
     changed = {"hub": {"0": end["hub"]["0"] - 1, "1": end["hub"]["1"]}}
     assert ranges(reader.partitions(changed, later))[0] == ("0", end["hub"]["0"] - 1, 30) and read[-1] == changed
+
+
+def test_a_quiet_batch_runs_a_task_a_home_and_runs_again_packed_the_same_after_a_restart():
+    """Issue 87: with two or more homes, a quiet batch's small ranges share a task per home (each task reads from
+    one executor's receivers, and every home runs one), and the batch's offset keeps the executors it was packed by,
+    so a restarted query whose executors are others packs the batch it runs again the same (the exactly-once sink
+    names rows by task and place). Offsets without a batch planned are the same offset, "@homes" and all: Spark
+    would otherwise plan an empty batch to move from one to the other."""
+    import json
+
+    from eventhubs_spark.planning.offset_ranges import HOMES_KEY
+    from eventhubs_spark.planning.partition_homes import QueryDriver
+    from eventhubs_spark.planning.partition_placement import homes
+
+    table = planning_Table({str(p): (0, 15) for p in range(8)})
+    options = {"eventhubs.connectionString": planning_CONN, "eventhubs.startingPosition": '{"seqNo": 0}'}
+
+    def service(executor: str, port: int) -> dict:
+        return {"kind": "service", "executor": executor, "hosts": ["127.0.0.1"], "port": port, "jvm": f"h:{port}"}
+
+    def spark(doc: dict) -> dict:
+        return json.loads(json.dumps(doc))
+
+    def packed(tasks: list) -> list[list[str]]:
+        return [[r.partition for r in task.requests] for task in tasks]
+
+    def reader_with(executors: list[str]) -> tuple[EventHubsStreamReader, QueryDriver]:
+        reader = EventHubsStreamReader(options, metadata=lambda: table)
+        driver = QueryDriver("hub", bind="127.0.0.1")
+        for i, executor in enumerate(executors):
+            driver.handle(service(executor, 2000 + i))
+        reader._driver = driver
+        return reader, driver
+
+    reader, driver = reader_with(["a", "b"])
+    restarted, other = reader_with(["c", "d", "e"])
+    try:
+        start = spark(reader.initialOffset())
+        end = spark(reader.latestOffset(start, None))
+        assert end[HOMES_KEY] == ["a", "b"] and end["hub"] == {str(p): 15 for p in range(8)}
+        tasks = packed(reader.partitions(start, end))
+        home_of = homes("hub", [str(p) for p in range(8)], ["a", "b"])
+        assert len(tasks) == 2 and sorted(p for t in tasks for p in t) == sorted(home_of)
+        assert all(len({home_of[p] for p in t}) == 1 for t in tasks), f"a task reads from one home: {tasks}"
+        assert packed(restarted.partitions(start, end)) == tasks, "run again by other executors: packed the same"
+        assert reader.latestOffset(end, None) == end, "no batch planned: the offset Spark holds, unchanged"
+        assert packed(reader.partitions(start, {"hub": end["hub"]})) == [[str(p) for p in range(8)]], (
+            "an offset without homes (one executor, or an earlier version's checkpoint): one task for all"
+        )
+    finally:
+        driver.close()
+        other.close()
