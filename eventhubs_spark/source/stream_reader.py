@@ -6,9 +6,6 @@ admission control and ``Trigger.AvailableNow``, on 4.0 and 4.1 it applies the sa
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import datetime
 import logging
 import threading
 import time
@@ -19,13 +16,12 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from eventhubs_spark import defaults
 from eventhubs_spark.interprocess.task_ranges import Home
-from eventhubs_spark.lag import LagFiles, LagReport, LagTracker
+from eventhubs_spark.lag.query import QueryLag
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.executor_ends import KnownEnds
 from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.planning.partition_placement import homes as placement_homes
-from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.process import runtime
 from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, worker_logging
@@ -40,8 +36,6 @@ from eventhubs_spark.source.planner import (
 from eventhubs_spark.source.said_first import spark_facing
 
 _LOG = logging.getLogger(__name__)
-
-LAG_FILE_EVERY = 60.0  # seconds: a quiet stream still writes its lag figures this often (the command shows their age)
 
 
 LAG_KEY = "@lag"  # where the progress's latestOffset carries the lag figures (Spark 4.2+)
@@ -96,18 +90,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._no_driver = False  # it could not listen: not tried again
         self._batches_planned = 0  # batches planned with the driver's channel open
         typed = self.planner.options
-        self._lag = LagTracker(self.hub, typed.stalled_after_batches, typed.stalled_after)
-        self._lag_files = LagFiles(typed.checkpoint_location, self.hub) if typed.checkpoint_location else None
-        if self._lag_files is not None:  # what `eventhubs-spark lag` reads back, given only the location
+        self._lag = QueryLag(self.hub, typed.stalled_after_batches, typed.stalled_after, typed.checkpoint_location,
+                             self._stall_cause)  # fmt: skip
+        if self._lag.files is not None:
             settings = self.planner.settings
-            try:
-                self._lag_files.write_source(shareable_options(options, settings.namespace, self.hub,
-                                                               settings.emulator, settings.auth_method))  # fmt: skip
-            except OSError as exc:
-                _LOG.warning("eventhubs: hub %s: the query's options could not be written under %s: %s", self.hub,
-                             self._lag_files.directory, exc)  # fmt: skip
-        self._lag_report: LagReport | None = None  # this trigger's figures (reportLatestOffset shows them)
-        self._lag_written: tuple[Any, float] | None = None  # what the last lag file said, and when
+            self._lag.keep_source(shareable_options(options, settings.namespace, self.hub, settings.emulator,
+                                                    settings.auth_method))  # fmt: skip
         self._planned_batch = False  # the last trigger planned a batch (a partition it left counts to a stall)
         self._skipping = False  # the last trigger was skipped for minEventsPerTrigger
 
@@ -243,7 +231,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         elif not latest.keys() <= begin.keys():  # a set comparison in C: 1,024 setdefaults were 0.07 ms a trigger
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
-        report = self._lag_report = self._lag.observe(begin, infos, self._planned_batch, self._stall_cause)
+        report = self._lag.observe(begin, infos, self._planned_batch)
         if limit is None:
             max_events = self._limit_without_admission_control()
         elif ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
@@ -272,7 +260,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                       plan.backlog, self.planner.options.min_events_per_trigger)  # fmt: skip
             self._last_end = begin
             self._planned_batch = False
-            self._said_lag(report, 0)
+            self._lag.say(report, 0)
             return self._offsets.to_json(begin)
         end = plan.end
         if end != begin:
@@ -281,7 +269,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_end = end
         self._planned_batch = end != begin
         self._lag.planned(end, infos)
-        self._said_lag(report, plan.planned)
+        self._lag.say(report, plan.planned)
         runtime.stream_runner_planned(self.planner.mirror.settle)  # a store write in flight lands before the end
         return self._offsets.to_json(end, self._packing_homes() if self._planned_batch else None)
 
@@ -307,24 +295,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._groups is None or self._groups[0] != key:
             self._groups = (key, placement_homes(self.hub, partitions, packed_by))
         return self._groups[1]
-
-    def _said_lag(self, report: LagReport, planned: int) -> None:
-        """This trigger's lag: a line in the driver's log, a warning for each partition newly stalled, and a
-        file in the checkpoint location (when a batch is planned, the figures changed, or a minute passed)."""
-        if _LOG.isEnabledFor(logging.INFO):  # the line sorts and formats every partition: only when it is logged
-            _LOG.info("hub %s: planned %d events; %s", self.hub, planned, report.log_line())
-        for lag in self._lag.newly_stalled(report):
-            _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, lag.partition, lag.stalled)
-        if self._lag_files is None:
-            return
-        figures = report.figures()
-        now = time.monotonic()
-        last = self._lag_written
-        if planned or last is None or last[0] != figures or now - last[1] >= LAG_FILE_EVERY:
-            if last is None:  # the files still waiting are written before Spark ends the runner (SIGTERM)
-                runtime.flush_on_termination(self._lag_files.flush)
-            self._lag_files.write_later(report)  # off the trigger: Spark waits on it for the plan, not the file
-            self._lag_written = (figures, now)
 
     def _stall_cause(self, partition: str) -> str | None:
         """Why a partition with events waiting may not move, where the driver knows."""
@@ -367,8 +337,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._latest is None:
             return None
         shown = SourceOffset(self.hub, self._latest).to_json()
-        if self._lag_report is not None:
-            shown[LAG_KEY] = self._lag_report.progress(self.planner.options.lag_progress_partitions)
+        progress = self._lag.progress(self.planner.options.lag_progress_partitions)
+        if progress is not None:
+            shown[LAG_KEY] = progress
         return shown
 
     @spark_facing
@@ -449,8 +420,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             try:
                 self._driver = QueryDriver(self.hub, on_read=self._task_read, bind=options.driver_bind_address,
                                            ports=options.driver_ports)  # fmt: skip
-                threading.Thread(target=self._watch_batches, args=(self._driver,), name="eventhubs-lag-watch",
-                                 daemon=True).start()  # fmt: skip
+                driver = self._driver
+                threading.Thread(target=self._lag.watch, args=(lambda: self._driver is driver,),
+                                 name="eventhubs-lag-watch", daemon=True).start()  # fmt: skip
             except OSError as exc:
                 _LOG.warning("eventhubs: hub %s: the driver cannot listen (%s): partitions get no home, and what "
                              "executors would tell the driver stays in their own logs", self.hub, exc)  # fmt: skip
@@ -463,34 +435,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lag.read(partition, end, enqueued_micros)
         if offset is not None:
             self.planner.mirror.note_read(partition, end - 1, offset)
-
-    def _watch_batches(self, driver: QueryDriver) -> None:
-        """While the query's driver lives: say by name each partition whose range a running batch has not read
-        within eventhubs.lag.stalledAfter (such a batch never reaches the next trigger's lag figures); and keep
-        the times of what the tasks read in the lag files' reads.json, for the command."""
-        every = min(10.0, max(0.5, self._lag.stalled_after / 4))
-        written: dict[str, tuple[int, int]] = {}
-        while self._driver is driver:
-            time.sleep(every)
-            reads = self._lag.known_reads()
-            if self._lag_files is not None and reads != written:
-                with contextlib.suppress(OSError):
-                    self._lag_files.write_reads(reads)
-                    written = reads
-            stalled: dict[str, str] = {}
-            for partition, start, end, waited in self._lag.overdue():
-                why = self._stall_cause(partition) or (
-                    "cause unknown: no failure was reported for it (a slow or throttled read, or a task Spark cannot "
-                    "schedule?)"
-                )
-                stalled[partition] = (f"the batch reading [{geo_segments.show(start)}, {geo_segments.show(end)}) began "
-                                      f"{waited:.0f} s ago and no task has read that range; {why}")  # fmt: skip
-                _LOG.warning("eventhubs: hub %s partition %s is stalled: %s", self.hub, partition, stalled[partition])
-            last = self._lag_report
-            if stalled and last is not None and self._lag_files is not None:
-                marked = {p: dataclasses.replace(v, stalled=stalled.get(p, v.stalled))
-                          for p, v in last.partitions.items()}  # fmt: skip
-                self._lag_files.write_later(LagReport(self.hub, datetime.datetime.now(datetime.timezone.utc), marked))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -515,5 +459,4 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def stop(self) -> None:
         """Spark rarely calls this (it ends the runner process instead, which flushes the same): the lag files
         still waiting are written."""
-        if self._lag_files is not None:
-            self._lag_files.flush(runtime.TERMINATION_FLUSH)
+        self._lag.flush(runtime.TERMINATION_FLUSH)

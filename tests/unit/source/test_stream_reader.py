@@ -219,7 +219,8 @@ def test_a_big_hubs_stream_plans_reports_and_writes_the_same_over_arrays_as_one_
         table.partitions = {p: (e, at(e)) for p, e in ends.items()}
     shown = both(lambda r: r.reportLatestOffset())[LAG_KEY]
     assert shown["stalledPartitions"] == [str(i) for i in range(190, n)]
-    assert arrays._lag._moving_columns is not None and loops._lag._moving_columns is None  # each took its path
+    # each took its path
+    assert arrays._lag.tracker._moving_columns is not None and loops._lag.tracker._moving_columns is None
     for reader in readers:
         reader.stop()  # the lag files written
     files = [LagFiles(str(tmp_path / name), "hub").reports() for name in ("arrays", "loops")]
