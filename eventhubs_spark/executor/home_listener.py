@@ -18,20 +18,20 @@ from typing import Any
 
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.interprocess import service_protocol
-from eventhubs_spark.interprocess.driver_channel import (
+from eventhubs_spark.interprocess.driver_channel import ask
+from eventhubs_spark.interprocess.partition_ends import NOTHING_NEW, Told, Vouched
+from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
+from eventhubs_spark.interprocess.service_framing import ENDS, MAX_REQUEST, REMOTE_READ, recv, send
+from eventhubs_spark.interprocess.sockets import (
     HANDSHAKE_TIMEOUT,
     MAX_PENDING,
     MAX_THREADS,
     Gate,
     Refusals,
     accept_loop,
-    ask,
     host_addresses,
     open_server,
 )
-from eventhubs_spark.interprocess.partition_ends import NOTHING_NEW, Told, Vouched
-from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, server_handshake
-from eventhubs_spark.interprocess.service_framing import ENDS, MAX_REQUEST, REMOTE_READ, recv, send
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, QueryKey, RangeRequest, RemoteRead
 
 _LOG = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import pyarrow as pa
 from eventhubs_spark.codec.layout import decode_spans
 from eventhubs_spark.executor.service_files import Place, executor_pid
 from eventhubs_spark.interprocess import service_protocol
-from eventhubs_spark.interprocess.driver_channel import PROBE_TIMEOUT, connect_home
+from eventhubs_spark.interprocess.home_link import connect_home
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket
 from eventhubs_spark.interprocess.service_framing import (
     ALIVE,
@@ -44,6 +44,7 @@ from eventhubs_spark.interprocess.service_framing import (
     recv,
     send,
 )
+from eventhubs_spark.interprocess.sockets import PROBE_TIMEOUT
 from eventhubs_spark.interprocess.task_ranges import Home, QueryKey, RangeRequest, RemoteRead
 
 _START_TIMEOUT = 15.0  # how long a worker waits for the service it started to listen

@@ -26,9 +26,10 @@ import threading
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from eventhubs_spark.interprocess.driver_channel import HANDSHAKE_TIMEOUT, connect_home
+from eventhubs_spark.interprocess.home_link import connect_home
 from eventhubs_spark.interprocess.sealed_socket import SealedSocket
 from eventhubs_spark.interprocess.service_framing import ENDS, recv, send
+from eventhubs_spark.interprocess.sockets import HANDSHAKE_TIMEOUT
 from eventhubs_spark.interprocess.task_ranges import Home, QueryKey
 
 MAX_ANSWER = 16 << 20  # bytes of an answer a driver takes (1,024 partitions all new: about 40 KB)

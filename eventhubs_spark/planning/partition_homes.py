@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from eventhubs_spark.executor.service_files import executor_pid, jvm_name
-from eventhubs_spark.interprocess.driver_channel import DriverChannel, reaches
+from eventhubs_spark.interprocess.driver_channel import DriverChannel
 from eventhubs_spark.interprocess.partition_ends import EndsClient, Vouch
+from eventhubs_spark.interprocess.sockets import reaches
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, Home, QueryKey, new_query_key
 from eventhubs_spark.planning.partition_placement import homes
 from eventhubs_spark.positions.partition_catalog import by_number

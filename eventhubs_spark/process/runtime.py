@@ -33,7 +33,7 @@ from eventhubs_spark.executor.receiver_pool import CAPACITY, ReceiverPool, read_
 from eventhubs_spark.executor.service_client import HomeClient, ServiceClient, ServiceGone
 from eventhubs_spark.executor.service_files import executor_pid, jvm_name, place
 from eventhubs_spark.executor.shared_producer import LANES, SharedProducer
-from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess import driver_channel, sockets
 from eventhubs_spark.interprocess.sealed_socket import RefusedError
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, RangeResult
 
@@ -98,12 +98,12 @@ class Runtime:
         self._fallback_logged = False
         self._readers: Any = None  # the range readers' threads (range_readers), made on first use
         # What this process found it may not use, each found out once (at a bounded cost) and checked again in the
-        # background every driver_channel.RECHECK seconds, so no task pays a failed probe its process has paid already:
+        # background every sockets.RECHECK seconds, so no task pays a failed probe its process has paid already:
         self._unreachable: set[tuple[str, str]] = set()  # (query, home executor): that home cannot be reached
         self._said: set[tuple[str, str]] = set()  # (query, home executor): said once, here and to the driver
         self._service_down = False  # the executor's receiver service cannot start, or went away
         self._announced: set[str] = set()  # queries this process's service was told of (hello), by key
-        self.recheck = driver_channel.RECHECK
+        self.recheck = sockets.RECHECK
 
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
         """The process's kept-open management client for these settings (created on first use)."""
@@ -307,7 +307,7 @@ class Runtime:
             self._said.add(key)
 
         def recheck() -> None:
-            driver_channel.wait_until_reached(home.hosts, home.port, self.recheck)
+            sockets.wait_until_reached(home.hosts, home.port, self.recheck)
             with self._lock:  # reached again (or an hour gone by: a task may try it afresh, once)
                 self._unreachable.discard(key)
 

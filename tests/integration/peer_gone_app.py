@@ -22,7 +22,7 @@ from eventhubs_spark.auth.settings import parse_connection_string
 from eventhubs_spark.common import socket_waits
 from eventhubs_spark.executor.home_listener import Listener
 from eventhubs_spark.interprocess import service_protocol
-from eventhubs_spark.interprocess.driver_channel import connect_home
+from eventhubs_spark.interprocess.home_link import connect_home
 from eventhubs_spark.interprocess.service_framing import RAW, REMOTE_READ, recv, send
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, ReceiverConfig, RemoteRead, new_query_key
 

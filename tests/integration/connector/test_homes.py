@@ -210,7 +210,7 @@ def test_a_home_that_drops_packets_costs_a_worker_one_bounded_attempt_then_nothi
     finally:
         hole.close()
     assert first == list(range(20))
-    from eventhubs_spark.interprocess.driver_channel import PROBE_TIMEOUT
+    from eventhubs_spark.interprocess.sockets import PROBE_TIMEOUT
 
     assert paid >= PROBE_TIMEOUT * 0.9, "the home's port should have dropped the connect"
     assert stats["home_down"] == "an-executor-behind-a-firewall" and stats["via"] == "worker"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from eventhubs_spark.auth.settings import parse_connection_string
-from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess import sockets
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, ReceiverConfig, new_query_key
 from tests.integration.sdk_helpers import send
 
@@ -71,8 +71,8 @@ def test_past_1024_descriptors_the_receive_path_the_service_a_home_and_the_chann
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         assert listening.fileno() > 1024
-        assert driver_channel.reaches(("127.0.0.1",), listening.getsockname()[1], timeout=5)
+        assert sockets.reaches(("127.0.0.1",), listening.getsockname()[1], timeout=5)
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         closed_port = unused.getsockname()[1]
-    assert not driver_channel.reaches(("127.0.0.1",), closed_port, timeout=2)
+    assert not sockets.reaches(("127.0.0.1",), closed_port, timeout=2)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventhubs_spark.interprocess import driver_channel
+from eventhubs_spark.interprocess import driver_channel, sockets
 from eventhubs_spark.interprocess.driver_channel import DriverChannel, Reach
 from eventhubs_spark.interprocess.sealed_socket import client_handshake
 from eventhubs_spark.interprocess.task_ranges import DriverAddress, new_query_key
@@ -59,9 +59,7 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
         assert driver_channel.ask(driver, query, {"kind": "read"}, timeout=15.0) is None
         first = time.monotonic() - started
         # a drop waits out the probe's time-out once, not once per address (nor the 15 s the caller allowed)
-        assert driver_channel.PROBE_TIMEOUT * 0.9 <= first < driver_channel.PROBE_TIMEOUT + 1.0, (
-            f"the first probe took {first:.1f} s"
-        )
+        assert sockets.PROBE_TIMEOUT * 0.9 <= first < sockets.PROBE_TIMEOUT + 1.0, f"the first probe took {first:.1f} s"
         assert not reach.reachable(driver) and reach.probes == 1
         started = time.monotonic()
         for _ in range(50):  # every later task: nothing to wait for
@@ -84,7 +82,7 @@ def test_a_driver_that_drops_packets_costs_a_process_one_bounded_probe_then_noth
 
 def test_a_probe_that_met_a_busy_host_is_corrected_in_seconds_not_a_recheck_later(monkeypatch):
     """A driver that answers, found unreachable all the same (a process starved of CPU past the probe's time-out, as
-    happened once under CI's load): the first background re-check comes within driver_channel.CONFIRM_AFTER, not after
+    happened once under CI's load): the first background re-check comes within sockets.CONFIRM_AFTER, not after
     the minute between re-checks, so lag times and homes come back at once."""
     fresh = Reach(recheck=60.0)
     monkeypatch.setattr(driver_channel, "REACH", fresh)
@@ -95,8 +93,8 @@ def test_a_probe_that_met_a_busy_host_is_corrected_in_seconds_not_a_recheck_late
         fresh.failed(driver, "no answer within 2 s")
         assert driver_channel.ask(driver, query, {"kind": "read"}) is None  # remembered: nobody waits meanwhile
         started = time.monotonic()
-        wait_until(lambda: fresh.reachable(driver), timeout=driver_channel.CONFIRM_AFTER + 5, message="reachable again")
-        assert time.monotonic() - started < driver_channel.CONFIRM_AFTER + 5
+        wait_until(lambda: fresh.reachable(driver), timeout=sockets.CONFIRM_AFTER + 5, message="reachable again")
+        assert time.monotonic() - started < sockets.CONFIRM_AFTER + 5
         assert driver_channel.ask(driver, query, {"kind": "read"}) == {"ok": True}
     finally:
         heard.close()
@@ -117,7 +115,7 @@ def test_a_connection_made_while_the_prober_waited_for_a_cpu_counts(monkeypatch)
     # this module's clock only
     monkeypatch.setattr(driver_channel, "time", types.SimpleNamespace(monotonic=late, sleep=time.sleep))
     try:
-        connected = driver_channel.first_connect(("127.0.0.1",), port, 2.0)
+        connected = sockets.first_connect(("127.0.0.1",), port, 2.0)
         assert connected is not None and connected[0] == "127.0.0.1"
         connected[1].close()
     finally:
@@ -195,7 +193,7 @@ def test_a_strangers_flood_neither_ends_nor_blocks_the_drivers_channel(reach, ca
             time.sleep(0.02)
         stranger.join()
         assert opened == 1000 and sent >= 5
-        assert most_pending <= driver_channel.MAX_PENDING
+        assert most_pending <= sockets.MAX_PENDING
         assert server.gate.turned_away > 0  # the flood was cut off, not served
         assert [m["n"] for m in answered] == list(range(sent))  # every message of the query's own got through
         assert reach.probes == 0

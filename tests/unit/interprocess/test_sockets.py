@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`eventhubs_spark.interprocess.driver_channel`."""
+"""Unit tests of :mod:`eventhubs_spark.interprocess.sockets`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_refusals_are_all_counted_and_said_at_most_once_a_minute_per_kind(caplog):
     import logging
 
-    from eventhubs_spark.interprocess.driver_channel import Refusals
+    from eventhubs_spark.interprocess.sockets import Refusals
 
     now = [0.0]
     refusals = Refusals(every=60.0, clock=lambda: now[0])
