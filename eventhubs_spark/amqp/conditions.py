@@ -1,5 +1,8 @@
-"""What an SDK error means: its AMQP condition (``amqp:link:stolen``...), found wherever the SDK keeps it, and the
-connector's error type for it. Touches no SDK internals: the table the rest of the connector reads errors by."""
+"""What an SDK error means, by its AMQP condition: the table the connector reads errors by.
+
+What an SDK error means: its AMQP condition (``amqp:link:stolen``...), found wherever the SDK keeps it, and the
+connector's error type for it. Touches no SDK internals: the table the rest of the connector reads errors by.
+"""
 
 from __future__ import annotations
 

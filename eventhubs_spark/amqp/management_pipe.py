@@ -1,23 +1,10 @@
 """Partition-properties requests pipelined on the SDK's open ``$management`` link, written and read here.
 
-Planning asks every partition's properties on every trigger: 1,024 requests at 1,024 partitions, and the
-service has no call that answers for several partitions. Through the SDK each request cost about 0.3 ms of
-the driver's CPU (a ``Message`` built and encoded twice, a UUID from ``os.urandom``, a coroutine that reads the
-connection itself, each answer decoded into a ``Message`` and matched against every pending request): 320 ms
-of CPU per trigger at 1,024 partitions, the whole of planning's time. A :class:`ManagementPipe` keeps the SDK
-for everything around the requests (the connection, TLS or WebSockets, the sign-in and its renewal, the
-links' attach, credit and flow frames, closing) and does only the requests' own frames:
+Each request is a transfer frame made from bytes built once per call, a window's worth in one write, within the
+link's credit and the session's window; the answers are read off the same transport. The connection, the sign-in,
+the links and every other frame stay the SDK's, whose counters move as it would move them.
 
-* a request is a transfer frame built from bytes made once per call (the hub, the token, the operation),
-  with the partition and a message id put in; a window's worth go out in one write;
-* the answers are read frame by frame off the same transport; a transfer on the response link and a
-  disposition of a request are taken here (decoded by :func:`decode_reply`, a small AMQP reader, with the
-  SDK's decoder as its fallback), every other frame goes to the SDK as it would have;
-* the session's and links' counters move as the SDK moves them (delivery ids, windows, credit), so the SDK
-  can go on using the connection between calls.
-
-At most ``window`` requests are unanswered at a time, and never more than the credit the service granted the
-request link or the session's window allows (the SDK's own link would send past its credit).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

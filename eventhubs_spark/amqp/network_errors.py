@@ -1,23 +1,11 @@
 """What a failure to reach the namespace means, told by the type of what was raised.
 
-The SDK connects through three libraries, and each reports a failure in its own types: the standard
-library (``ssl``, ``socket``: AMQP over TLS on 5671), websocket-client (the SDK's synchronous AMQP over
-WebSockets, through a proxy too) and aiohttp (the asynchronous clients: the management client). The SDK
-wraps what they raise (its wrappers keep it in ``error`` or as ``__cause__``), so :func:`network_failure`
-walks the whole chain and asks :func:`classify` of each exception in it. Each is known by its class
-(``isinstance`` against the library's own, imported here), by ``errno``, or by the ``ssl`` verify code;
-a refused or unreachable port may heal (retried until the deadline), an untrusted certificate, a wrong
-host name or a proxy that refuses will not (raised at once). Each becomes a
-:class:`~eventhubs_spark.errors.NetworkError` whose message names the option to change.
+The SDK fails through the standard library, websocket-client and aiohttp, each in its own types and wrapped in the
+SDK's: :func:`network_failure` walks the chain and :func:`classify` knows each by class, errno or ``ssl`` code (by
+text only where nothing else says it: :data:`TEXT_ONLY`), into a :class:`~eventhubs_spark.errors.NetworkError`
+naming the option to change.
 
-Two failures carry what they mean only in their text, and only these two are read as text
-(:data:`TEXT_ONLY`, checked against websocket-client 1.9.2 and CPython 3.10-3.13): the status a proxy
-answered a CONNECT with, which websocket-client puts in the message of ``WebSocketProxyException``
-(``"failed CONNECT via proxy status: 407"``) and nowhere else, and a connect time-out of a plain socket,
-which CPython raises as ``TimeoutError("timed out")``, the same type as any other time-out.
-
-This lives in ``amqp/`` (the floor that talks to the network through the SDK), not in ``auth/``, which
-holds only plain data and sign-in.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

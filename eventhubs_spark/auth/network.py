@@ -2,16 +2,7 @@
 
 And what a failure to get through means.
 
-Every real namespace is reached over TLS: AMQPS on port 5671, or AMQP over WebSockets on 443, the one
-way out of networks that allow only HTTPS, often through an HTTP proxy (CONNECT). A private endpoint or
-an application gateway is a custom endpoint address; a TLS-inspecting proxy re-signs every certificate
-with a company CA, which clients must be told to trust. These settings are plain, picklable data
-(the proxy password wrapped as a :class:`Secret`), carried by the connection settings to every
-process, and passed to the SDK under the names it uses (``transport_type``, ``http_proxy``,
-``custom_endpoint_address``, ``connection_verify``) and to azure-core's HTTPS clients (azure-storage-blob
-for the checkpoint store, azure-identity for Entra sign-in) under theirs (``proxies``, ``connection_verify``).
-
-What a failure to get through means is told where the network is used: :mod:`eventhubs_spark.amqp.network_errors`.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -6,15 +6,7 @@ a string a length and a gather, a double eight bytes viewed as floats. No Python
 record: this is what makes decoding into the ``value`` struct several times faster than fastavro's compiled
 reader, which builds a dict per record (``bench/avro``).
 
-It takes the shapes flat telemetry uses: records (nested too) of null, boolean, int, long, float, double,
-bytes, string, enum, fixed and ``[null, T]`` unions; and, between writer and reader schema, Avro's resolution
-for fields added with a default, fields removed, the promotions and enum symbols the reader knows. Anything
-else (arrays, maps, other unions, aliases, complex defaults) is :class:`Unsupported` and goes to fastavro.
-
-It never guesses: every body must end exactly where its last field does, every varint within ten bytes, every
-boolean 0 or 1, every string valid UTF-8, every enum index and union branch in range. Any body that does not is
-:class:`Irregular`, and the batch goes to the exact path (:mod:`eventhubs_spark.avro.decode`), which finds each bad
-body and says why.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Avro bodies into a struct column, a record batch at a time, in the executor's batch path.
 
-Each batch's rows are grouped by the schema id their content type names (``avro/binary+<id>``, the official
-encoders' format), and the bodies of one id are decoded together: field by field across all of them
-(:mod:`eventhubs_spark.avro.columnar`, numpy, about ten times fastavro; ``bench/avro``) where the writer and reader
-schemas are of the shapes it takes and every body is regular; else by fastavro's compiled reader (the exact path),
-as an Avro object container of the bodies (its header carries the writer schema), with the reader schema for Avro's
-schema resolution when the two differ. A copy of the first body at the end proves the bodies were read on their
-boundaries (:meth:`Decoder.values`); when it does not, the group is read again one block per body, so a body that is
-too short fails alone and one with bytes to spare cannot shift the next body's fields.
+Rows are grouped by the schema id their content type names; a group decodes field by field across its bodies
+(:mod:`eventhubs_spark.avro.columnar`) where it can, else by fastavro with Avro's schema resolution. Bad records
+follow Spark's readers' modes (``FAILFAST``, ``PERMISSIVE`` with a corrupt-record column).
 
-The decoder works on the schemas with their logical types taken off (:func:`~eventhubs_spark.avro.types.plain`), so
-dates, timestamps and decimals arrive as ints, longs and bytes, become Arrow arrays at once, and are converted
-column by column (:func:`convert`).
-
-Bad records follow Spark's readers' modes: ``FAILFAST`` (the default) fails the task with an error naming the
-partition, the sequence number and the schema id; ``PERMISSIVE`` makes the record's ``value`` null and fills the
-corrupt-record column with the body and the error. A message without an Avro content type, a schema id the
-registry does not have and a writer schema that cannot be resolved to the reader's are bad records too, each
-with its own message; an unreachable registry is not (it says nothing about the record) and fails the task.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

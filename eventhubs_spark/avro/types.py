@@ -6,14 +6,7 @@ unions are a nullable ``T``, enums are strings, fixed is binary, maps have strin
 ``date``, ``timestamp-millis``/``-micros`` (UTC), ``local-timestamp-millis``/``-micros`` (no zone) and
 ``decimal`` become Spark's date, timestamp, timestamp_ntz and decimal.
 
-Decoding is done on the schema with its logical types taken off (:func:`plain`): the decoder then returns
-plain longs, ints and bytes, which become Arrow arrays at once and are converted to dates, timestamps and
-decimals column by column (:mod:`eventhubs_spark.avro.decode`), instead of one ``datetime`` object per value and back.
-
-What Spark cannot hold is refused when the schema is read, naming the field: a recursive record (Spark
-types are trees), and a union of several non-null types (Spark's ``from_avro`` makes those a struct of
-``member0``, ``member1``...; the connector does not yet: each value would need its branch, which the
-decoder does not return).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -3,16 +3,7 @@
 One pass over its records only notes where each field lies (and the few values a hop needs anyway); then each
 column is made at once from those positions.
 
-A Capture record is ``SequenceNumber`` (long), ``Offset`` and ``EnqueuedTimeUtc`` (strings), two maps of unions
-and ``Body`` (null or bytes). Records differ in length, so finding where each begins is a walk through the file;
-in the usual block (records of one layout, no partition key) numpy finds them instead (:func:`_chain`), elsewhere
-the walk is kept to the varints and lengths it must read. Everything passed over (bodies, offsets, text values) is
-cut out afterwards by position, in C (:func:`~eventhubs_spark.codec.layout.spans`), never a Python object per
-field. The maps' values become the text the live read makes (:func:`~eventhubs_spark.codec.columns.to_text`); the
-enqueued time comes from ``x-opt-enqueued-time`` where the file has it, else from ``EnqueuedTimeUtc`` (to the second).
-
-:func:`~eventhubs_spark.capture.files.read_file` (a record at a time, into Python values) is the reference this
-decoder is tested against; both take the file's own writer schema and refuse a record that runs past its block.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

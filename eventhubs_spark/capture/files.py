@@ -1,15 +1,9 @@
 """Capture files read: Avro object container files as the service writes them, into the events they hold.
 
-Every file is decoded with its own embedded writer schema, which must be Capture's: a record of
-``SequenceNumber`` (long), ``Offset`` (string), ``EnqueuedTimeUtc`` (string), ``SystemProperties`` (map of
-long, double, string, bytes), ``Properties`` (map of long, double, string, bytes and, in real files, null) and
-``Body`` (null or bytes). The documentation's four-branch ``Properties`` and the real files' five both read;
-any other schema is refused by name. Codecs ``null`` and ``deflate``; a block of zero events (every empty file
-has one) is fine. A file cut short, a sync marker that does not match, or a record that runs past its block
-each get a message naming the file and the byte.
+Each file is decoded with its own writer schema, which must be Capture's (another is refused by name); a file cut
+short, a sync marker that does not match or a record past its block gets a message naming the file and the byte.
 
-The enqueued time comes from ``SystemProperties["x-opt-enqueued-time"]`` (epoch milliseconds) where the file
-has it, else from ``EnqueuedTimeUtc``, which is to the second (``12/9/2022 4:51:25 PM``, a .NET string in UTC).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

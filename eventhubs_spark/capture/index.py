@@ -2,13 +2,7 @@
 
 Also where a partition's captured history begins, and where an enqueued time falls in it.
 
-A file's name gives its partition and its window's start, not its sequence numbers; the first sequence number
-is read from the file's first bytes (a ranged read of a few KB, remembered: a written file does not change).
-Files sorted by their window's start hold increasing sequence numbers, so the file that holds a sequence number
-is found by a binary search over the names (a read per probe), and the ones after it are read as far as the
-range reaches. Empty files (a window without events) hold nothing and are passed over; a file written twice
-appears twice (the executor reads each event once); a late file appears at a re-listing (every
-``refresh_every`` seconds, and on the executor when a gap is met).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Executor side: a task's range of a partition read from Capture files into the source's record batches.
 
-The driver gives the task the files it found for the range, in sequence order. Each event is yielded once, in
-sequence order, whichever file it came from: a file written twice, or files that overlap, give their events
-once (an event below the next sequence number to read is one already read). A sequence number missing from
-every file is a gap. Before calling it one, the reader lists the partition's files again, for up to
-``eventhubs.capture.lateFileWait``, since Capture back-fills after a storage outage; a file that appears and
-covers the gap is read in its place. A gap that stays fails the task (``failOnDataLoss=true``), naming the
-partition, the missing range and the files on either side, or is logged with its count and passed over.
+Each event once, in sequence order, whichever file it came from; a sequence number missing from every file is looked
+for again for up to ``eventhubs.capture.lateFileWait`` (Capture back-fills), then fails the task or is logged, as
+``failOnDataLoss`` says. Rows carry the live read's values for the same event.
 
-Rows have the live read's values for the same event: body, partition, offset, sequence number, enqueued time
-(to the millisecond where the file has ``x-opt-enqueued-time``, else to the second), partition key, properties
-and the system properties Capture kept, as text the way the live read makes it.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -6,12 +6,7 @@ claim unowned partitions (greedy: up to the ceiling at once; balanced: one per c
 unowned, steal one from the owner holding the most. Claims are conditional on etags, so a lost race
 drops the claim. Greedy runs its next cycle at once while unbalanced and gaining; otherwise after the interval.
 
-The fix: the Python SDK steals only when it is below the floor, so three greedy processors over 32
-partitions can settle at [12, 10, 10] for good (12 is above the ceiling of 11, and nobody is below
-the floor of 10). Here an owner below the ceiling also steals while another is above it, so every
-strategy converges to a split within one partition of fair.
-
-:func:`plan` is pure (clock and random source are arguments) and is what the tests drive.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

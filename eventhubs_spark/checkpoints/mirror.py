@@ -1,16 +1,9 @@
 """A query's progress in the blob checkpoint store: the mirror, and the hand-over of partitions.
 
-The Spark checkpoint is the query's source of truth; the store is a mirror for monitoring, for SDK
-processors and for a restarted query without a Spark checkpoint. A checkpoint names the last
-processed event, so a query whose next event is ``n`` writes ``n - 1`` with that event's own offset
-(the Python SDK resumes by offset only). The offset comes from what the batch's task told the driver of
-the last event it read (:meth:`CheckpointMirror.note_read`), or from partition properties when the planner
-has seen that event as a partition's last (:meth:`CheckpointMirror.note`), else (the task's word lost, no
-driver channel, a geo-replicated hub) from an owner-level lookup on the hub between micro-batches (see
-:mod:`eventhubs_spark.planning.position_lookup`).
+Spark's checkpoint is the query's truth; the store mirrors it for monitoring, for SDK processors and for a query
+restarted without one. A checkpoint names the last event processed, with that event's own offset.
 
-A hand-over (ownership mode) is the same write with a ``releasedby`` marker naming the owner that
-let the partition go (see :mod:`eventhubs_spark.checkpoints.query_ownership`).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Arrow arrays made from their buffers, not with ``pa.array()``.
 
-``pa.array()`` (and ``pa.scalar()``) import pandas the first time a process calls them: pyarrow asks
-whether the input is a pandas object, whatever it is. That import costs a fresh Python worker 0.3-0.6 s
-of CPU, and Spark starts fresh workers often: at a query's start, and again whenever an executor's
-workers sat idle for a minute (its ``PythonWorkerFactory`` ends them), which is every micro-batch of a
-stream triggered less often than that. Nothing on the read path needs pandas, so the arrays it makes
-come from here: numbers from numpy arrays as they are (no copy), text and bytes from Python lists as
-one data buffer and its offsets. An input these cannot take as it is (a text that is not valid UTF-8
-to encode, bytes past 2 GiB in one array) goes to ``pa.array()``, which raises or copes as it would
-have.
+``pa.array()`` imports pandas the first time a process calls it, a cost every fresh Python worker would pay; the read
+path needs no pandas, so its arrays are made here from numpy arrays and buffers, and only what these cannot take
+goes to ``pa.array()``.
+
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -6,17 +6,7 @@ client CPU per event in all, most of it building objects that are thrown away at
 over a message's bytes appends each column's value to a plain list (:class:`Columns`); pyarrow turns
 the lists into a record batch in C.
 
-Agreement with the SDK is the contract: every value is what
-:meth:`~eventhubs_spark.codec.columns.Columns.append_sdk_message` makes of the SDK's decoding of the
-same bytes (AMQP strings, symbols and binaries as ``bytes``, timestamps as milliseconds, the same text
-for each property value). Where a message uses
-a form this decoder does not handle (a value or sequence body, a list, map, array or described value
-among the properties, the long section descriptor), :func:`decode_into` raises :class:`Unsupported`
-and the caller decodes that message with the SDK instead (:meth:`Columns.append_sdk_payload`),
-counting it in :attr:`Columns.fallbacks`. A property test compares both paths row by row.
-
-Tasks use it for what :mod:`eventhubs_spark.codec.layout` (a whole range decoded column by column, several times faster)
-leaves over: small chunks, and messages of forms a layout does not describe.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

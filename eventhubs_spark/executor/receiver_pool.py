@@ -6,11 +6,7 @@ reopened at the start. The pool follows Spark's Kafka consumer pool: keyed by wh
 resource, bounded, idle entries expire on an injected clock, an entry in use is never evicted,
 clients close outside the lock, and an entry is invalidated after an error or on a task retry.
 
-Release: an idle owner-level receiver shuts out every non-epoch reader of its consumer group (the
-Python SDK's processors among them), so an idle one is closed after the short time its input
-partition says (tied to the query's trigger cadence, at most its ownership update interval), by a
-reaper thread of the pool, even when no further task comes; in ownership mode every task also
-carries the partitions its query owns, and idle receivers of the others are closed at once.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -5,16 +5,7 @@ accumulators) and no way to learn where its tasks run. So a streaming query's dr
 stream runner process) listens on a TCP port, and every input partition carries where
 (:class:`~eventhubs_spark.interprocess.task_ranges.DriverAddress`) with the query's key. Over it:
 
-* receiver services announce themselves (``service``: their id and where other executors reach them),
-  again every few seconds while they serve the query: the driver's list of live services, over which it
-  places each partition's home (:mod:`eventhubs_spark.planning.partition_placement`);
-* a task whose plan named no home yet (the query's first batch) asks for its partition's home (``home``);
-* a task tells what an operator must learn on the driver (``worker_reads``: a worker reads for itself;
-  ``home_unreachable``: a home could not be reached), logged once per executor and kind.
-
-Each connection is proven and sealed (:mod:`eventhubs_spark.interprocess.sealed_socket`): the driver and the task or
-service both show they hold the query's key, and the messages (JSON objects of at most :data:`MAX_MESSAGE` bytes)
-cross encrypted. Asking is best effort: a task never fails because the driver cannot be reached.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Where partitions end, as the executors' receiver services know it: a driver asks each once a trigger.
 
-Planning a running stream asks Event Hubs every partition's properties on every trigger, one request a
-partition (the service answers for no more than one): at 1,024 partitions that is 1,024 requests a trigger. But
-the receiver services already hold an open link with credit on every partition they read (kept between
-micro-batches, reading ahead), and such a link brings each new event as the service enqueues it. So a service
-knows, for each of those partitions, the newest event there is (up to the time the next one takes to arrive),
-and a driver can ask every service once (one request an executor, not one a partition) for the partitions its
-links vouch for: :class:`EndsClient` asks, :class:`Told` answers on the service's side
-(:meth:`eventhubs_spark.executor.home_listener.Listener`), over the sealed connection tasks use to read from a
-home. The driver asks Event Hubs only for the partitions no service vouched for
-(:mod:`eventhubs_spark.planning.executor_ends`).
+The receiver services' open links learn of each new event as it is enqueued, so a driver asks each service once a
+trigger for the partitions its links vouch for (:class:`EndsClient` asks, :class:`Told` answers), and Event Hubs
+only for the rest. A vouched end is never past the partition's real end, and at most a moment behind it.
 
-What a vouch is: (partition, the position after the newest event its link brought, that event's offset and
-enqueued time). The event exists, so the end is never past the partition's real one; a link vouches only while it
-is open, has not failed and may read on (its read-ahead is not full: a full link has stopped bringing events), so
-the end is at most a moment behind. An end a moment behind moves the newest events to the next batch; nothing is
-lost or read twice.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

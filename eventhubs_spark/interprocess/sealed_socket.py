@@ -1,16 +1,9 @@
 """Connections between a streaming query's processes over the network: proven and sealed.
 
-Two kinds cross the network: a task away from its partition's home reads the range from the home's receiver service
-(:mod:`eventhubs_spark.executor.receiver_service`), and services and tasks tell the query's driver what it must know
-(:mod:`eventhubs_spark.interprocess.driver_channel`). Only the query may take part: both sides prove they hold the
-query's key (:class:`~eventhubs_spark.interprocess.task_ranges.QueryKey`, made by the driver and sent with the
-tasks; a service learns it from its own executor's tasks over its private Unix socket) by an HMAC over the other's
-random challenge, so the key never crosses the wire and neither a stranger nor a stranger's server is believed.
-Everything after the handshake is sealed: AES-GCM with a key derived for this connection (HKDF over the query's key
-and both challenges) and a counter for each direction's nonces, so what crosses is neither readable nor alterable by
-whoever lacks the key. The key itself travels to the executors inside the pickled tasks, which Spark's RPC carries
-in clear text unless its own encryption (``spark.network.crypto.enabled`` or TLS) is on: on a network others can
-watch, the seal is as private as Spark's RPC, no more. What crosses is data only: never credentials or code.
+Both sides prove they hold the query's key by an HMAC over the other's random challenge (the key never crosses the
+wire), and everything after is sealed with AES-GCM under a key derived for the connection.
+
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

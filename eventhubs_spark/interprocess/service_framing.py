@@ -1,17 +1,9 @@
 """The receiver service's framing: how messages cross its socket.
 
-Each message is a kind byte and a payload length (:data:`MESSAGE`), then the payload, sent with its parts gathered
-into as few writes as the socket takes. The kinds: :data:`READ` (a worker's range request, JSON:
-:mod:`eventhubs_spark.interprocess.service_protocol`), :data:`RAW` (a chunk of the range: the next sequence number,
-the message count, each message's start and end, then the buffer the messages are in, the AMQP frames as they
-arrived, undecoded: :meth:`~eventhubs_spark.amqp.messages.RawEvents.pieces`), :data:`DONE` (the range's counts,
-JSON), :data:`ERROR` (the range's failure, JSON:
-:func:`~eventhubs_spark.interprocess.service_protocol.encode_error`) and :data:`ALIVE` (nothing: the service is
-still at the range, sent when it has had nothing else to send for :data:`ALIVE_EVERY` seconds, so a worker tells a
-slow range from a service that stopped answering); :data:`HELLO` and :data:`REMOTE_READ` serve homes
-(:mod:`eventhubs_spark.executor.home_listener`), :data:`ENDS` a driver's planning
-(:mod:`eventhubs_spark.interprocess.partition_ends`). The worker decodes the spans into the source's Arrow record
-batches (:mod:`eventhubs_spark.codec.layout`).
+Each message is a kind byte and a payload length, then the payload; a range comes back as ``RAW`` chunks of the
+undecoded AMQP frames with each message's span, which the worker decodes into record batches.
+
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """What crosses the receiver service's socket: data only, never code.
 
-The service holds every query's credentials, so what a worker sends it must never be able to run anything there,
-whatever slips elsewhere (a shared user on a multi-user cluster, a socket directory with the wrong mode). A range
-request travels as JSON and is rebuilt field by field against the dataclasses it names, with each field's declared
-type checked: an unknown field, a missing one, a value of the wrong type or anything that is not JSON is refused
-(:class:`ProtocolError`), logged, and nothing of it is used. Events come back as spans of the undecoded AMQP frames
-(:mod:`eventhubs_spark.interprocess.service_framing`), which the worker decodes; errors as JSON naming one of the
-connector's error types.
+The service holds every query's credentials, so a request is JSON rebuilt field by field against the dataclasses it
+names, each field's type checked; anything else is refused (:class:`ProtocolError`), logged and never used.
 
-Secrets (keys, tokens, the proxy password) cross the socket as they are, as they would inside a
-Spark task: the socket is the user's own (mode 0600, in a directory of mode 0700, each peer's user
-checked), and they are wrapped in :class:`~eventhubs_spark.auth.secret.Secret` again on arrival.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

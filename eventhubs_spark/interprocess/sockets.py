@@ -1,4 +1,6 @@
-"""The socket plumbing a query's listeners and connections share: where this host can be reached, a listening
+"""The socket plumbing a query's listeners and connections share.
+
+The socket plumbing a query's listeners and connections share: where this host can be reached, a listening
 port from a range, a gate on connections not yet proven, refusals said once a minute, an accept loop, and a connect
 that tries every address at once and says whether all of them refused.
 

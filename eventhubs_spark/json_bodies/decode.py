@@ -7,21 +7,7 @@ type, a field the schema lacks, a duplicate key, a body with a line break) is ha
 fit stand alone; only those are read by Python's ``json`` and the rules below. A batch with a few odd bodies
 costs a few more parses, not a row-by-row pass.
 
-What a body that does not fit becomes is the read's mode (``eventhubs.json.schemaEvolutionMode``):
-
-- ``addNewColumns``: fields the schema lacks, and values of another type, make a new schema version (fields
-  added, ``bigint`` widened to ``double``, anything else to ``string``), recorded where the schema is kept; the
-  task then fails with :class:`SchemaEvolved`, naming the new fields and version. The query started again reads
-  with it, from the same batch (nothing is skipped).
-- ``rescue``: the schema never changes; what did not fit goes, as JSON text, into the rescue column.
-- ``failOnNewColumns``: the task fails, naming the field, the partition and the sequence number.
-- ``none``: fields the schema lacks are ignored; values of another type are rescued.
-
-In every mode a body that is not a JSON object (not JSON, not UTF-8, an array, a number) gets a null ``value``
-and its text (``{"_body": ...}``, or ``{"_body_base64": ...}`` for bytes that are not UTF-8) in the rescue
-column; ``failOnNewColumns`` fails instead. A string field takes any value, as its JSON text (Spark's
-``from_json`` rule); a duplicate key's last value wins (Python's ``json`` and Spark's rule); an integer beyond
-``bigint`` is a value of another type (a ``double``).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

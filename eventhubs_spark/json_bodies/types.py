@@ -6,9 +6,7 @@ and Connect) and in a process without a JVM, and kept as text a restart reads ba
 lists; a user's fixed schema may also say ``timestamp`` (parsed from ISO 8601 text) and ``date``. Inference never
 makes a timestamp: text stays text unless the schema says otherwise.
 
-Merging two observations of a field: the same type stays; ``int64`` and ``float64`` widen to ``float64``; two
-structs merge field by field; two lists merge their elements; a null (``pa.null()``) takes the other side; any
-other pair becomes ``string`` (the value's JSON text).
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.lag.LagTracker`
+"""A trigger's lag figures as arrays, one entry a partition.
+
+A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.lag.LagTracker`
 works them out on a hub whose positions are plain sequence numbers (every hub but a geo-replicated one).
 
-Why arrays: the driver works the figures out in every trigger, for every partition, on the stream runner's one
-thread that Spark waits on. At 1,024 partitions a loop building a figures object a partition was half of a
-trigger's planning (about 2 ms of 4 in the runner), ten times the same loop at 32 partitions. Here a trigger costs
-a few array operations and no object a partition: the per-partition figures are made only when something reads
-them one by one (a lag file, the driver's INFO line, a stalled partition's warning); the progress report, the
-summary and the stall decisions come from the arrays.
-
-What stays in Python objects, and why: the partition properties (one frozen object a partition, made by the
-management client or by the executors' vouches; only those that changed since the last trigger are read again,
-:class:`InfoColumns`), and the tasks' reads (a dict the driver's channel threads write as tasks finish;
-:class:`ReadColumns` takes them over when they changed). A geo-replicated hub, or a trigger whose properties lack
-a partition it plans, keeps the loop (:meth:`~eventhubs_spark.lag.LagTracker.observe`'s other path),
-which is also what the tests compare this with.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

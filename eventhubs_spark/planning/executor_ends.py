@@ -1,26 +1,10 @@
 """A running stream's partition ends from its executors' links, and from Event Hubs only where none vouches.
 
-Each trigger of a running stream needs every partition's end, and Event Hubs answers one partition a request: 1,024
-requests a trigger at 1,024 partitions, about 60 us each of two processes' CPU on this machine. The receiver
-services already hold an open link on each partition they read, and such a link knows the newest event as soon as
-it is enqueued; the driver asks each service once a trigger where its links' partitions end
-(:mod:`eventhubs_spark.interprocess.partition_ends`,
-:meth:`~eventhubs_spark.planning.partition_homes.QueryDriver.executor_ends`), and :class:`KnownEnds` plans from
-those answers:
+:class:`KnownEnds` takes the ends the services' links vouch for (:mod:`eventhubs_spark.interprocess.partition_ends`)
+and asks Event Hubs for every other partition, and for each partition again now and then, so nothing rests on the
+links alone.
 
-* a partition a service vouches for takes the vouched end with the properties it had (its beginning, whether it is
-  empty), the vouched event's offset and enqueued time in place of the last enqueued ones. A vouched end is never
-  past the partition's (the event exists), and at most a moment behind it: the newest events then go to the next
-  batch;
-* Event Hubs is asked for every other partition: none vouches, the vouch is behind what the driver already knew
-  (a link still reading towards it), the partition was empty or is on a geo-replicated hub (positions carry a
-  replication segment the links' events name differently);
-* and, so that nothing rests on the links alone for ever (a beginning that moved with retention, a link that
-  stopped bringing events without saying so), the partitions asked longest ago once their answer is
-  :data:`REFRESH_AFTER` seconds old, at most one in :data:`REFRESH_SHARE` a trigger.
-
-Only a running stream plans this way: a first trigger, a Trigger.AvailableNow run's fixed end, a batch read and
-ownership mode ask Event Hubs for every partition, as before.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

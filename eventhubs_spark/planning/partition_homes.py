@@ -2,16 +2,7 @@
 
 And what executors tell the driver.
 
-The stream runner process plans every micro-batch, so it keeps, for its query, a key
-(:class:`~eventhubs_spark.interprocess.task_ranges.QueryKey`), a listening channel
-(:mod:`eventhubs_spark.interprocess.driver_channel`), and the receiver services that announced themselves over it
-(each again every few seconds). Each batch's ranges carry the key, where the driver listens, and the partition's
-home: :func:`eventhubs_spark.planning.partition_placement.homes` over the services heard from within :data:`EXPIRY`
-seconds, sorted by id, so a new executor's service takes its share and a gone one's partitions find a new home
-within the next trigger. The first batch is planned before any service exists; its tasks ask here once their own
-service has announced itself, and the answer waits until the services have settled (no new one for :data:`SETTLE`
-seconds), so the first batch already reads each partition at its home. In local mode (Spark's one executor lives in
-the driver's JVM, which each service names) no other service can come, and the answer does not wait.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -7,10 +7,7 @@ receiver reads the first event its filter selects (concurrently for every partit
 the last event means the partition's end. Those receivers are links on the process's one connection to the
 namespace, all attached at once (one receiver of its own each only for what that could not find).
 
-Such a lookup is an owner-level receiver when the query's are (a plain one would be refused while they hold the
-partition), so it displaces the query's idle executor receiver of that partition, which reopens at its position at
-its next task (see :mod:`eventhubs_spark.executor.partition_receiver`). Lookups run on the driver between
-micro-batches, never while the query's own tasks read.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -3,21 +3,7 @@
 The JSON is the azure-event-hubs-spark connector's, and it selects the same events as there, so a
 migration keeps its option values *and* what they read::
 
-    {"offset": "-1"}                       earliest (start of stream)
-    {"offset": "@latest"}                  end of stream
-    {"offset": "12345"}                    the event at offset 12345 (isInclusive defaults to true)
-    {"offset": "12345", "isInclusive": false}   the event after it
-    {"seqNo": 42}                          the event with sequence number 42 (isInclusive is ignored)
-    {"enqueuedTime": "2024-05-01T00:00:00Z"}    the first event enqueued strictly after that instant
-
-Every position names one event: the first event its filter selects (:func:`selector`). A starting
-position reads from that event; an ending position stops before it, which is how the old connector's
-``translate()`` used both. Its rules, followed exactly: ``EventPosition.isInclusive`` defaults to
-true; a ``seqNo`` is used as it is, whatever ``isInclusive`` says; an ``offset`` is filtered with its
-``isInclusive``; an ``enqueuedTime`` always with a strict ``>`` (the Java client's
-``EventPosition.fromEnqueuedTime`` has no inclusive flag). A position past the last event names the
-partition's end. The old connector wrote every field, unused ones as ``null`` (``seqNo`` as ``-1``);
-that shape is accepted too. Every position is translated to a sequence number once, on the driver.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Positions on geo-replicated hubs: a sequence number with its replication segment, as one integer.
 
-On a geo-replicated namespace (Premium, Dedicated) a promotion of the secondary region begins a new
-replication segment in every partition. A forced promotion loses the events the old primary had not yet
-replicated, and the new segment's sequence numbers go on from the last event kept: a sequence number alone
-then names two events, one lost and one new. The service stamps each event's segment
-(``x-opt-sequence-number-epoch``, -1 where the hub is not geo-replicated), takes a sequence-number filter
-as ``'<segment>:<sequence number>'``, and answers a position in a segment it no longer has (past the events
-it lost) with the new segment's first event. Offsets there are opaque strings (``"10:0030"``): never
-parsed as numbers.
+A promotion on a geo-replicated hub begins a new replication segment whose sequence numbers may name lost events
+again, so a position is one integer: the segment above :data:`SEQ_BITS`, the sequence number below. A hub that is not
+geo-replicated has segment -1: its positions are its sequence numbers.
 
-Everywhere the connector plans, reads and counts, a position is one integer, :func:`pack`: the segment
-plus one in the bits above :data:`SEQ_BITS`, the sequence number below. A hub that is not geo-replicated
-has segment -1, so its positions *are* its sequence numbers: nothing changes for it, and Spark checkpoints
-written before this module read the same. On a geo-replicated hub positions order as the partition's
-events do (segment, then sequence number), so ranges ``[start, end)`` and comparisons keep working
-across a promotion; only counting across one needs :func:`count` and :func:`advance`.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -7,12 +7,7 @@ at least :data:`DEAL_RUN` events, as a partition-less send of the SDKs puts a ba
 it can count events per partition. Targets are sent concurrently through a producer pooled per
 executor process.
 
-Delivery is at least once by default: a failed task is retried by Spark and sends again. With
-``eventhubs.sink.exactlyOnce`` every event carries a stamp naming its row, and an attempt that may follow
-another reads its stamps back and sends only what is missing (:mod:`eventhubs_spark.sink.exactly_once`).
-
-Laid out as the source is: :mod:`.layout` (which column plays which role), :mod:`.sender` (a task's rows into
-sends), :mod:`.writers` (what Spark calls), :mod:`.exactly_once` with its records :mod:`.write_fences`.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from eventhubs_spark.sink.exactly_once import ExactlyOnce

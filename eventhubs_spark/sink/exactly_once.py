@@ -1,21 +1,9 @@
-"""Exactly once into a hub: each event the sink writes carries a stamp, and a task attempt that may follow an
+"""Exactly once into a hub: stamped events, read back by an attempt that may follow another.
+
+Exactly once into a hub: each event the sink writes carries a stamp, and a task attempt that may follow an
 earlier one reads its own stamps back before it sends, and skips the rows already stored.
 
-Why it works: Event Hubs has no idempotent send and no transactions, but a Spark task is told which write, batch
-and input partition it writes (``sql.streaming.queryId``, ``streaming.sql.batchId``, ``partitionId()``), and a
-deterministic query gives a re-run task the same rows in the same order, so "row i of input partition p of batch
-b of query q" names a row across attempts, executors and driver restarts. The stamp says exactly that (the
-application property :data:`STAMP`, ``<write>/<batch>/<partition>/<row>/<digest>``, the digest a CRC-32 of the
-body), so a consumer that is not ours can drop duplicates by it too. The digest is how a query that is not
-deterministic is found out: a row whose body differs from what an earlier attempt stored at its place is sent (and
-counted, and said), never skipped, so such a query falls back to at least once and loses nothing.
-
-Where to look: every event a batch's tasks store lands after the fence (the partitions' ends when the batch before
-committed, :mod:`eventhubs_spark.sink.write_fences`). An attempt that finds no mark of an earlier one reads
-nothing; one that finds a mark (a retried task, a batch run again after the driver restarted, a ``df.write`` run
-again with its write id) reads each partition from the fence to its end through the connector's own receive path,
-keeps the stamps of its own task, and sends the rest. A send that went unanswered inside an attempt is settled the
-same way before it is made again: the hub is asked, not trusted to have dropped it.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""A write task's sender: rows into events, packed into batches per target, sent concurrently, retried, and (exactly
-once) settled by reading the hub back when a send's outcome is not known."""
+"""A write task's sender: rows into events, batched per target, sent, retried and settled.
+
+A write task's sender: rows into events, packed into batches per target, sent concurrently, retried, and (exactly
+once) settled by reading the hub back when a send's outcome is not known.
+"""
 
 from __future__ import annotations
 

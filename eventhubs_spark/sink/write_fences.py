@@ -1,17 +1,9 @@
-"""The exactly-once sink's records: per write, where the target hub's partitions ended at each committed batch
+"""The exactly-once sink's records: fences (the hub's ends at each commit) and marks.
+
+The exactly-once sink's records: per write, where the target hub's partitions ended at each committed batch
 (fences), and which tasks have begun sending (marks).
 
-Why both: a task attempt that finds its mark knows an earlier attempt of the same task may have stored some of its
-rows, and reads the hub back from the fence before its batch to find them (:mod:`eventhubs_spark.sink.exactly_once`); a
-first attempt finds no mark and sends at once, reading nothing. A fence is written by the driver when a batch
-commits (``commit()`` runs there once per batch), so a batch's tasks never look up the hub's ends themselves. Only
-the first batch a stream writes (no fence before it) and ``df.write`` (no batches) have none: there each task
-records the ends in its mark before it sends.
-
-Kept as small JSON files under ``<location>/eventhubs-sink/<write id>/`` (a local path, or a shared one every
-executor sees: ``/dbfs``, a Unity Catalog volume, NFS), each written whole to a temporary name and renamed, so
-a reader sees the old file or the new one. The records of a batch are dropped once a later batch committed: Spark
-never runs a batch again after the next one committed.
+Why it is built so: the design notes in docs/pages/architecture.md.
 """
 
 from __future__ import annotations

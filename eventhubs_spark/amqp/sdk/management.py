@@ -1,5 +1,8 @@
-"""The SDK's internals the management client's pipelined requests use: the ``$management`` links, their session's
-windows and the frames the connection reads."""
+"""The SDK's internals the pipelined management requests use.
+
+The SDK's internals the management client's pipelined requests use: the ``$management`` links, their session's
+windows and the frames the connection reads.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The SDK's internals the sink uses: a batch filled with already-encoded events, one send made once (no silent second
-send), every partition's producer link on one connection, and what the producer knows of the hub's partitions."""
+"""The SDK's internals the sink uses.
+
+The SDK's internals the sink uses: a batch filled with already-encoded events, one send made once (no silent second
+send), every partition's producer link on one connection, and what the producer knows of the hub's partitions.
+"""
 
 from __future__ import annotations
 
