@@ -84,8 +84,8 @@ class SharedConnection:
         self._connection: Any = None
         self._tap: FrameTap | None = None
         self._links: list[Link] = []
-        # Which links a step looks at (a connection may hold 1,024 of them: a walk over all costs about 3 ms a
-        # time, and a busy connection steps hundreds of times a second): those still opening, and those whose
+        # Which links a step looks at (a connection may hold 1,024 of them, and a busy connection steps hundreds of
+        # times a second: a walk over all each time would be its main cost): those still opening, and those whose
         # credit may need topping up (events came, its reader made room, it just opened). Every _SWEEP_EVERY
         # seconds a step looks at all of them.
         self._opening: list[Link] = []

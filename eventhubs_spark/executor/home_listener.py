@@ -269,7 +269,7 @@ class Listener:
         # read before what the links vouch for: a change after it makes the next question look again
         version = self.ends_version() if self.ends_version is not None else None
         if version is not None and told.as_of == version:
-            payload = NOTHING_NEW  # an idle stream's question, every 10 ms or so: nothing looked at
+            payload = NOTHING_NEW  # an idle stream's question, many a second: nothing looked at
         else:
             payload = told.answer(self.ends(known[1]) if self.ends is not None else {})
             told.as_of = version

@@ -131,15 +131,14 @@ class ReceiverPool:
         # What each receiver's link vouches for now (newest_ends), kept as it changes: each receiver tells the pool
         # (_revouch) after anything that may change it, on the thread that changed it (a link's reading thread for
         # its newest event, its end, its read-ahead held back or freed). A driver's question after a batch reads
-        # these tuples instead of walking every receiver, its link and its sink (at 1,024 partitions that walk took
-        # 1.4-2.9 ms of the service's CPU on the trigger's path, 0.3 ms warm: after a batch none of it is in the
-        # CPU's caches), and none at all while ``vouch_version`` stands (bumped whenever one changes: an idle
-        # stream asks every 10 ms or so). reap() looks at every receiver again once a second, off that path, so a
-        # change nobody told of is seen within a second. Each is kept with its answer row encoded (Vouched), made as
-        # it changes on the thread that changed it, so a question that must tell every partition joins bytes.
+        # these tuples instead of walking every receiver, its link and its sink on the trigger's path (after a batch
+        # none of it is in the CPU's caches; bench `planning`), and none at all while ``vouch_version`` stands
+        # (bumped whenever one changes: an idle stream asks many times a second). reap() looks at every receiver
+        # again once a second, off that path, so a change nobody told of is seen within a second. Each is kept with
+        # its answer row encoded (Vouched), made as it changes on the thread that changed it, so a question that
+        # must tell every partition joins bytes.
         # Kept by hub (namespace, hub, credential), then consumer group, then partition: a question copies its hub's
-        # dict instead of selecting from every receiver's (at 1,024 partitions that selection was 0.7-1.6 ms of the
-        # service's CPU while the driver's trigger waited for the answer).
+        # dict instead of selecting from every receiver's while the driver's trigger waits for the answer.
         self._vouches: dict[PoolKey, dict[str, dict[str, Vouched]]] = {}
         self.vouch_version = 0
         self._lock = threading.Lock()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from eventhubs_spark.interprocess.partition_ends import Vouch
 
 # Seconds a partition may go on vouched ends before Event Hubs is asked for it again, at most one partition in
-# REFRESH_SHARE a trigger (64 requests took 5-8 ms at 1,024 partitions here: no trigger asks for many at once).
+# REFRESH_SHARE a trigger, so no trigger asks for many at once (bench `planning`).
 # What it guards against is slow to matter: a beginning moved by retention (a task finds that too), a link that
 # stopped bringing events without ending (the SDKs' own processors trust their links as long).
 REFRESH_AFTER = 300.0

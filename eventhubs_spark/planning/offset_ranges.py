@@ -21,10 +21,9 @@ from eventhubs_spark.errors import OptionError
 from eventhubs_spark.positions import geo_segments
 from eventhubs_spark.positions.partition_catalog import by_number
 
-# Partitions from which planning works over arrays (numpy) rather than one partition after another: at 1,024 the
-# arrays are 4-5x faster, but each array operation costs a few µs whatever its size, and in the stream runner (a
-# Python worker beside the JVM on the same cores) the loops were still faster at 32 partitions (0.10 ms against
-# 0.3 for the lag figures). Read at each call, so tests can take either path at any size.
+# Partitions from which planning works over arrays (numpy) rather than one partition after another: arrays win on
+# big hubs, but each array operation has a fixed cost whatever its size, so on small ones the loops win (bench
+# `planning`). Read at each call, so tests can take either path at any size.
 ARRAYS_FROM = 128
 # Where a planned batch's offset keeps the executors its small ranges were packed by (no hub can have this name).
 HOMES_KEY = "@homes"

@@ -353,8 +353,8 @@ def use(runtime: Runtime | None) -> Runtime | None:
 # Spark's Python worker runs a full garbage collection after every task it serves (pyspark's daemon,
 # between the tasks of a reused worker). A full collection walks every object the process tracks, and a
 # worker that has imported pyspark, pyarrow, pandas, numpy, the Azure SDK and this package tracks about
-# 90,000 that live as long as it does: 20-28 ms of CPU per task on the bench machine, more than a quiet
-# stream's task spends reading, and 32 of them per micro-batch at 32 partitions. So a worker's second task
+# tens of thousands that live as long as it does: more CPU per task than a quiet stream's task spends reading
+# (bench `task_cost`), once per task of every micro-batch. So a worker's second task
 # here moves what the worker holds out of the collector's sight (gc.freeze; the second, not the first, so
 # that what the first task imported is included and its garbage was collected by then). Frozen objects are
 # still freed when their last reference goes; only a reference cycle among them is never collected, and
@@ -401,8 +401,8 @@ def task_started() -> None:
 # Spark plans a stream in a Python process of its own, one per streaming source (pyspark's
 # python_streaming_source_runner), which lives as long as the query. It holds what the reader imported and
 # built (pyspark, pyarrow, the Azure SDK, this package; at 1,024 partitions the partitions' properties and
-# positions), and a full collection there walked all of it: 22 ms of a 34 ms trigger at 1,024 partitions on the
-# bench machine, in whichever trigger it fell. So, as in a worker, what the runner holds once its first trigger is
+# positions), and a full collection there walked all of it: most of a big hub's trigger, in whichever trigger it
+# fell (bench `planning`). So, as in a worker, what the runner holds once its first trigger is
 # planned is frozen out of the collector's sight (everything planning imports is imported by then), and later
 # collections walk only what triggers made since. EVENTHUBS_SPARK_GC_FREEZE=false in the driver's environment
 # leaves it alone. Only in that process: a reader planned elsewhere (a test calling latestOffset) never freezes.

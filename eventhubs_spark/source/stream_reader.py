@@ -126,8 +126,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self._initial = {}  # partitions join the offsets as this query gains them
             else:
                 self._initial = self.planner.resolve(infos, self.planner.starting_positions(infos))
-        # through the codec: Spark hands this document back as the first trigger's start (1,024 entries to read
-        # again, 1 ms of the first trigger at 1,024 partitions, were it not remembered)
+        # through the codec: Spark hands this document back as the first trigger's start (a big hub's positions to
+        # read again, were it not remembered)
         return self._offsets.to_json(self._initial)
 
     @spark_facing
@@ -228,7 +228,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                                              self.planner.resolve, self.hub)  # fmt: skip
             begin, fresh = self._mine.plan(begin, infos)
             latest = {pid: latest[pid] for pid in begin}
-        elif not latest.keys() <= begin.keys():  # a set comparison in C: 1,024 setdefaults were 0.07 ms a trigger
+        elif not latest.keys() <= begin.keys():  # a set comparison in C, not a setdefault a partition
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
         report = self._lag.observe(begin, infos, self._planned_batch)
