@@ -117,7 +117,11 @@ class OffsetCodec:
         for given, positions in self._given:
             if doc == given:
                 return dict(positions)
-        return dict(SourceOffset.from_json(doc, self.hub).positions)
+        read = dict(SourceOffset.from_json(doc, self.hub).positions)
+        # remembered as given: a checkpoint's offset (after a restart) is then the one answered while nothing new
+        # comes, "@homes" and all, not an equal one without them that Spark would take for new data
+        self._given = [(doc, dict(read)), *self._given[: self.KEEP - 1]]
+        return read
 
     def __getstate__(self) -> dict[str, Any]:
         return {"hub": self.hub, "_given": []}  # what executors get of a reader: nothing to remember there

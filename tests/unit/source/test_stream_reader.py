@@ -341,6 +341,7 @@ def test_a_quiet_batch_runs_a_task_a_home_and_runs_again_packed_the_same_after_a
         assert len(tasks) == 2 and sorted(p for t in tasks for p in t) == sorted(home_of)
         assert all(len({home_of[p] for p in t}) == 1 for t in tasks), f"a task reads from one home: {tasks}"
         assert packed(restarted.partitions(start, end)) == tasks, "run again by other executors: packed the same"
+        assert restarted.latestOffset(spark(end), None) == end, "restarted, nothing new: the checkpoint's offset"
         assert reader.latestOffset(end, None) == end, "no batch planned: the offset Spark holds, unchanged"
         assert packed(reader.partitions(start, {"hub": end["hub"]})) == [[str(p) for p in range(8)]], (
             "an offset without homes (one executor, or an earlier version's checkpoint): one task for all"
