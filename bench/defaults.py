@@ -8,7 +8,9 @@ processes reading it with Trigger.AvailableNow in micro-batches of 12,800 into t
 - ``one task a partition``: ``eventhubs.minEventsPerTask=0``, the default until issue 87 (and the old connector's);
 - ``floor``: a trivial Python source with a task a partition (Spark's own cost of that many Python tasks);
 - ``Kafka source``: Spark's Kafka source on a topic of the same partitions and events (skipped where java and Maven
-  are missing).
+  are missing);
+- ``default on local-cluster`` and ``Kafka source on local-cluster``: the same on ``local-cluster[2,1,1024]`` at 32 and
+  256 partitions (``EVENTHUBS_BENCH_CLUSTER=0``: not run).
 
 At 32 and 1,024 partitions every mode runs three times, interleaved, and each figure is the median over the runs.
 ``EVENTHUBS_BENCH_PARTITIONS`` (e.g. ``32,1024``) picks the counts; ``EVENTHUBS_BENCH_DEFAULTS_MODES`` adds modes of
@@ -23,11 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .partitions import EVENTS, PER_TRIGGER, SIZE, _fill, _run
+from .partitions import CLUSTER, EVENTS, PER_TRIGGER, SIZE, _fill, _run
 from .results import record
 
 COUNTS = (4, 32, 256, 1024)
 MODES = ("default", "one task a partition", "floor")
+CLUSTER_COUNTS = (32, 256)  # counts also run on local-cluster[2,1,1024]: ours by default beside Kafka's
 REPEATED = (32, 1024)  # counts whose modes run RUNS times, interleaved
 RUNS = 3
 
@@ -56,6 +59,8 @@ def run() -> None:
             if kafka is not None:
                 _run(emulator, f"p{n}", n, "Kafka fill", kafka)
                 modes.append("Kafka source")
+            if n in CLUSTER_COUNTS and os.environ.get("EVENTHUBS_BENCH_CLUSTER", "1") != "0":
+                modes += [f"default{CLUSTER}"] + ([f"Kafka source{CLUSTER}"] if kafka is not None else [])
             runs = int(os.environ.get("EVENTHUBS_BENCH_RUNS", RUNS))  # a probe's 1
             for number in range(1, (runs if n in REPEATED else 1) + 1):
                 for mode in modes:
@@ -73,7 +78,9 @@ def run() -> None:
         "takes each figure's median over the runs. 'later batches' is Spark's triggerExecution of the batches after "
         "the first (median); 'first batch' the first's. The targets (issue 87): later batches, defaults, at most "
         "1.0x the Kafka source's at 32 partitions and up and 0.7x at 4; the first batch within 1.15x the "
-        "floor's."))  # fmt: skip
+        f"floor's. Modes ending '{CLUSTER}' ran on local-cluster[2,1,1024] (tasks over two executors, homes on), "
+        "at " + " and ".join(map(str, CLUSTER_COUNTS)) + " partitions: attaches per partition and events the hub "
+        "sent per event read there at most 1.2 and 1.1."))  # fmt: skip
 
 
 def summary(rows: list[dict[str, Any]], counts: tuple[int, ...]) -> dict[str, Any]:
@@ -100,4 +107,14 @@ def summary(rows: list[dict[str, Any]], counts: tuple[int, ...]) -> dict[str, An
         floor, first = median_of(n, "floor", "first batch (ms)"), median_of(n, "default", "first batch (ms)")
         if floor and first is not None:
             out[f"{n} partitions: first batch, defaults / floor"] = round(first / floor, 2)
+        ours, kafka = (
+            median_of(n, f"default{CLUSTER}", "later batches, median (ms)"),
+            median_of(n, f"Kafka source{CLUSTER}", "later batches, median (ms)"),
+        )
+        if ours is not None and kafka:
+            out[f"{n} partitions{CLUSTER}: later batches, defaults / Kafka source"] = round(ours / kafka, 2)
+        for key, most in (("attaches per partition", 1.2), ("events sent per event read", 1.1)):
+            seen = median_of(n, f"default{CLUSTER}", key)
+            if seen is not None:
+                out[f"{n} partitions{CLUSTER}: {key} (target <= {most})"] = seen
     return out

@@ -72,15 +72,23 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    cluster = mode.endswith(CLUSTER)  # "<mode> on local-cluster": tasks over two executors, homes on
+    mode = mode.removesuffix(CLUSTER)
     builder = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local-cluster[2,1,1024]" if cluster else "local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if mode.startswith("Kafka"):  # conn is "bootstrap servers|topic|classpath"
         bootstrap, topic, classpath = conn.split("|")
         builder = builder.config("spark.driver.extraClassPath", classpath)
+        builder = builder.config("spark.executor.extraClassPath", classpath)
     spark = builder.getOrCreate()
+    if cluster:  # both executors up before the query, as on a cluster that is up before its query starts
+        from tests.integration.spark_app import executors_up
+
+        executors_up(spark, 2)
     started = time.monotonic()
     if mode == "Kafka fill":  # the topic made and filled with the hubs' events (bench jvm's way)
         from .jvm import kafka_fill, kafka_topics
@@ -279,6 +287,9 @@ def _sample(root: int, stop: threading.Event, peaks: dict[str, int]) -> None:
             peaks[f"{kind} fds"] = max(peaks.get(f"{kind} fds", 0), fds)
 
 
+CLUSTER = " on local-cluster"  # a mode's suffix: its Spark is local-cluster[2,1,1024] instead of local[2]
+
+
 def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None = None) -> dict[str, Any]:
     """One fresh process's run of ``mode`` (``kafka``: "bootstrap|classpath" of the broker, for the Kafka modes)."""
     conn = emulator.connection_string(hub)
@@ -287,6 +298,7 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None 
         bootstrap, classpath = kafka.split("|")
         conn = f"{bootstrap}|{hub}|{classpath}"
     before = sum(emulator.consumer_attaches(hub).values())
+    sent_before = emulator.events_sent(hub)
     with tempfile.TemporaryDirectory() as out:
         code = f"from bench.partitions import child; child({conn!r}, {out!r}, {partitions}, {mode!r})"
         with open(Path(out, "stderr.log"), "w") as log:
@@ -303,6 +315,7 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None 
             return {}
         result = json.loads(Path(out, "result.json").read_text())
     attaches = sum(emulator.consumer_attaches(hub).values()) - before
+    sent = emulator.events_sent(hub) - sent_before
     return {
         "partitions": partitions,
         "mode": mode,
@@ -312,7 +325,10 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None 
         "addBatch per batch (ms)": result["addBatch"],
         "first batch (ms)": result["trigger"][0] if result["trigger"] else None,
         "later batches, median (ms)": statistics.median(result["trigger"][1:]) if len(result["trigger"]) > 1 else None,
-        "attaches per partition": None if mode in ("floor", "Kafka source") else round(attaches / partitions, 2),
+        "attaches per partition": None if mode.startswith(("floor", "Kafka")) else round(attaches / partitions, 2),
+        "events sent per event read": None
+        if mode.startswith(("floor", "Kafka")) or not result["rows"]
+        else round(sent / result["rows"], 3),
         "peak descriptors, service / worker": f"{peaks.get('service fds', 0)} / {peaks.get('worker fds', 0)}",
         "peak RSS MiB, service / worker": f"{peaks.get('service rss', 0)} / {peaks.get('worker rss', 0)}",
         "query seconds": result["seconds"],
