@@ -132,6 +132,8 @@ class _Sender:
     asked the partitions over another."""
 
     ATTEMPTS = 3
+    BUSY_WAIT = 4.0  # seconds between sends the service refused as busy (the SDKs' own wait for server-busy)
+    BUSY_PATIENCE = 120.0  # seconds a batch is sent again while the service says it is busy, before failing
 
     def __init__(self, new_client: Any, timeout: float, partition_ids: list[str]) -> None:
         self.new_client = new_client
@@ -156,16 +158,24 @@ class _Sender:
     def send(self, batch: Any) -> None:
         from azure.eventhub.exceptions import EventHubError, OperationTimeoutError
 
-        from eventhubs_spark.amqp import sdk
+        from eventhubs_spark.amqp import conditions, sdk
 
         unanswered = False
-        for attempt in range(1, self.ATTEMPTS + 1):
+        attempt = 0
+        busy_until = time.monotonic() + self.BUSY_PATIENCE
+        while True:
+            attempt += 1
             try:
                 sdk.send_once(self.client, batch, self.timeout, self.shared)
                 break
             except (EventHubError, TimeoutError) as exc:
                 timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)
                 unanswered = unanswered or timed_out
+                if conditions.condition(exc) == conditions.SERVER_BUSY and time.monotonic() < busy_until:
+                    # throttled (past the namespace's throughput units): nothing stored; wait as the SDKs do
+                    attempt -= 1
+                    time.sleep(self.BUSY_WAIT)
+                    continue
                 if attempt == self.ATTEMPTS:
                     first = self.sent + 1
                     doubt = ("an attempt went unanswered, so the hub may hold them all the same: look before sending "

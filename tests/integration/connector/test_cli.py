@@ -101,24 +101,44 @@ def test_a_send_that_goes_unanswered_is_sent_again_and_said(capsys, monkeypatch)
         emulator.stop()
 
 
-def test_a_send_refused_on_every_attempt_stops_and_says_which_events_were_sent(capsys):
-    """The namespace refuses every send (busy, its throughput units spent, on a clock held still): the command
-    tries each batch three times, then stops with exit 1, naming the events not sent and how many were; nothing
-    is stored twice or skipped silently."""
-    from eventhubs_emulator import Emulator
+def test_a_send_refused_as_busy_waits_while_the_namespace_recovers_and_past_that_stops_saying_what_was_sent(
+    capsys, monkeypatch
+):
+    """The namespace refuses sends as busy (its throughput units spent): the command waits as the SDKs do and sends
+    again while the namespace may recover (here its clock moves on meanwhile), so a throttled send succeeds; when
+    it stays busy (a clock held still) past the command's patience, each batch is tried three times more, then the
+    command stops with exit 1, naming the events not sent and how many were; nothing is stored twice or skipped."""
+    import threading
 
+    from eventhubs_emulator import Emulator
+    from eventhubs_spark.cli.send import _Sender
+
+    monkeypatch.setattr(_Sender, "BUSY_WAIT", 0.2)
+    monkeypatch.setattr(_Sender, "BUSY_PATIENCE", 1.0)
     emulator = Emulator({"cli-busy": 1}).start()
     try:
         connection = emulator.connection_string("cli-busy")
-        emulator.set_throughput_units(1, clock=lambda: 0.0)
+        now = [0.0]
+        emulator.set_throughput_units(1, clock=lambda: now[0])
         assert main(["send", "--connection-string", connection, "--count", "1500", "--size", "20"]) == 0
         capsys.readouterr()
+        later = threading.Timer(0.5, lambda: now.__setitem__(0, 60.0))  # a minute on: the units are back
+        later.start()
+        assert main(["send", "--connection-string", connection, "--count", "10", "--size", "20"]) == 0
+        later.join()
+        assert "sent 10 events" in capsys.readouterr().err
+        assert emulator.throttling()["throttled_requests"] >= 1
+        assert emulator.partition_properties("cli-busy", 0)["last_enqueued_sequence_number"] == 1509
+
+        assert main(["send", "--connection-string", connection, "--count", "1500", "--size", "20"]) in (0, 1)
+        capsys.readouterr()  # the units spent again, the clock now held still
         assert main(["send", "--connection-string", connection, "--count", "10", "--size", "20"]) == 1
         err = capsys.readouterr().err
         assert "error: events 1-10 were not acknowledged after 3 attempts (each attempt was refused" in err, err
         assert "server-busy" in err and "The 0 events before them were sent." in err, err
-        assert emulator.partition_properties("cli-busy", 0)["last_enqueued_sequence_number"] == 1499
-        assert emulator.throttling()["throttled_requests"] == 3
+        stored = emulator.partition_properties("cli-busy", 0)["last_enqueued_sequence_number"]
+        assert main(["send", "--connection-string", connection, "--count", "1", "--size", "20"]) == 1
+        assert emulator.partition_properties("cli-busy", 0)["last_enqueued_sequence_number"] == stored
     finally:
         emulator.stop()
 
