@@ -25,8 +25,10 @@ from eventhubs_spark.positions.partition_catalog import by_number
 # big hubs, but each array operation has a fixed cost whatever its size, so on small ones the loops win (bench
 # `planning`). Read at each call, so tests can take either path at any size.
 ARRAYS_FROM = 128
-# Where a planned batch's offset keeps the executors its small ranges were packed by (no hub can have this name).
-HOMES_KEY = "@homes"
+# Where a planned batch's offset keeps how its small ranges were packed (no hub can have this name): {} by events
+# alone, {"homes": [executor, ...]} by the homes over these executors, {"spread": n} over at least n tasks. An offset
+# without it was planned by a version that kept none: one task a partition, unless the options said otherwise.
+TASKS_KEY = "@tasks"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,23 @@ class SourceOffset:
                               f"{positions!r}", example) from None  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How a batch's small ranges share tasks, as its offset keeps it: by the homes over ``homes`` (none: by events
+    alone), over at least ``spread`` tasks."""
+
+    homes: tuple[str, ...] = ()
+    spread: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.homes:
+            out["homes"] = sorted(self.homes)
+        if self.spread > 1:
+            out["spread"] = self.spread
+        return out
+
+
 class OffsetCodec:
     """A stream's offsets to and from Spark's JSON, remembering the last few it gave.
 
@@ -88,29 +107,34 @@ class OffsetCodec:
         self.hub = hub
         self._given: list[tuple[dict[str, Any], dict[str, int]]] = []
 
-    def to_json(self, positions: Mapping[str, int], homes: list[str] | None = None) -> dict[str, Any]:
-        """``positions`` as Spark keeps them; ``homes``: the executors a planned batch is packed by (kept under
-        ``"@homes"``, no hub's name, for the batch's plan after a restart). Positions given before without homes
-        get the offset given then: the same positions must be the same offset to Spark, or it plans an empty
-        batch to move from one to the other."""
-        if homes is None:
+    def to_json(self, positions: Mapping[str, int], tasks: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``positions`` as Spark keeps them; ``tasks``: how a planned batch is packed (under :data:`TASKS_KEY`, for
+        the batch's plan after a restart). Positions given before, without ``tasks``, get the offset given then: the
+        same positions must be the same offset to Spark, or it plans an empty batch to move from one to the other."""
+        if tasks is None:
             for i, (given, known) in enumerate(self._given):
                 if known == positions:
                     self._given.insert(0, self._given.pop(i))
                     return given
         doc: dict[str, Any] = SourceOffset(self.hub, positions).to_json()
-        if homes:
-            doc[HOMES_KEY] = sorted(homes)
+        if tasks is not None:
+            doc[TASKS_KEY] = tasks
         self._given = [(doc, dict(positions)), *self._given[: self.KEEP - 1]]
         return doc
 
     @staticmethod
-    def homes(doc: Any) -> list[str] | None:
-        """The executors a batch ending at offset ``doc`` was packed by (None: packed without homes)."""
-        homes = doc.get(HOMES_KEY) if isinstance(doc, dict) else None
-        if isinstance(homes, list) and homes and all(isinstance(h, str) for h in homes):
-            return homes
-        return None
+    def tasks(doc: Any) -> Packing | None:
+        """How the batch ending at offset ``doc`` was packed; None when the offset does not say (an earlier
+        version's, or a batch with a task a partition)."""
+        kept = doc.get(TASKS_KEY) if isinstance(doc, dict) else None
+        if not isinstance(kept, dict):
+            return None
+        homes = kept.get("homes")
+        spread = kept.get("spread")
+        return Packing(
+            tuple(homes) if isinstance(homes, list) and all(isinstance(h, str) for h in homes) else (),
+            spread if type(spread) is int and spread > 0 else 1,
+        )
 
     def positions(self, doc: Any) -> dict[str, int]:
         """The positions of ``doc`` (a copy the caller may change); see :meth:`SourceOffset.from_json`."""
@@ -119,7 +143,7 @@ class OffsetCodec:
                 return dict(positions)
         read = dict(SourceOffset.from_json(doc, self.hub).positions)
         # remembered as given: a checkpoint's offset (after a restart) is then the one answered while nothing new
-        # comes, "@homes" and all, not an equal one without them that Spark would take for new data
+        # comes, "@tasks" and all, not an equal one without it that Spark would take for new data
         self._given = [(doc, dict(read)), *self._given[: self.KEEP - 1]]
         return read
 
@@ -387,6 +411,7 @@ def pack_ranges(
     max_events: int | None = None,
     max_ranges: int | None = None,
     home_of: Mapping[str, str] | None = None,
+    at_least: int = 1,
 ) -> list[list[Range]]:
     """Spark tasks for ``ranges``: a range of ``min_events`` or more is a task of its own; the smaller ones share
     as few tasks as hold about ``min_events`` each (0: one task per range), in partition order, split where the
@@ -394,7 +419,8 @@ def pack_ranges(
     split) nor more than ``max_ranges`` ranges (``eventhubs.maxPartitionsPerTask``). ``home_of`` (each partition's
     home executor): the small ranges of each home share tasks of their own, at least one a home, so a task reads
     from one executor's receivers and a quiet batch runs a task on every home (a partition without a home is
-    packed with the others without one).
+    packed with the others without one). ``at_least``: the small ranges of each home share at least this many tasks
+    (as many as there are ranges, at the most).
 
     Why: every Python task costs Spark tens of milliseconds whatever it reads, so a quiet micro-batch of a few
     events per partition ran a task per partition (1,024 of them on a Dedicated hub); a busy one still gets a task
@@ -414,16 +440,17 @@ def pack_ranges(
         else:
             small.setdefault(homes.get(r.partition, ""), []).append(r)
     for home in sorted(small):
-        tasks += _pack_small(small[home], min_events, max_events, max_ranges)
+        tasks += _pack_small(small[home], min_events, max_events, max_ranges, at_least)
     return tasks
 
 
 def _pack_small(
-    small: list[Range], min_events: int, max_events: int | None, max_ranges: int | None
+    small: list[Range], min_events: int, max_events: int | None, max_ranges: int | None, at_least: int = 1
 ) -> list[list[Range]]:
-    """Ranges under a task's worth, in order, in as few tasks as hold about ``min_events`` each (at least one)."""
+    """Ranges under a task's worth, in order, in as few tasks as hold about ``min_events`` each (at least
+    ``at_least``)."""
     total = sum(r.size for r in small)
-    count = max(1, total // min_events)  # each shared task holds about min_events, at least
+    count = max(at_least, total // min_events)  # each shared task holds about min_events, at least
     if max_events is not None:
         count = max(count, -(-total // max_events))
     if max_ranges is not None:

@@ -90,6 +90,9 @@ class Planner:
     def __init__(self, raw: Mapping[str, str], mode: str, metadata: MetadataSource = None) -> None:
         """``metadata``: where partition properties come from (default: the hub's management link)."""
         self.options = read_options(dict(raw), mode)
+        # the user chose how tasks are sized (an offset of an earlier version is then packed by the option, not as
+        # that version's default of a task a partition)
+        self.tasks_option_given = any(str(k).lower() == "eventhubs.mineventspertask" for k in raw)
         self.settings = self.options.settings
         self.config = ReceiverConfig(
             consumer_group=self.options.consumer_group,
@@ -319,11 +322,14 @@ class Planner:
         stream: Mapping[str, Any] | None = None,
         placed: Mapping[str, Home] | None = None,
         groups: Mapping[str, str] | None = None,
+        at_least: int = 1,
+        min_events: int | None = None,
     ) -> list[EventHubsPartition]:
         """The tasks reading ``ranges``. ``stream``: a stream's fields of every request (``query``, ``driver``,
         ``homes``, ``ports``, ``bind``), ``placed`` each partition's home: given here, each request is made once
         (at 1,024 partitions two ``dataclasses.replace`` a request were 8 ms of a batch's planning). ``groups``:
-        the home each partition's small range is packed by (:func:`pack_ranges`)."""
+        the home each partition's small range is packed by, ``at_least`` the tasks they share at the least, and
+        ``min_events`` a task's worth in place of the option's (:func:`pack_ranges`)."""
         pieces = split_ranges([r for r in ranges if r.size > 0], self.options.max_events_per_partition)
         fail = self.options.fail_on_data_loss
         extra = stream or {}
@@ -334,8 +340,9 @@ class Planner:
                                 settings=self.settings, home=homes.get(r.partition), **extra)  # fmt: skip
 
         options = self.options
-        tasks = pack_ranges(pieces, options.min_events_per_task, options.max_events_per_partition,
-                            options.max_partitions_per_task, groups)  # fmt: skip
+        worth = options.min_events_per_task if min_events is None else min_events
+        tasks = pack_ranges(pieces, worth, options.max_events_per_partition, options.max_partitions_per_task, groups,
+                            at_least)  # fmt: skip
         return [EventHubsPartition(tuple(request(r) for r in task), options.receiver_service) for task in tasks]
 
     def check_data_loss(self, partition: str, start: int, end: int, info: PartitionInfo) -> int:

@@ -19,7 +19,7 @@ from eventhubs_spark.interprocess.task_ranges import Home
 from eventhubs_spark.lag.query import QueryLag
 from eventhubs_spark.options import STREAM, shareable_options
 from eventhubs_spark.planning.executor_ends import KnownEnds
-from eventhubs_spark.planning.offset_ranges import OffsetCodec, Range, SourceOffset, plan_trigger
+from eventhubs_spark.planning.offset_ranges import OffsetCodec, Packing, Range, SourceOffset, plan_trigger
 from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.planning.partition_placement import homes as placement_homes
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
@@ -38,6 +38,9 @@ from eventhubs_spark.source.said_first import spark_facing
 _LOG = logging.getLogger(__name__)
 
 
+# Tasks a stream's first batch of small ranges spreads over at least (while no executor has said it serves the query):
+# enough for every executor of a small cluster to run one and announce its service before the homes are placed.
+FIRST_TASKS = 8
 LAG_KEY = "@lag"  # where the progress's latestOffset carries the lag figures (Spark 4.2+)
 
 
@@ -271,29 +274,33 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._lag.planned(end, infos)
         self._lag.say(report, plan.planned)
         runtime.stream_runner_planned(self.planner.mirror.settle)  # a store write in flight lands before the end
-        return self._offsets.to_json(end, self._packing_homes() if self._planned_batch else None)
+        return self._offsets.to_json(end, self._packing() if self._planned_batch else None)
 
-    def _packing_homes(self) -> list[str] | None:
-        """The executors a batch planned now packs its small ranges by (kept in its offset, so the batch run again
-        after a restart is packed the same): the live homes, when there are two or more (one packs as none)."""
-        driver = self._driver
+    def _packing(self) -> dict[str, Any] | None:
+        """How a batch planned now packs its small ranges, kept in its offset so that the batch run again after a
+        restart is packed the same: by the live homes (two or more); over at least :data:`FIRST_TASKS` tasks while
+        no home is known (a stream's first batch: each executor that runs one tells the driver of its service, and
+        the homes are placed over them all from the start); else by events alone. None: a task a partition."""
         options = self.planner.options
-        homes_on = options.receiver_service and options.partition_homes
-        if driver is None or options.min_events_per_task <= 0 or not homes_on:
+        if options.min_events_per_task <= 0:
             return None
-        live = [home.executor for home in driver.live()]
-        return live if len(live) > 1 else None
+        homes_on = options.receiver_service and options.partition_homes and options.driver_channel
+        if not homes_on or self._no_driver:
+            return Packing().to_json()
+        live = [] if self._driver is None else [home.executor for home in self._driver.live()]
+        if not live:
+            return Packing(spread=FIRST_TASKS).to_json()
+        return Packing(tuple(live) if len(live) > 1 else ()).to_json()
 
-    def _home_groups(self, end: dict[str, Any], partitions: list[str]) -> dict[str, str] | None:
-        """Each partition's home among the executors the batch ending at ``end`` was packed by (None: packed
-        without homes); a pure function of the offset, as :func:`~eventhubs_spark.planning.offset_ranges.pack_ranges`
-        needs. Where the tasks then read is the homes of the moment (``driver.homes``), which may have moved on."""
-        packed_by = self._offsets.homes(end)
-        if packed_by is None:
+    def _home_groups(self, packing: Packing | None, partitions: list[str]) -> dict[str, str] | None:
+        """Each partition's home among the executors a batch was packed by (None: packed without homes); a pure
+        function of the batch's offset, as :func:`~eventhubs_spark.planning.offset_ranges.pack_ranges` needs. Where
+        the tasks then read is the homes of the moment (``driver.homes``), which may have moved on."""
+        if packing is None or not packing.homes:
             return None
-        key = (tuple(packed_by), tuple(partitions))
+        key = (packing.homes, tuple(partitions))
         if self._groups is None or self._groups[0] != key:
-            self._groups = (key, placement_homes(self.hub, partitions, packed_by))
+            self._groups = (key, placement_homes(self.hub, partitions, packing.homes))
         return self._groups[1]
 
     def _stall_cause(self, partition: str) -> str | None:
@@ -378,8 +385,14 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if options.receiver_service and self._run_infos is None and options.ownership is None:
                 driver.want_ends()  # a running stream's triggers ask the services: connected to as they come
         timeout = self.idle_timeout()
-        groups = self._home_groups(end, list(e))
-        planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed, groups)
+        packing = self._offsets.tasks(end)
+        # a batch whose offset does not say how it was packed was planned by a version that kept no such word, with
+        # a task a partition unless the options said otherwise: run again, it is planned as it was then
+        earlier = packing is None and not self.planner.tasks_option_given
+        planned = self.planner.input_partitions(ranges, timeout, owner, owned, stream, placed,
+                                                self._home_groups(packing, list(e)),
+                                                packing.spread if packing is not None else 1,
+                                                0 if earlier else None)  # fmt: skip
         planned += self.planner.capture_partitions(from_capture, timeout, stream)
         running: dict[str, tuple[int, int]] = {}
         for r in ranges + from_capture:  # a partition's range may be split over tasks (maxEventsPerPartition)

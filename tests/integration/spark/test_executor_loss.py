@@ -46,7 +46,7 @@ def test_an_executor_killed_mid_stream_loses_and_repeats_nothing(eventhub, tmp_p
     # offsets say by which executors, and the executor killed was one of them
     offsets = [json.loads(line) for f in (tmp_path / "checkpoint" / "offsets").glob("[0-9]*")
                for line in f.read_text().splitlines()[2:] if line.startswith("{")]  # fmt: skip
-    packed_by = [doc["@homes"] for doc in offsets if "@homes" in doc]
+    packed_by = [doc["@tasks"].get("homes", []) for doc in offsets if "@tasks" in doc]
     assert packed_by and max(len(h) for h in packed_by) >= 2, offsets
     # the killed executor was a home: the driver learned it is gone and placed its partitions elsewhere, told by the
     # home's receiver service as it went (it sees its executor's JVM end within a second), or else by tasks that

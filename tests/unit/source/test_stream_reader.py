@@ -44,7 +44,7 @@ def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_s
     start = reader.initialOffset()
     caplog.set_level(logging.INFO, logger="eventhubs_spark")
     end = reader.latestOffset(start, None)  # before any batch: the whole backlog is behind
-    assert end == {"hub": {"0": 50, "1": 10}}  # 60 split by backlog
+    assert end["hub"] == {"0": 50, "1": 10}  # 60 split by backlog
     shown = reader.reportLatestOffset()[LAG_KEY]
     assert shown["eventsBehindLatest"] == {"0": 100, "1": 20} and shown["maxOffsetsBehindLatest"] == 100
     assert shown["secondsBehindLatest"] == {"0": None, "1": None}  # nothing read yet: no time to go by
@@ -53,7 +53,7 @@ def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_s
     reader._lag.read("0", 50, micros(at(6)))
     reader._lag.read("1", 10, micros(at(15)))
     later = reader.latestOffset(end, None)
-    assert later == {"hub": {"0": 100, "1": 20}}
+    assert later["hub"] == {"0": 100, "1": 20}
     shown = reader.reportLatestOffset()[LAG_KEY]
     assert shown["eventsBehindLatest"] == {"0": 50, "1": 10}
     assert shown["secondsBehindLatest"] == {"0": 4.0, "1": 5.0}
@@ -251,7 +251,7 @@ def test_a_first_trigger_plans_from_the_properties_its_initial_offset_fetched_a_
     reader = EventHubsStreamReader(options, metadata=lambda: table)
     start = reader.initialOffset()
     assert reader.initialOffset() == start and table.asked == 2  # Spark calls it twice on a first start
-    assert reader.latestOffset(start, None) == {"hub": {"0": 10, "1": 20}} and table.asked == 2
+    assert reader.latestOffset(start, None)["hub"] == {"0": 10, "1": 20} and table.asked == 2
     reader.latestOffset(start, None)
     assert table.asked == 4  # the next trigger asks again
     late = EventHubsStreamReader(options, metadata=lambda: table)
@@ -302,11 +302,11 @@ def test_a_quiet_batch_runs_a_task_a_home_and_runs_again_packed_the_same_after_a
     """Issue 87: with two or more homes, a quiet batch's small ranges share a task per home (each task reads from
     one executor's receivers, and every home runs one), and the batch's offset keeps the executors it was packed by,
     so a restarted query whose executors are others packs the batch it runs again the same (the exactly-once sink
-    names rows by task and place). Offsets without a batch planned are the same offset, "@homes" and all: Spark
+    names rows by task and place). Offsets without a batch planned are the same offset, "@tasks" and all: Spark
     would otherwise plan an empty batch to move from one to the other."""
     import json
 
-    from eventhubs_spark.planning.offset_ranges import HOMES_KEY
+    from eventhubs_spark.planning.offset_ranges import TASKS_KEY
     from eventhubs_spark.planning.partition_homes import QueryDriver
     from eventhubs_spark.planning.partition_placement import homes
 
@@ -335,7 +335,7 @@ def test_a_quiet_batch_runs_a_task_a_home_and_runs_again_packed_the_same_after_a
     try:
         start = spark(reader.initialOffset())
         end = spark(reader.latestOffset(start, None))
-        assert end[HOMES_KEY] == ["a", "b"] and end["hub"] == {str(p): 15 for p in range(8)}
+        assert end[TASKS_KEY] == {"homes": ["a", "b"]} and end["hub"] == {str(p): 15 for p in range(8)}
         tasks = packed(reader.partitions(start, end))
         home_of = homes("hub", [str(p) for p in range(8)], ["a", "b"])
         assert len(tasks) == 2 and sorted(p for t in tasks for p in t) == sorted(home_of)
@@ -343,9 +343,44 @@ def test_a_quiet_batch_runs_a_task_a_home_and_runs_again_packed_the_same_after_a
         assert packed(restarted.partitions(start, end)) == tasks, "run again by other executors: packed the same"
         assert restarted.latestOffset(spark(end), None) == end, "restarted, nothing new: the checkpoint's offset"
         assert reader.latestOffset(end, None) == end, "no batch planned: the offset Spark holds, unchanged"
-        assert packed(reader.partitions(start, {"hub": end["hub"]})) == [[str(p) for p in range(8)]], (
-            "an offset without homes (one executor, or an earlier version's checkpoint): one task for all"
+        assert packed(reader.partitions(start, {"hub": end["hub"], TASKS_KEY: {}})) == [[str(p) for p in range(8)]], (
+            "packed by events alone (one executor): one task for all"
+        )
+        assert packed(reader.partitions(start, {"hub": end["hub"]})) == [[str(p)] for p in range(8)], (
+            "an earlier version's offset, which says nothing of its packing: a task a partition, as it planned it"
         )
     finally:
         driver.close()
         other.close()
+
+
+def test_a_streams_first_batch_spreads_its_small_ranges_so_every_executor_runs_a_task_and_announces_its_service():
+    """Issue 87: while the driver knows no executor's service (the first batch), small ranges share at least
+    FIRST_TASKS tasks, so each executor of a small cluster runs one and its service tells the driver, and the homes
+    are placed over all of them from the start (one task would leave every partition homed on one executor, the
+    others' services announced later and partitions moved, their read-ahead thrown away). One home: by events."""
+    import json
+
+    from eventhubs_spark.planning.offset_ranges import TASKS_KEY
+    from eventhubs_spark.planning.partition_homes import QueryDriver
+    from eventhubs_spark.source.stream_reader import FIRST_TASKS
+
+    table = planning_Table({str(p): (0, 15) for p in range(32)})
+    options = {"eventhubs.connectionString": planning_CONN, "eventhubs.startingPosition": '{"seqNo": 0}',
+               "maxEventsPerTrigger": "160"}  # fmt: skip
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    start = json.loads(json.dumps(reader.initialOffset()))
+    first = json.loads(json.dumps(reader.latestOffset(start, None)))
+    assert first[TASKS_KEY] == {"spread": FIRST_TASKS}
+    driver = QueryDriver("hub", bind="127.0.0.1")
+    try:
+        reader._driver = driver
+        assert len(reader.partitions(start, first)) == FIRST_TASKS
+        driver.handle({"kind": "service", "executor": "a", "hosts": ["127.0.0.1"], "port": 2000, "jvm": "h:1"})
+        second = json.loads(json.dumps(reader.latestOffset(first, None)))
+        assert second[TASKS_KEY] == {} and len(reader.partitions(first, second)) == 1, "one home: by events alone"
+    finally:
+        driver.close()
+    one_each = EventHubsStreamReader({**options, "eventhubs.minEventsPerTask": "0"}, metadata=lambda: table)
+    planned = one_each.latestOffset(one_each.initialOffset(), None)
+    assert TASKS_KEY not in planned, "a task a partition: nothing to keep"
