@@ -54,7 +54,7 @@ time.sleep(run_seconds)
 
 import matplotlib.pyplot as plt
 
-from eventhubs_spark.planning.lag import LagFiles
+from eventhubs_spark.lag import LagFiles
 
 hub = connection_string.split("EntityPath=")[-1].split(";")[0]
 reports = LagFiles(checkpoint_path, hub).reports()
@@ -87,7 +87,7 @@ display(fig)
 
 # COMMAND ----------
 
-from eventhubs_spark.planning.lag_report import lag_report
+from eventhubs_spark.lag.report import lag_report
 
 now = lag_report({"eventhubs.connectionString": connection_string}, checkpoint_path)
 display(spark.createDataFrame(
