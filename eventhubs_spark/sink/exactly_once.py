@@ -137,6 +137,8 @@ class WriteGuard:
         self._lock = threading.Lock()  # the sending threads settle unanswered sends one at a time
         self.read_back = 0  # events read back
         self.read_seconds = 0.0
+        self._marking: threading.Thread | None = None  # a first attempt's look-up of the hub's ends and its mark
+        self._marking_failed: BaseException | None = None
 
     def begin(self) -> dict[int, int]:
         """Before the first send: the rows an earlier attempt stored (none when there was none), and this attempt's
@@ -144,14 +146,36 @@ class WriteGuard:
         mark = self.fences.mark(self.stamp.batch, self.stamp.partition)
         if mark is None:
             fence = self.fences.fence_before(self.stamp.batch) if self.stream else None
-            ends = None
-            if fence is None:  # a stream's first batch, or df.write: this task records where the hub ended
-                ends = {p: info.end for p, info in self._properties(self._partitions()).items()}
-            self._start = fence if fence is not None else ends
-            self.fences.write_mark(self.stamp.batch, self.stamp.partition, ends)
+            if fence is not None:
+                self._start = fence
+                self.fences.write_mark(self.stamp.batch, self.stamp.partition, None)
+                return {}
+            # a stream's first batch, or df.write: this task records where the hub ends, asked of the hub while the
+            # task packs its first events (a first attempt has nothing to skip); its sends wait for it (ready)
+            self._marking = threading.Thread(target=self._mark_ends, name="eventhubs-sink-mark", daemon=True)
+            self._marking.start()
             return {}
         self._start = mark or self.fences.fence_before(self.stamp.batch) or {}
         return self.stored(None)
+
+    def _mark_ends(self) -> None:
+        try:
+            ends = {p: info.end for p, info in self._properties(self._partitions()).items()}
+            self._start = ends
+            self.fences.write_mark(self.stamp.batch, self.stamp.partition, ends)
+        except BaseException as exc:  # raised by ready(), on the task's thread
+            self._marking_failed = exc
+
+    def ready(self) -> None:
+        """Before this attempt's first send: its mark is written (with where the hub ended, when it had to ask), so
+        an attempt after it looks; raises what the look-up or the write raised."""
+        marking = self._marking
+        if marking is None:
+            return
+        marking.join()
+        self._marking = None
+        if self._marking_failed is not None:
+            raise self._marking_failed
 
     def stored(self, partitions: list[str] | None) -> dict[int, int]:
         """This task's rows stored in ``partitions`` (None: all the hub's) since the fence, with their bodies'

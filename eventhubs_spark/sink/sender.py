@@ -233,7 +233,9 @@ class EventSender:
             self.report.read_back, self.report.read_seconds = self._guard.read_back, self._guard.read_seconds
 
     def _send(self, work: dict[tuple[str, str], list[Any]]) -> None:
-        """Send each target's batches, targets concurrently."""
+        """Send each target's batches, targets concurrently (exactly once: after this attempt's mark is written)."""
+        if self._guard is not None:
+            self._guard.ready()
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as pool:
             results = list(pool.map(lambda item: self._send_all(*item), work.items()))
         # the report is updated here, on the task's thread, never from the sending threads

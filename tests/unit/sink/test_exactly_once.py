@@ -78,6 +78,7 @@ def test_a_read_back_reads_the_partitions_at_once(tmp_path):
     fences = WriteFences(str(tmp_path), "q1", "ns/hub")
     first = WriteGuard(fences, TaskStamp("q1", 0, 2), True, hub.partition_ids, hub.properties, read)
     assert first.begin() == {}  # the first attempt: nothing to read back
+    first.ready()  # its mark written, as before its first send
     again = WriteGuard(fences, TaskStamp("q1", 0, 2), True, hub.partition_ids, hub.properties, read)
     again.fences.write_mark(0, 2, {str(p): 0 for p in range(4)})
     assert again.begin() == {p: p for p in range(4)}
@@ -140,6 +141,7 @@ def test_any_interleaving_of_attempts_partial_sends_and_commits_stores_each_row_
     def attempt(batch: int, task: int, rows: int, targets: list[int | None], die_after: int | None) -> None:
         g = guard(hub, fences, batch, task)
         stored = g.begin()
+        g.ready()  # as the sender does before its first send
         sent = 0
         for row in range(rows):
             if row in stored:
@@ -177,6 +179,7 @@ def test_a_first_attempt_reads_nothing_and_a_retry_reads_only_from_the_fence(tmp
     fences.write_fence(4, {"0": 1000, "1": 0})
     first = guard(hub, fences, 5, 0)
     assert first.begin() == {} and hub.reads == 0
+    first.ready()
     hub.store("1", first.stamp.of(0))
     hub.store("0", TaskStamp("q1", 5, 1).of(0))  # another task's row
     again = guard(hub, fences, 5, 0)
@@ -184,14 +187,34 @@ def test_a_first_attempt_reads_nothing_and_a_retry_reads_only_from_the_fence(tmp
     assert hub.reads == 2  # the two events after the fence, not the thousand before it
 
 
-def test_a_write_without_a_fence_records_the_ends_in_its_mark(tmp_path):
+def test_a_write_without_a_fence_records_the_ends_in_its_mark_before_its_first_send(tmp_path):
+    """A df.write (or a stream's first batch) has no fence: the task asks where the hub ends while it packs its first
+    events, and its first send waits for the mark that records them; a look-up that failed fails the send."""
     hub = Hub(1)
     for _ in range(50):
         hub.store("0", None)
     fences = WriteFences(str(tmp_path), "w", "ns/hub")
-    first = WriteGuard(fences, TaskStamp("w", 0, 3), False, hub.partition_ids, hub.properties, hub.read)
-    assert first.begin() == {}
+    asked = threading.Event()
+
+    def properties(ids: list[str]) -> dict:
+        assert asked.wait(10), "the look-up runs beside the task"
+        return hub.properties(ids)
+
+    first = WriteGuard(fences, TaskStamp("w", 0, 3), False, hub.partition_ids, properties, hub.read)
+    assert first.begin() == {}, "a first attempt: nothing to skip, known before the hub is asked"
+    assert fences.mark(0, 3) is None
+    asked.set()
+    first.ready()  # what the sender calls before its first send
     assert fences.mark(0, 3) == {"0": 50}
+
+    def broken(ids: list[str]) -> dict:
+        raise OSError("the namespace went away")
+
+    failing = WriteGuard(fences, TaskStamp("w", 0, 4), False, hub.partition_ids, broken, hub.read)
+    assert failing.begin() == {}
+    with pytest.raises(OSError, match="the namespace went away"):
+        failing.ready()
+    assert fences.mark(0, 4) is None, "no mark: nothing was sent"
     hub.store("0", first.stamp.of(0))
     again = WriteGuard(fences, TaskStamp("w", 0, 3), False, hub.partition_ids, hub.properties, hub.read)
     assert list(again.begin()) == [0] and hub.reads == 1
