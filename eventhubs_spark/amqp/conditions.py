@@ -1,7 +1,7 @@
 """What an SDK error means, by its AMQP condition: the table the connector reads errors by.
 
-What an SDK error means: its AMQP condition (``amqp:link:stolen``...), found wherever the SDK keeps it, and the
-connector's error type for it. Touches no SDK internals: the table the rest of the connector reads errors by.
+The condition (``amqp:link:stolen``...) is found wherever the SDK keeps it, and mapped to the connector's error
+type for it. Touches no SDK internals.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The socket plumbing a query's listeners and connections share.
 
-The socket plumbing a query's listeners and connections share: where this host can be reached, a listening
-port from a range, a gate on connections not yet proven, refusals said once a minute, an accept loop, and a connect
-that tries every address at once and says whether all of them refused.
+It covers where this host can be reached, a listening port from a range, a gate on connections not yet proven,
+refusals said once a minute, an accept loop, and a connect that tries every address at once and says whether all
+of them refused.
 
 Used by the driver's channel (:mod:`eventhubs_spark.interprocess.driver_channel`), a home's listener
 (:mod:`eventhubs_spark.executor.home_listener`) and the link to a home

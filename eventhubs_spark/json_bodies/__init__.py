@@ -1,6 +1,6 @@
 """JSON bodies into columns.
 
-JSON bodies into columns: the types (:mod:`.types`), the decoder with its rescue column and evolution
+The parts: the types (:mod:`.types`), the decoder with its rescue column and evolution
 (:mod:`.decode`), Spark's text of a value in a string field (:mod:`.spark_text`), and the schema's versions kept where
 the user says (:mod:`.kept`).
 """

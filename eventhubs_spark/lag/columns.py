@@ -1,7 +1,7 @@
 """A trigger's lag figures as arrays, one entry a partition.
 
-A trigger's lag figures as arrays, one entry a partition: how :class:`~eventhubs_spark.lag.LagTracker`
-works them out on a hub whose positions are plain sequence numbers (every hub but a geo-replicated one).
+This is how :class:`~eventhubs_spark.lag.LagTracker` works them out on a hub whose positions are plain sequence
+numbers (every hub but a geo-replicated one).
 
 Why it is built so: the design notes in docs/pages/architecture.md.
 """

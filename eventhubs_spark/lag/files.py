@@ -1,8 +1,7 @@
 """Where a stream's lag goes besides its log line, and Spark's commit log read back.
 
-Where a stream's lag goes besides its log line: a small JSON file per trigger under the query's checkpoint
-location (written off the trigger, kept for ``eventhubs-spark lag`` and the notebooks), and Spark's own commit log
-read back for the command.
+The lag goes into a small JSON file per trigger under the query's checkpoint location (written off the
+trigger, kept for ``eventhubs-spark lag`` and the notebooks); the command also reads Spark's own commit log.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """A stream's lag each trigger, per partition, in events and in time, and which partitions stall.
 
-A stream's lag each trigger, per partition: in events and in time, and which partitions stall (the tracker and
-its report; :mod:`eventhubs_spark.lag` says where the figures go).
+The tracker and its report; :mod:`eventhubs_spark.lag` says where the figures go.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Exactly once into a hub: stamped events, read back by an attempt that may follow another.
 
-Exactly once into a hub: each event the sink writes carries a stamp, and a task attempt that may follow an
-earlier one reads its own stamps back before it sends, and skips the rows already stored.
+Each event the sink writes carries a stamp; a task attempt that may follow an earlier one reads its own stamps
+back before it sends, and skips the rows already stored.
 
 Why it is built so: the design notes in docs/pages/architecture.md.
 """

@@ -1,7 +1,7 @@
 """A write task's sender: rows into events, batched per target, sent, retried and settled.
 
-A write task's sender: rows into events, packed into batches per target, sent concurrently, retried, and (exactly
-once) settled by reading the hub back when a send's outcome is not known.
+Targets are sent concurrently; exactly once, a send whose outcome is not known is settled by reading the hub
+back.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The exactly-once sink's records: fences (the hub's ends at each commit) and marks.
 
-The exactly-once sink's records: per write, where the target hub's partitions ended at each committed batch
-(fences), and which tasks have begun sending (marks).
+Per write: where the target hub's partitions ended at each committed batch (fences), and which tasks have
+begun sending (marks).
 
 Why it is built so: the design notes in docs/pages/architecture.md.
 """

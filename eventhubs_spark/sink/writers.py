@@ -1,7 +1,7 @@
 """The sink's writers Spark calls, and their commits.
 
-The sink's writers Spark calls: ``df.write`` (Arrow batches), ``df.writeStream`` (Arrow on Spark 4.1+, rows on
-4.0); their commits log what the batch did and (exactly once) record the next batch's fence.
+``df.write`` takes Arrow batches, ``df.writeStream`` Arrow on Spark 4.1+ and rows on 4.0; their commits log what
+the batch did and (exactly once) record the next batch's fence.
 """
 
 from __future__ import annotations

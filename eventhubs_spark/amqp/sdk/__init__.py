@@ -1,10 +1,9 @@
 """Every use of the azure-eventhub SDK's private internals, in one place, by job.
 
-Every use of the azure-eventhub SDK's private internals, in one place, by job: :mod:`.receiving` (consumers on a
-shared connection, their frames and credit), :mod:`.sending` (batches and one send made once), :mod:`.opening`
-(connections that give up opening), :mod:`.management` (the pipelined management requests' links) and
-:mod:`.contract` (every internal they read, checked on live objects by a contract test). What an error means is
-:mod:`eventhubs_spark.amqp.conditions`, which touches no internals.
+The jobs: :mod:`.receiving` (consumers on a shared connection, their frames and credit), :mod:`.sending`
+(batches and one send made once), :mod:`.opening` (connections that give up opening), :mod:`.management` (the
+pipelined management requests' links) and :mod:`.contract` (every internal they read, checked on live objects by a
+contract test). What an error means is :mod:`eventhubs_spark.amqp.conditions`, which touches no internals.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The contract with the installed SDK: every internal the seam reads, checked on live objects.
 
-The contract with the installed SDK: every internal attribute the functions of :mod:`eventhubs_spark.amqp.sdk` read,
-checked on live objects (a contract test runs it, so an SDK release that drops one fails CI, not a query).
+The seam is the functions of :mod:`eventhubs_spark.amqp.sdk`; a contract test runs the check, so an SDK release
+that drops an attribute fails CI, not a query.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The SDK's internals the pipelined management requests use.
 
-The SDK's internals the management client's pipelined requests use: the ``$management`` links, their session's
-windows and the frames the connection reads.
+They are the ``$management`` links, their session's windows and the frames the connection reads.
 """
 
 from __future__ import annotations

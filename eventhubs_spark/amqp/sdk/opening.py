@@ -1,7 +1,7 @@
 """The SDK's connection opening, bounded by time-outs.
 
-The SDK's connection opening, bounded: every synchronous connection gives up opening when the service does not
-answer (SASL on a socket set to block with no time-out), and the sign-in's time-out is honoured.
+Every synchronous connection gives up opening when the service does not answer (SASL on a socket set to block
+with no time-out), and the sign-in's time-out is honoured.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The SDK's internals the receive path uses.
 
-The SDK's internals the receive path uses: consumers on one shared connection, their links' credit, the frames the
-connection reads (plain and over WebSockets), and the messages they hold.
+They are consumers on one shared connection, their links' credit, the frames the connection reads (plain and
+over WebSockets), and the messages they hold.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The SDK's internals the sink uses.
 
-The SDK's internals the sink uses: a batch filled with already-encoded events, one send made once (no silent second
-send), every partition's producer link on one connection, and what the producer knows of the hub's partitions.
+They are a batch filled with already-encoded events, one send made once (no silent second send), every
+partition's producer link on one connection, and what the producer knows of the hub's partitions.
 """
 
 from __future__ import annotations
