@@ -164,7 +164,6 @@ class _Sender:
         attempt = 0
         busy_until = time.monotonic() + self.BUSY_PATIENCE
         while True:
-            attempt += 1
             try:
                 sdk.send_once(self.client, batch, self.timeout, self.shared)
                 break
@@ -172,10 +171,11 @@ class _Sender:
                 timed_out = isinstance(exc, OperationTimeoutError | TimeoutError)
                 unanswered = unanswered or timed_out
                 if conditions.condition(exc) == conditions.SERVER_BUSY and time.monotonic() < busy_until:
-                    # throttled (past the namespace's throughput units): nothing stored; wait as the SDKs do
-                    attempt -= 1
+                    # throttled (past the namespace's throughput units): nothing stored; wait as the SDKs do, and
+                    # count no attempt
                     time.sleep(self.BUSY_WAIT)
                     continue
+                attempt += 1
                 if attempt == self.ATTEMPTS:
                     first = self.sent + 1
                     doubt = ("an attempt went unanswered, so the hub may hold them all the same: look before sending "

@@ -107,7 +107,7 @@ class OffsetCodec:
         self.hub = hub
         self._given: list[tuple[dict[str, Any], dict[str, int]]] = []
 
-    def to_json(self, positions: Mapping[str, int], tasks: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_json(self, positions: Mapping[str, int], tasks: Packing | None = None) -> dict[str, Any]:
         """``positions`` as Spark keeps them; ``tasks``: how a planned batch is packed (under :data:`TASKS_KEY`, for
         the batch's plan after a restart). Positions given before, without ``tasks``, get the offset given then: the
         same positions must be the same offset to Spark, or it plans an empty batch to move from one to the other."""
@@ -118,7 +118,7 @@ class OffsetCodec:
                     return given
         doc: dict[str, Any] = SourceOffset(self.hub, positions).to_json()
         if tasks is not None:
-            doc[TASKS_KEY] = tasks
+            doc[TASKS_KEY] = tasks.to_json()
         self._given = [(doc, dict(positions)), *self._given[: self.KEEP - 1]]
         return doc
 
@@ -426,8 +426,8 @@ def pack_ranges(
     events per partition ran a task per partition (1,024 of them on a Dedicated hub); a busy one still gets a task
     per partition. The plan is a function of its arguments alone, never of the cluster at the time: Spark plans a
     batch run again (after a restart) from the same offsets, and the exactly-once sink names each row by its task
-    and place, so a batch run again must be packed as its first run was (a stream keeps the homes it packed by in
-    the batch's offset: :meth:`OffsetCodec.homes`)."""
+    and place, so a batch run again must be packed as its first run was (a stream keeps how it packed in the batch's
+    offset: :meth:`OffsetCodec.tasks`)."""
     ordered = sorted(ranges, key=lambda r: (int(r.partition), r.start))
     if min_events <= 0:
         return [[r] for r in ordered]

@@ -276,7 +276,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         runtime.stream_runner_planned(self.planner.mirror.settle)  # a store write in flight lands before the end
         return self._offsets.to_json(end, self._packing() if self._planned_batch else None)
 
-    def _packing(self) -> dict[str, Any] | None:
+    def _packing(self) -> Packing | None:
         """How a batch planned now packs its small ranges, kept in its offset so that the batch run again after a
         restart is packed the same: by the live homes (two or more); over at least :data:`FIRST_TASKS` tasks while
         no home is known (a stream's first batch: each executor that runs one tells the driver of its service, and
@@ -286,11 +286,11 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return None
         homes_on = options.receiver_service and options.partition_homes and options.driver_channel
         if not homes_on or self._no_driver:
-            return Packing().to_json()
+            return Packing()
         live = [] if self._driver is None else [home.executor for home in self._driver.live()]
         if not live:
-            return Packing(spread=FIRST_TASKS).to_json()
-        return Packing(tuple(live) if len(live) > 1 else ()).to_json()
+            return Packing(spread=FIRST_TASKS)
+        return Packing(tuple(live) if len(live) > 1 else ())
 
     def _home_groups(self, packing: Packing | None, partitions: list[str]) -> dict[str, str] | None:
         """Each partition's home among the executors a batch was packed by (None: packed without homes); a pure
