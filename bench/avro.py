@@ -102,7 +102,7 @@ def _connector(batches: list[pa.RecordBatch], reader: dict[str, Any], by_column:
     from eventhubs_spark.auth.network import NetworkSettings
     from eventhubs_spark.avro import columnar, decode, registry
     from eventhubs_spark.avro.decode import AvroReading
-    from eventhubs_spark.avro.registry import Registry
+    from eventhubs_spark.registry.client import Registry
 
     decode._DECODERS.clear()
     if not by_column:  # the exact path alone: fastavro's compiled reader, one call per schema id and batch

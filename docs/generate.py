@@ -28,6 +28,7 @@ BENCHES = {
     "sink_vs_sdk": "Writing, against the SDK (bench `sink`)",
     "sink_exactly_once": "Writing exactly once, against at least once (bench `sink`)",
     "json": "JSON bodies into columns, against Spark's from_json (bench `json`)",
+    "json_registry": "JSON Schema from the registry, against from_json with the same schema (bench `json_registry`)",
     "avro": "Avro with the Schema Registry, read and written (bench `avro`)",
     "capture": "History from Capture files, against the hub (bench `capture`)",
     "capture_slices": "A rate-limited stream through one large Capture file (bench `capture_slices`)",

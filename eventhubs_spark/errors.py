@@ -116,7 +116,7 @@ class RegistryError(EventHubsError):
 
 
 class SchemaError(OptionError):
-    """An Avro schema the connector cannot use, naming the field and why."""
+    """A schema (Avro, or JSON Schema from the registry) the connector cannot use, naming the field and why."""
 
 
 class AvroDecodeError(EventHubsError):

@@ -27,6 +27,10 @@ dbutils.widgets.text("output_path", "/tmp/eventhubs/readings")
 dbutils.widgets.text("checkpoint_path", "/tmp/eventhubs/readings_checkpoint")
 dbutils.widgets.text("schema_path", "/tmp/eventhubs/readings_schema")  # where the inferred schema is kept
 dbutils.widgets.text("available_now", "false")  # "true": read what is there, then stop
+dbutils.widgets.text("registry", "")  # NAMESPACE.servicebus.windows.net: the last part, JSON Schema from the registry
+dbutils.widgets.text("schema_group", "readings")  # a schema group of format Json in that registry
+dbutils.widgets.text("ca_file", "")  # a CA bundle to trust (a TLS-inspecting proxy's); empty: the system's
+dbutils.widgets.text("authority_host", "")  # Entra's host in a sovereign cloud; empty: Azure's public cloud
 
 connection_string = dbutils.secrets.get(dbutils.widgets.get("secret_scope"), "connection-string")
 output_path = dbutils.widgets.get("output_path")
@@ -123,3 +127,63 @@ display(fig)
 
 if not available_now:
     query.stop()  # or leave it running: it reads new events every 10 seconds
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## JSON Schema from the Azure Schema Registry
+# MAGIC Producers that use the registry's JSON Schema encoder (`JsonSchemaEncoder` in Python, and its .NET,
+# MAGIC Java and JavaScript twins) name each body's schema in its content type,
+# MAGIC `application/json;serialization=Json+<schema id>`. With `eventhubs.json.schemaRegistry` the source types
+# MAGIC `value` from the registered schema (`eventhubs.json.schemaId`): no sampling, a `date-time` is a timestamp.
+# MAGIC The sink writes the other way: a struct column becomes JSON with a schema registered from the column
+# MAGIC (`eventhubs.json.schemaGroup`), which the official encoder decodes. The registry takes Microsoft Entra ID
+# MAGIC only (a service principal from the secret scope here). Runs when the `registry` widget is set.
+
+# COMMAND ----------
+
+registry_namespace = dbutils.widgets.get("registry")
+if registry_namespace:
+    scope = dbutils.widgets.get("secret_scope")
+    registry = {
+        "eventhubs.json.schemaRegistry": registry_namespace,
+        "eventhubs.entra.tenantId": dbutils.secrets.get(scope, "tenant-id"),
+        "eventhubs.entra.clientId": dbutils.secrets.get(scope, "client-id"),
+        "eventhubs.entra.clientSecret": dbutils.secrets.get(scope, "client-secret"),
+    }
+    if dbutils.widgets.get("authority_host"):
+        registry |= {"eventhubs.entra.authorityHost": dbutils.widgets.get("authority_host"),
+                     "eventhubs.entra.disableInstanceDiscovery": "true"}  # fmt: skip
+    if dbutils.widgets.get("ca_file"):
+        registry["eventhubs.connectionVerify"] = dbutils.widgets.get("ca_file")
+
+    # write: the table's rows as registered JSON (the schema, made from the struct, registered once)
+    (
+        table.where("device is not null")
+        .select(F.struct("device", "temperature", "ts").alias("value"))
+        .write.format("eventhubs")
+        .option("eventhubs.connectionString", connection_string)
+        .options(**registry)
+        .option("eventhubs.json.schemaGroup", dbutils.widgets.get("schema_group"))
+        .mode("append")
+        .save()
+    )
+    # the schema's id travels in each event's content type
+    content_type = F.col("systemProperties")["content-type"]
+    kinds = (spark.read.format("eventhubs").option("eventhubs.connectionString", connection_string).load()
+             .where(content_type.startswith("application/json;serialization=Json+"))
+             .select(content_type.alias("kind")).distinct().collect())  # fmt: skip
+    schema_id = kinds[0]["kind"].split("+", 1)[1]
+
+    # read: value typed from the registered schema (ts is a timestamp, no to_timestamp needed)
+    typed = (
+        spark.read.format("eventhubs")
+        .option("eventhubs.connectionString", connection_string)
+        .options(**registry)
+        .option("eventhubs.json.schemaId", schema_id)
+        .load()
+        .where(content_type == kinds[0]["kind"])
+        .select("value.*")
+    )
+    typed.printSchema()
+    display(typed.groupBy("device").agg(F.count("*").alias("readings"), F.max("ts").alias("latest")))

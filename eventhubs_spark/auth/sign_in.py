@@ -100,7 +100,9 @@ def resolve_sign_in(values: Mapping[str, Any], entra_keys: Sequence[str]) -> Con
         values.get("eventhubs.checkpointstore.accounturl") and not values.get("eventhubs.checkpointstore.sastoken")
     )
     # the Schema Registry takes Microsoft Entra ID only, whatever signs in to the hub
-    registry_uses_entra = bool(values.get("eventhubs.avro.schemaregistry"))
+    registry_uses_entra = bool(
+        values.get("eventhubs.avro.schemaregistry") or values.get("eventhubs.json.schemaregistry")
+    )
     entra = None
     if method in ENTRA_METHODS or store_uses_entra or registry_uses_entra:
         entra = _entra_settings(values, method if method in ENTRA_METHODS else _implied_entra_method(values))

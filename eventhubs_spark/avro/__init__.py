@@ -1,7 +1,7 @@
 """Avro bodies with the namespace's Schema Registry: read into a struct column ``value``, written from one.
 
 :mod:`eventhubs_spark.avro.types` maps Avro schemas to Spark and Arrow types (and Spark structs to Avro schemas),
-:mod:`eventhubs_spark.avro.registry` fetches writer schemas (once per executor) and registers the sink's,
+:mod:`eventhubs_spark.registry.client` fetches writer schemas (once per executor) and registers the sink's,
 :mod:`eventhubs_spark.avro.decode` turns a record batch's bodies into the struct column,
 :mod:`eventhubs_spark.avro.encode` rows into bodies. Only the options' entry points live here; nothing imports
 fastavro or the registry client until Avro is asked for.
@@ -30,8 +30,8 @@ def reading(
     if not registry:
         return None
     from eventhubs_spark.avro.decode import AvroReading
-    from eventhubs_spark.avro.registry import Registry
     from eventhubs_spark.avro.types import column, parse
+    from eventhubs_spark.registry.client import Registry
 
     where = Registry.of(registry, settings)
     if schema_id:

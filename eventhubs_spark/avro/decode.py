@@ -22,10 +22,10 @@ import pyarrow.compute as pc
 
 from eventhubs_spark import defaults
 from eventhubs_spark.avro import columnar, types
-from eventhubs_spark.avro.registry import Registry, schema_id
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.schema import ARROW_SCHEMA
 from eventhubs_spark.errors import AvroDecodeError, RegistryError
+from eventhubs_spark.registry.client import Registry, schema_id
 
 FAILFAST, PERMISSIVE = "FAILFAST", "PERMISSIVE"
 CORRUPT_TYPE = pa.struct([pa.field("body", pa.binary()), pa.field("error", pa.string())])

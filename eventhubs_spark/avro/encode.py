@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.avro.types import avro_of_spark, full_name, parse
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.errors import SchemaError, SinkError
+from eventhubs_spark.registry.client import Registry
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class AvroWriting:
     def _from_rows(self) -> Callable[[Any], Any] | None:
         from pyspark.sql.types import _parse_datatype_json_string
 
-        return _preparer(_parse_datatype_json_string(self.spark_type))
+        return row_preparer(_parse_datatype_json_string(self.spark_type))
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_parsed", "_from_rows")}
@@ -165,7 +165,7 @@ def _timestamps(array: Any) -> list[Any]:
     return [base + delta(microseconds=v * per) if ok else None for v, ok in zip(values, valid, strict=True)]
 
 
-def _preparer(data_type: Any) -> Callable[[Any], Any] | None:
+def row_preparer(data_type: Any) -> Callable[[Any], Any] | None:
     """A function that makes a Python value of ``data_type`` what fastavro's writer takes, or None where the value
     is that already: a struct (a Row, or a dict) becomes a dict, a map (a dict, or Arrow's list of pairs) a dict, a
     timestamp without a zone (Spark's rows give local time for TIMESTAMP) an aware datetime. Built once per column
@@ -173,7 +173,7 @@ def _preparer(data_type: Any) -> Callable[[Any], Any] | None:
     from pyspark.sql import types as T
 
     if isinstance(data_type, T.StructType):
-        fields = [(i, f.name, _preparer(f.dataType)) for i, f in enumerate(data_type.fields)]
+        fields = [(i, f.name, row_preparer(f.dataType)) for i, f in enumerate(data_type.fields)]
 
         def struct(value: Any) -> Any:
             if value is None:
@@ -184,7 +184,7 @@ def _preparer(data_type: Any) -> Callable[[Any], Any] | None:
 
         return struct
     if isinstance(data_type, T.MapType):
-        inner = _preparer(data_type.valueType)
+        inner = row_preparer(data_type.valueType)
 
         def mapping(value: Any) -> Any:
             if value is None:
@@ -199,7 +199,7 @@ def _preparer(data_type: Any) -> Callable[[Any], Any] | None:
 
         return mapping
     if isinstance(data_type, T.ArrayType):
-        item = _preparer(data_type.elementType)
+        item = row_preparer(data_type.elementType)
         if item is None:
             return None
         return lambda value: None if value is None else [item(v) for v in value]

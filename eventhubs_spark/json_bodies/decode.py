@@ -17,7 +17,7 @@ import datetime
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -295,19 +295,28 @@ class JsonReading:
         """``batch`` (the source's columns) with ``value`` and the rescue column added; raises as the mode says."""
         schema = self.value_type()
         outcome = decode(batch.column("body"), schema, self.mode)
+        outcome = self.checked(batch, outcome)
         if outcome.first_misfit is not None and self.mode == FAIL:
             misfit = outcome.rescued[outcome.first_misfit].as_py()
-            where = self._where(batch, outcome.first_misfit, "does not fit the schema")
+            where = self.where(batch, outcome.first_misfit, "does not fit the schema")
             raise DoesNotFit(f"{where} ({misfit}); eventhubs.json.schemaEvolutionMode rescue keeps such values in the "
                              "rescue column instead")  # fmt: skip
         if outcome.added and self.mode == ADD:
-            raise self._evolve(batch, outcome)
+            raise self._evolve(batch, replace(outcome, proposed=self.proposal(batch, outcome)))
         own = batch if self.keep_body else batch.drop_columns(["body"])
         return pa.RecordBatch.from_arrays(
             [*own.columns, outcome.values, outcome.rescued], schema=pa.schema(self.source_fields(batch.schema))
         )
 
-    def _where(self, batch: pa.RecordBatch, row: int, what: str) -> str:
+    def checked(self, batch: pa.RecordBatch, outcome: Outcome) -> Outcome:
+        """``outcome``, with what a subclass checks beyond the schema (a registry's schema for each body)."""
+        return outcome
+
+    def proposal(self, batch: pa.RecordBatch, outcome: Outcome) -> pa.DataType | None:
+        """The schema the bodies ask to grow to (addNewColumns): by default, as their values type it."""
+        return outcome.proposed
+
+    def where(self, batch: pa.RecordBatch, row: int, what: str) -> str:
         partition = batch.column("partition")[row].as_py()
         sequence = batch.column("sequenceNumber")[row].as_py()
         return f"eventhubs.json: the event at partition {partition}, sequence number {sequence} {what}"
@@ -332,7 +341,7 @@ class JsonReading:
             # another process wrote that version first: merge with it
         assert outcome.first_misfit is not None
         return SchemaEvolved(
-            self._where(batch, outcome.first_misfit, "and others carry what schema version "
+            self.where(batch, outcome.first_misfit, "and others carry what schema version "
                         f"{self.version} lacks: {', '.join(outcome.added)}")
             + f". Schema version {number} at {self.location} has them (eventhubs.json.schemaEvolutionMode "
             f"addNewColumns): {redefine(self.stream)}"

@@ -119,6 +119,7 @@ def check_combinations(values: Mapping[str, Any], mode: str) -> None:
             f"minEventsPerTrigger ({low}) must not exceed maxEventsPerTrigger ({high}), e.g. {example}", example
         )
     check_avro(values, mode)
+    check_json_registry(values, mode)
     if mode != WRITE:
         check_json(values, mode)
     if mode != WRITE and values.get("maxeventsperpartition") and values.get("eventhubs.useexclusivereceiver"):
@@ -157,15 +158,53 @@ def check_avro(values: Mapping[str, Any], mode: str) -> None:
                           f"eventhubs.avro.schema or eventhubs.avro.schemaId, e.g. {example}", example)  # fmt: skip
 
 
+_JSON_REGISTRY_KEYS = ("eventhubs.json.schemaRegistry", "eventhubs.json.schemaId", "eventhubs.json.validate",
+                       "eventhubs.json.schemaGroup", "eventhubs.json.schemaName")  # fmt: skip
+
+
+def check_json_registry(values: Mapping[str, Any], mode: str) -> None:
+    """JSON through the Schema Registry: the registry, and (reads) the schema the value column is typed from or
+    (writes) a group to register one in or a registered schema's id; not with Avro, nor with a fixed schema."""
+    registry = values.get("eventhubs.json.schemaregistry")
+    example = ".option('eventhubs.json.schemaRegistry', 'NAMESPACE.servicebus.windows.net')"
+    given = [key for key in _JSON_REGISTRY_KEYS[1:] if values.get(key.lower()) not in (None, False)]
+    if not registry:
+        if given:
+            raise OptionError(f"{', '.join(given)} would be unused: JSON bodies are read and written with the "
+                              f"Schema Registry's schemas once eventhubs.json.schemaRegistry names it, e.g. {example}",
+                              example)  # fmt: skip
+        return
+    if values.get("eventhubs.avro.schemaregistry"):
+        raise OptionError("bodies are Avro (eventhubs.avro.schemaRegistry) or JSON (eventhubs.json.schemaRegistry), "
+                          f"not both, e.g. {example}", example)  # fmt: skip
+    schema_id = values.get("eventhubs.json.schemaid")
+    if mode == WRITE:
+        group_example = ".option('eventhubs.json.schemaGroup', 'telemetry-schemas')"
+        if not schema_id and not values.get("eventhubs.json.schemagroup"):
+            raise OptionError("writing JSON through the Schema Registry needs the group to register the value "
+                              "column's schema in (eventhubs.json.schemaGroup), or a registered schema's id "
+                              f"(eventhubs.json.schemaId), e.g. {group_example}", group_example)  # fmt: skip
+        return
+    id_example = ".option('eventhubs.json.schemaId', '0f5ebc3e0b0c4c2f8d0c1f7f1b0f9e41')"
+    if not schema_id:
+        raise OptionError("reading JSON through the Schema Registry needs the registered schema the value column is "
+                          f"typed from: eventhubs.json.schemaId, e.g. {id_example}", id_example)  # fmt: skip
+    if values.get("eventhubs.json.schema"):
+        raise OptionError("eventhubs.json.schema and eventhubs.json.schemaRegistry both type the value column: set "
+                          f"one (the registry's schema by eventhubs.json.schemaId), e.g. {id_example}",
+                          id_example)  # fmt: skip
+
+
 def check_json(values: Mapping[str, Any], mode: str) -> None:
     """The eventhubs.json.* options go together: a fixed schema or a schema location (not Avro too), and a mode
     that suits it."""
     schema, location = values.get("eventhubs.json.schema"), values.get("eventhubs.json.schemalocation")
+    registry = values.get("eventhubs.json.schemaregistry")
     location_example = ".option('eventhubs.json.schemaLocation', '/dbfs/checkpoints/telemetry/json-schema')"
     given = [s.key for s in SPECS if s.key.startswith("eventhubs.json.") and mode in s.modes
-             and s.key not in ("eventhubs.json.schema", "eventhubs.json.schemaLocation")
+             and s.key not in ("eventhubs.json.schema", "eventhubs.json.schemaLocation", *_JSON_REGISTRY_KEYS)
              and values.get(s.key.lower()) not in (None, s.default)]  # fmt: skip
-    if not schema and not location:
+    if not schema and not location and not registry:
         if given:
             raise OptionError(f"{', '.join(given)} would be unused: JSON bodies are read into columns with "
                               f"eventhubs.json.schema or eventhubs.json.schemaLocation, e.g. {location_example}",

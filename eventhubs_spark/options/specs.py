@@ -680,6 +680,58 @@ SPECS: tuple[Spec, ...] = (
         field="json_sample_events",
     ),
     Spec(
+        "eventhubs.json.schemaRegistry",
+        None,
+        parse_namespace,
+        "Read or write JSON bodies whose schema is in this namespace's Schema Registry (the official JSON Schema "
+        "encoder's format: content type application/json;serialization=Json+<schema id>). Reads type the value column "
+        "from the registered schema (eventhubs.json.schemaId), no sampling; writes register one made from the value "
+        "column (eventhubs.json.schemaGroup). The registry takes Microsoft Entra ID only (eventhubs.auth / "
+        "eventhubs.entra.*).",
+        "NAMESPACE.servicebus.windows.net",
+        field="json_registry",
+    ),
+    Spec(
+        "eventhubs.json.schemaId",
+        None,
+        parse_text,
+        "With eventhubs.json.schemaRegistry. Reads: the registered JSON Schema the value column is typed from (bodies "
+        "of other versions are read into it by field name; what it lacks goes by eventhubs.json.schemaEvolutionMode). "
+        "Writes: send with this registered schema instead of registering one made from the value column.",
+        "0f5ebc3e0b0c4c2f8d0c1f7f1b0f9e41",
+        field="json_schema_id",
+    ),
+    Spec(
+        "eventhubs.json.validate",
+        False,
+        parse_bool,
+        "With eventhubs.json.schemaRegistry: check each body against the JSON Schema its content type names (reads: "
+        "a body that does not validate has a null value and its text and the reason in the rescue column; writes: the "
+        "write fails naming the row). Off by default: it parses every body a second time in Python (see json.md).",
+        "true",
+        field="json_validate",
+    ),
+    Spec(
+        "eventhubs.json.schemaGroup",
+        None,
+        parse_text,
+        "Writes: the registry's schema group (format Json) the value column's JSON Schema is registered in, once per "
+        "query.",
+        "telemetry-schemas",
+        frozenset({WRITE}),
+        field="json_group",
+    ),
+    Spec(
+        "eventhubs.json.schemaName",
+        None,
+        parse_text,
+        "Writes: the name (the JSON Schema's title) the value column's schema is registered under; default: the event "
+        "hub's name.",
+        "Reading",
+        frozenset({WRITE}),
+        field="json_schema_name",
+    ),
+    Spec(
         "eventhubs.sink.exactlyOnce",
         False,
         parse_bool,

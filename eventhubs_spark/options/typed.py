@@ -107,6 +107,9 @@ class ReadOptions:
     json_rescue_column: str
     json_sample_events: int
     json_keep_body: bool
+    json_registry: str | None
+    json_schema_id: str | None
+    json_validate: bool
 
     @property
     def default_start(self) -> Position:
@@ -127,6 +130,11 @@ class WriteOptions:
     avro_group: str | None
     avro_record_name: str
     avro_record_namespace: str | None
+    json_registry: str | None
+    json_schema_id: str | None
+    json_validate: bool
+    json_group: str | None
+    json_schema_name: str | None
     consumer_group: str
     checkpoint_location: str | None
     exactly_once: bool

@@ -1,4 +1,4 @@
-"""The namespace's Schema Registry as the connector uses it: writer schemas by id, a schema's id in a group.
+"""The namespace's Schema Registry as Avro and JSON Schema reads and writes use it: schemas by id, ids in groups.
 
 Calls go through the official ``azure-schemaregistry`` client (its REST contract, retries, proxy and TLS
 settings), signed in with Microsoft Entra ID: the registry takes no SAS key. A schema's id names one
@@ -36,12 +36,13 @@ class Registry:
     namespace: str  # NAMESPACE.servicebus.windows.net (host[:port] for the emulator)
     entra: EntraSettings
     network: NetworkSettings
+    options: str = "eventhubs.avro"  # whose options these are (eventhubs.avro or eventhubs.json): errors name them
 
     @classmethod
-    def of(cls, namespace: str, settings: ConnectionSettings) -> Registry:
+    def of(cls, namespace: str, settings: ConnectionSettings, options: str = "eventhubs.avro") -> Registry:
         """The registry of ``namespace`` reached as the hub is (proxy, CA bundle), signed in with the options'
         Entra identity: the registry takes no SAS key, whatever signs in to the hub."""
-        return cls(namespace, settings.entra or EntraSettings(), settings.network)
+        return cls(namespace, settings.entra or EntraSettings(), settings.network, options)
 
     def client(self) -> Any:
         """This process's registry client for these settings (built once: it holds an HTTP session)."""
@@ -51,9 +52,10 @@ class Registry:
                 try:
                     from azure.schemaregistry import SchemaRegistryClient
                 except ImportError:
+                    extra = "avro" if self.options == "eventhubs.avro" else "registry"
                     raise RegistryError(
-                        "eventhubs.avro.* needs the Schema Registry client and an Avro decoder: pip install "
-                        "'eventhubs-spark[avro]' (on Databricks: %pip install 'eventhubs-spark[avro]')",
+                        f"{self.options}.schemaRegistry needs the Schema Registry client: pip install "
+                        f"'eventhubs-spark[{extra}]' (on Databricks: %pip install 'eventhubs-spark[{extra}]')",
                         retriable=False,
                     ) from None
                 kwargs: dict[str, Any] = {}
@@ -101,7 +103,7 @@ class Registry:
         except ResourceNotFoundError:
             raise RegistryError(f"schema id {schema_id} is not in {where}{context}: the events name a schema the "
                                 "registry does not have (another namespace's registry, or a deleted group?). Set "
-                                "eventhubs.avro.schemaRegistry to the namespace the producers registered with",
+                                f"{self.options}.schemaRegistry to the namespace the producers registered with",
                                 retriable=False) from None  # fmt: skip
         except ClientAuthenticationError as exc:
             raise RegistryError(f"{where} refused the sign-in ({_short(exc)}): the registry takes Microsoft Entra ID "
@@ -117,25 +119,26 @@ class Registry:
             raise
         except Exception as exc:  # ServiceRequestError and the like: nothing answered
             raise RegistryError(f"{where} could not be reached ({type(exc).__name__}: {_short(exc)}): check "
-                                "eventhubs.avro.schemaRegistry and the network (proxy, firewall, private endpoint)",
+                                f"{self.options}.schemaRegistry and the network (proxy, firewall, private endpoint)",
                                 retriable=True) from None  # fmt: skip
         return str(schema.definition)
 
-    def register(self, group: str, name: str, definition: str) -> str:
-        """The id of ``definition`` in ``group`` under ``name``, registered if it is not there yet."""
+    def register(self, group: str, name: str, definition: str, format: str = "Avro") -> str:
+        """The id of ``definition`` (``format``: Avro or Json) in ``group`` under ``name``, registered if it is not
+        there yet."""
         from azure.core.exceptions import HttpResponseError
 
         where = f"the Schema Registry of {self.namespace}"
         try:
             FETCHES["ids"] += 1
-            return str(self.client().register_schema(group, name, definition, "Avro").id)
+            return str(self.client().register_schema(group, name, definition, format).id)
         except HttpResponseError as exc:
             status = getattr(exc, "status_code", None)
             hint = {
                 401: "the registry takes Microsoft Entra ID only (eventhubs.auth / eventhubs.entra.*)",
                 403: "the identity needs the Schema Registry Contributor role on the namespace to register schemas",
-                404: f"schema group {group!r} does not exist: create it in the namespace (eventhubs.avro.schemaGroup)",
-                415: f"schema group {group!r} is not an Avro group",
+                404: f"schema group {group!r} does not exist: create it in the namespace ({self.options}.schemaGroup)",
+                415: f"schema group {group!r} is not a group of {format} schemas ({self.options}.schemaGroup)",
             }.get(status or 0, _short(exc))
             raise RegistryError(f"{where} did not register schema {name!r} in group {group!r} (HTTP {status}): "
                                 f"{hint}", retriable=False) from None  # fmt: skip
@@ -143,7 +146,7 @@ class Registry:
             raise
         except Exception as exc:
             raise RegistryError(f"{where} could not be reached ({type(exc).__name__}: {_short(exc)}): check "
-                                "eventhubs.avro.schemaRegistry and the network", retriable=True) from None  # fmt: skip
+                                f"{self.options}.schemaRegistry and the network", retriable=True) from None  # fmt: skip
 
 
 def schema_id(content_type: str | None) -> str | None:
@@ -165,7 +168,7 @@ def _cache_path(namespace: str, schema_id: str) -> str | None:
     if not local or not os.path.isdir(local):
         return None
     space = hashlib.sha256(json.dumps(namespace).encode()).hexdigest()[:16]
-    return os.path.join(local, "eventhubs-schemas", space, f"{schema_id}.avsc")
+    return os.path.join(local, "eventhubs-schemas", space, f"{schema_id}.schema")
 
 
 _LOCK = threading.Lock()

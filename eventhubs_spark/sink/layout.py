@@ -7,6 +7,7 @@ from typing import Any
 
 from eventhubs_spark.avro.encode import AvroWriting
 from eventhubs_spark.errors import SinkError
+from eventhubs_spark.json_bodies.encode import JsonWriting
 
 COLUMNS_HELP = (
     "the eventhubs sink takes the columns body (string or binary, required), and optionally partitionKey "
@@ -14,11 +15,11 @@ COLUMNS_HELP = (
 )
 
 
-AVRO_COLUMNS_HELP = (
-    "writing Avro (eventhubs.avro.schemaRegistry), the eventhubs sink takes the columns value (a struct, required; "
-    "its Avro body is the event's), and optionally partitionKey (string) or partitionId (string or int), and "
-    "properties (map<string,string>)"
-)
+def value_columns_help(kind: str) -> str:
+    """What a write through the Schema Registry takes (``kind``: Avro or JSON)."""
+    return (f"writing {kind} (eventhubs.{kind.lower()}.schemaRegistry), the eventhubs sink takes the columns value (a "
+            f"struct, required; its {kind} body is the event's), and optionally partitionKey (string) or partitionId "
+            "(string or int), and properties (map<string,string>)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -30,26 +31,29 @@ class SinkLayout:
     partition_key: int | None = None
     partition_id: int | None = None
     properties: int | None = None
-    avro: AvroWriting | None = None  # the body column is a struct, written as registered Avro
+    encoder: AvroWriting | JsonWriting | None = None  # the body column is a struct, written as registered Avro or JSON
 
 
-def layout_for(schema: Any, avro: bool = False) -> SinkLayout:
-    """Check the DataFrame's columns; any other column or a wrong type is an error naming it. With ``avro``,
-    the body comes from the struct column ``value`` instead of ``body``."""
+def layout_for(schema: Any, value: str | None = None) -> SinkLayout:
+    """Check the DataFrame's columns; any other column or a wrong type is an error naming it. With ``value`` (Avro
+    or JSON: how the registry's schema writes it), the body comes from the struct column ``value`` instead of
+    ``body``."""
     from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
     names = [f.name for f in schema.fields]
+    avro = value is not None  # a struct value column, written through the registry
+    help_text = value_columns_help(value) if value is not None else COLUMNS_HELP
     roles: dict[str, int] = {}
     for index, f in enumerate(schema.fields):
         name = f.name.lower()
         if avro and name == "value":
             if not isinstance(f.dataType, StructType):
-                raise SinkError(f"column 'value' must be a struct to be written as Avro, got "
-                                f"{f.dataType.simpleString()}; {AVRO_COLUMNS_HELP}")  # fmt: skip
+                raise SinkError(f"column 'value' must be a struct to be written as {value}, got "
+                                f"{f.dataType.simpleString()}; {help_text}")  # fmt: skip
             roles["body"] = index
         elif avro and name == "body":
-            raise SinkError(f"column 'body' is not written when writing Avro: {AVRO_COLUMNS_HELP}. Drop it, or drop "
-                            "eventhubs.avro.schemaRegistry to send it as is")  # fmt: skip
+            raise SinkError(f"column 'body' is not written when writing {value}: {help_text}. Drop it, or drop "
+                            f"eventhubs.{str(value).lower()}.schemaRegistry to send it as is")  # fmt: skip
         elif name == "body":
             if not isinstance(f.dataType, StringType | BinaryType):
                 raise SinkError(
@@ -76,11 +80,11 @@ def layout_for(schema: Any, avro: bool = False) -> SinkLayout:
                 raise SinkError(f"column 'properties' must be map<string,string>, got {f.dataType.simpleString()}")
             roles["properties"] = index
         else:
-            raise SinkError(f"unexpected column {f.name!r}: {AVRO_COLUMNS_HELP if avro else COLUMNS_HELP}. Select only "
+            raise SinkError(f"unexpected column {f.name!r}: {help_text}. Select only "
                             "those columns.")  # fmt: skip
     if "body" not in roles:
         if avro:
-            raise SinkError(f"no 'value' column among {names}: {AVRO_COLUMNS_HELP}")
+            raise SinkError(f"no 'value' column among {names}: {help_text}")
         raise SinkError(f"no 'body' column among {names}: {COLUMNS_HELP}")
     return SinkLayout(
         body=roles["body"],

@@ -88,7 +88,7 @@ class EventSender:
         self._pending: dict[tuple[str, str], list[OutEvent]] = defaultdict(list)
         self._pending_count = 0
         self._row = 0
-        self._content_type = layout.avro.content_type if layout.avro is not None else None
+        self._content_type = layout.encoder.content_type if layout.encoder is not None else None
         self._once = once
         self._guard: WriteGuard | None = None
         # rows (0-based) an earlier attempt of this task stored, with their bodies' digests: skipped when the body is
@@ -107,20 +107,21 @@ class EventSender:
         return guard
 
     def add_batch(self, batch: Any) -> None:
-        """Add an Arrow record batch's rows (the Avro value column encoded from Arrow, the others as Python values)."""
-        avro, body = self.layout.avro, self.layout.body
+        """Add an Arrow record batch's rows (a registry's value column encoded from Arrow, the others as Python
+        values)."""
+        encoder, body = self.layout.encoder, self.layout.body
         columns = [
-            avro.encode_arrow(column) if avro is not None and i == body else column.to_pylist()
+            encoder.encode_arrow(column) if encoder is not None and i == body else column.to_pylist()
             for i, column in enumerate(batch.columns)
         ]
         self.add_columns(columns, encoded=True)
 
     def add_columns(self, columns: list[list[Any]], encoded: bool = False) -> None:
         """Add rows given column-wise (as Arrow's ``to_pylist`` returns them, or rows' values), in the input's order;
-        ``encoded``: the Avro value column is already bodies."""
+        ``encoded``: a registry's value column is already bodies."""
         layout = self.layout
-        avro = layout.avro if not encoded else None
-        bodies = columns[layout.body] if avro is None else avro.encode(columns[layout.body])
+        encoder = layout.encoder if not encoded else None
+        bodies = columns[layout.body] if encoder is None else encoder.encode(columns[layout.body])
         keys = columns[layout.partition_key] if layout.partition_key is not None else None
         pids = columns[layout.partition_id] if layout.partition_id is not None else None
         props = columns[layout.properties] if layout.properties is not None else None

@@ -14,8 +14,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter, DataSourceWriter
 
 from eventhubs_spark.avro.encode import writing as avro_writing
-from eventhubs_spark.avro.registry import Registry
+from eventhubs_spark.json_bodies.encode import writing as json_writing
 from eventhubs_spark.options import write_options
+from eventhubs_spark.registry.client import Registry
 from eventhubs_spark.sink.exactly_once import ExactlyOnce, exactly_once_of, record_fence
 from eventhubs_spark.sink.layout import layout_for
 from eventhubs_spark.sink.sender import SendReport, write_task
@@ -64,15 +65,21 @@ class _SinkBase:
         parsed = write_options(dict(options))
         self.settings = parsed.settings
         self.timeout = parsed.operation_timeout
-        self.layout = layout_for(schema, avro=bool(parsed.avro_registry))
+        kind = "Avro" if parsed.avro_registry else "JSON" if parsed.json_registry else None
+        self.layout = layout_for(schema, kind)
         self.once = exactly_once_of(parsed, self.stream)
+        # a registry's schema is registered (or found) once per query, here on the driver; the tasks only encode
+        value = schema.fields[self.layout.body]
         if parsed.avro_registry:
-            # registered (or found) once per query, here on the driver; the tasks only encode
             registry = Registry.of(parsed.avro_registry, parsed.settings)
-            value = schema.fields[self.layout.body]
-            self.layout = dataclasses.replace(self.layout, avro=avro_writing(
+            self.layout = dataclasses.replace(self.layout, encoder=avro_writing(
                 registry, str(parsed.avro_group), value.dataType, parsed.avro_schema, parsed.avro_record_name,
                 parsed.avro_record_namespace, value.name))  # fmt: skip
+        elif parsed.json_registry:
+            registry = Registry.of(parsed.json_registry, parsed.settings, "eventhubs.json")
+            self.layout = dataclasses.replace(self.layout, encoder=json_writing(
+                registry, parsed.json_group, value.dataType, parsed.json_schema_id,
+                parsed.json_schema_name or parsed.settings.hub, parsed.json_validate, value.name))  # fmt: skip
 
     def _log_commit(self, messages: Iterable[Any], batch_id: int | None) -> None:
         report = _merged(messages)

@@ -22,9 +22,12 @@ from eventhubs_spark.errors import OptionError
 from eventhubs_spark.interprocess.task_ranges import RangeRequest
 from eventhubs_spark.json_bodies import types
 from eventhubs_spark.json_bodies.decode import ADD, RESCUE, JsonReading
+from eventhubs_spark.json_bodies.json_schema import column_type
 from eventhubs_spark.json_bodies.kept import KeptSchemas
+from eventhubs_spark.json_bodies.registered import RegisteredJsonReading
 from eventhubs_spark.options import STREAM, ReadOptions
 from eventhubs_spark.process import runtime
+from eventhubs_spark.registry.client import Registry
 
 _LOG = logging.getLogger(__name__)
 
@@ -35,13 +38,15 @@ def json_of_options(
     """How a read decodes JSON bodies (None: it does not). ``spark_schema``: the schema Spark gave the reader (its
     ``value`` column is the one to read), else the schema is the fixed one, the one kept, or one inferred now from
     events the ``planner`` (the source's, made from the options and the mode) finds."""
-    if not options.json_schema and not options.json_schema_location:
+    if not options.json_schema and not options.json_schema_location and not options.json_registry:
         return None
     mode = options.json_mode or (ADD if options.json_schema_location else RESCUE)
     stream = options.mode == STREAM
-    if options.json_schema:
-        return JsonReading(types.to_text(types.parse_schema(options.json_schema)), mode, options.json_rescue_column,
-                           keep_body=options.json_keep_body, stream=stream)  # fmt: skip
+    registered = _registered(options)
+    if options.json_schema or (registered is not None and not options.json_schema_location):
+        fixed = registered[1] if registered is not None else types.parse_schema(str(options.json_schema))
+        return _with_registry(JsonReading(types.to_text(fixed), mode, options.json_rescue_column,
+                                          keep_body=options.json_keep_body, stream=stream), options)  # fmt: skip
     location = str(options.json_schema_location)
     kept = KeptSchemas(location)
     latest = kept.latest()
@@ -55,41 +60,50 @@ def json_of_options(
                 f"{'Define' if stream else 'Load'} it again ({example}) to read the new columns",
                 example,
             )  # fmt: skip
-        return JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
-                           latest.number if latest is not None else 0, options.json_keep_body, stream)  # fmt: skip
+        return _with_registry(JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
+                                          latest.number if latest is not None else 0, options.json_keep_body,
+                                          stream), options)  # fmt: skip
     if latest is None:
-        inferred = infer(planner(raw, options.mode), options)
-        if not kept.create(0, types.to_text(inferred), [f.name for f in inferred]):
+        # version 0: the registered schema, else one inferred from a sample
+        first = registered[1] if registered is not None else infer(planner(raw, options.mode), options)
+        if not kept.create(0, types.to_text(first), [f.name for f in first]):
             _LOG.info("eventhubs.json: another process kept a schema at %s first; reading with it", location)
         latest = kept.latest()
         assert latest is not None
-    return JsonReading(
-        latest.schema, mode, options.json_rescue_column, location, latest.number, options.json_keep_body, stream
-    )
+    return _with_registry(JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number,
+                                      options.json_keep_body, stream), options)  # fmt: skip
+
+
+def _registered(options: ReadOptions) -> tuple[Registry, pa.StructType] | None:
+    """With eventhubs.json.schemaRegistry: the registry, and the value column's type from the schema
+    eventhubs.json.schemaId names (fetched once, here on the driver)."""
+    if not options.json_registry:
+        return None
+    registry = Registry.of(options.json_registry, options.settings, "eventhubs.json")
+    schema_id = str(options.json_schema_id)
+    where = f"eventhubs.json.schemaId ({schema_id})"
+    return registry, column_type(registry.schema(schema_id, context=f" ({where})"), where)
+
+
+def _with_registry(reading: JsonReading, options: ReadOptions) -> JsonReading:
+    if not options.json_registry:
+        return reading
+    registry = Registry.of(options.json_registry, options.settings, "eventhubs.json")
+    kept = {f.name: getattr(reading, f.name) for f in dataclasses.fields(reading)}
+    return RegisteredJsonReading(**kept, registry=registry, schema_id=options.json_schema_id,
+                                 validate=options.json_validate)  # fmt: skip
 
 
 def _value_of(spark_schema: Any) -> pa.StructType | None:
-    """The Arrow type of the ``value`` column of a schema Spark gave (None: no schema, or no such column)."""
+    """The Arrow type of the ``value`` column of a schema Spark gave (None: no schema, or no such column), read from
+    the column type's JSON as a fixed schema is (pyspark's ``to_arrow_type`` changed its keywords between releases
+    and, on 4.1+, needs a time zone for a timestamp field)."""
     if spark_schema is None or isinstance(spark_schema, str):
         return None
-    from pyspark.sql.pandas.types import to_arrow_type
-
     for f in spark_schema.fields:
         if f.name == "value":
-            found = to_arrow_type(f.dataType)  # its keyword arguments differ between Spark releases; _plain settles
-            return _plain(found)
+            return types.parse_schema(f.dataType.json())
     return None
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """Spark's Arrow types as the JSON reader's: ``int32`` stays, large lists become lists, timestamps UTC."""
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _plain(f.type)) for f in t])
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(_plain(t.value_type))
-    if pa.types.is_timestamp(t):
-        return types.TIMESTAMP
-    return t
 
 
 SAMPLE_READERS = 16  # partitions sampled at once: each read is a link attach and a round trip or two

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from eventhubs_spark.avro import registry as registry_module
 from eventhubs_spark.executor import receiver_service, service_client, service_files
 from eventhubs_spark.process.runtime import Runtime
+from eventhubs_spark.registry import client as registry_module
 from tests.unit.support.avro import NAMESPACE
 from tests.unit.support.service_credential import STANDIN
 

@@ -20,7 +20,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "defaults", "positions", "common", "local_spark"),  # plain data and pure helpers: no I/O of ours
     ("auth",),  # where a hub is, how to sign in and reach it: settings as plain data, and the sign-in they describe
     ("amqp",),  # the SDK seam, the receiving connections, the frame reader, what a failure means
-    ("codec", "avro", "capture", "json_bodies"),  # AMQP messages into Arrow columns and back; Avro and JSON; Capture
+    ("codec", "avro", "capture", "json_bodies", "registry"),  # messages into Arrow and back; Avro, JSON, the registry
     ("interprocess",),  # what crosses between a query's processes: task ranges, sealed sockets, the driver's channel
     ("executor",),  # what lives per executor: receivers, their pool, the receiver service and its client, producers
     ("process",),  # what one Spark process keeps across tasks, driver or executor: the runtime

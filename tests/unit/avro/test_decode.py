@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventhubs_spark.avro import registry as registry_module
 from eventhubs_spark.avro.decode import PERMISSIVE, AvroReading, Decoder
 from eventhubs_spark.errors import AvroDecodeError, RegistryError
+from eventhubs_spark.registry import client as registry_module
 from tests.unit.support.avro import NAMESPACE, READING, REGISTRY, VALUE, batch, body
 
 

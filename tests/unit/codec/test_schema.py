@@ -18,9 +18,9 @@ import json, sys
 import pyarrow as pa
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.network import NetworkSettings
-from eventhubs_spark.avro import registry
+from eventhubs_spark.registry import client as registry
 from eventhubs_spark.avro.decode import PERMISSIVE, AvroReading
-from eventhubs_spark.avro.registry import Registry
+from eventhubs_spark.registry.client import Registry
 schema, other, path = sys.argv[1:]
 registry._SCHEMAS[("fresh:443", "one")] = schema
 registry._SCHEMAS[("fresh:443", "two")] = other

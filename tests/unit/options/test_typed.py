@@ -50,6 +50,32 @@ def test_the_avro_options_go_together():
     assert options.settings.auth_method == "connectionString" and options.settings.entra is not None
 
 
+def test_the_json_registry_options_go_together():
+    base = {"eventhubs.connectionString": avro_CONN}
+    registry = {"eventhubs.json.schemaRegistry": "ns.servicebus.windows.net"}
+    with pytest.raises(OptionError, match="needs the registered schema .* eventhubs.json.schemaId, e.g."):
+        read_options({**base, **registry}, "batch")
+    with pytest.raises(OptionError, match="eventhubs.json.schemaId, eventhubs.json.validate would be unused"):
+        read_options({**base, "eventhubs.json.schemaId": "s1", "eventhubs.json.validate": "true"}, "stream")
+    with pytest.raises(OptionError, match="Avro .* or JSON .*not both"):
+        read_options({**base, **registry, "eventhubs.json.schemaId": "s1",
+                      "eventhubs.avro.schemaRegistry": "ns.servicebus.windows.net", "eventhubs.avro.schema": '"long"'},
+                     "stream")  # fmt: skip
+    with pytest.raises(OptionError, match="both type the value column"):
+        read_options({**base, **registry, "eventhubs.json.schemaId": "s1", "eventhubs.json.schema": "id bigint"},
+                     "stream")  # fmt: skip
+    with pytest.raises(OptionError, match="eventhubs.json.schemaGroup.*or a registered schema's id"):
+        write_options({**base, **registry})
+    with pytest.raises(OptionError, match="eventhubs.json.schemaGroup would be unused"):
+        write_options({**base, "eventhubs.json.schemaGroup": "g"})
+    written = write_options({**base, **registry, "eventhubs.json.schemaGroup": "g", "eventhubs.json.validate": "true"})
+    assert written.json_group == "g" and written.json_validate and written.json_schema_name is None
+    read = read_options({**base, **registry, "eventhubs.json.schemaId": "s1",
+                         "eventhubs.json.schemaLocation": "/tmp/s"}, "stream")  # fmt: skip
+    assert read.json_schema_id == "s1" and read.json_registry == "ns.servicebus.windows.net"
+    assert read.settings.entra is not None  # the registry signs in with Entra ID
+
+
 CONN = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=n;SharedAccessKey=TOPSECRET;EntityPath=hub"
 
 
@@ -426,6 +452,12 @@ def test_every_read_option_lands_in_the_typed_options_or_the_sign_in(monkeypatch
         "eventhubs.json.sampleEvents": ({**by_connection, "eventhubs.json.schemaLocation": "/tmp/s"}, "5"),
         "eventhubs.json.keepBody": ({**by_connection, "eventhubs.json.schema": "id bigint"}, "true"),
         "eventhubs.avro.corruptRecordColumn": ({**avro, "eventhubs.avro.mode": "PERMISSIVE"}, "_bad"),
+        "eventhubs.json.schemaRegistry": ({**by_connection, "eventhubs.json.schemaId": "s1"},
+                                          "ns.servicebus.windows.net"),
+        "eventhubs.json.schemaId": ({**by_connection, "eventhubs.json.schemaRegistry": "ns.servicebus.windows.net"},
+                                    "s2"),
+        "eventhubs.json.validate": ({**by_connection, "eventhubs.json.schemaRegistry": "ns.servicebus.windows.net",
+                                     "eventhubs.json.schemaId": "s1"}, "true"),
         "eventhubs.capture.location": (by_connection, "/capture"),
         "eventhubs.capture.nameFormat": ({**by_connection, "eventhubs.capture.location": "/capture"},
                                          "{EventHub}/{Namespace}/{PartitionId}/{Year}{Month}{Day}{Hour}{Minute}{Second}"),

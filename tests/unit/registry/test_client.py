@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`eventhubs_spark.avro.registry`."""
+"""Unit tests of :mod:`eventhubs_spark.registry.client`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from eventhubs_spark.avro import registry as registry_module
 from eventhubs_spark.avro.decode import PERMISSIVE, AvroReading
-from eventhubs_spark.avro.registry import Registry, schema_id
 from eventhubs_spark.errors import RegistryError
+from eventhubs_spark.registry import client as registry_module
+from eventhubs_spark.registry.client import Registry, schema_id
 from tests.unit.support.avro import READING, REGISTRY, VALUE, batch, body
 
 
@@ -52,4 +52,4 @@ def test_writer_schemas_are_fetched_once_per_executor(registered, tmp_path, monk
     monkeypatch.setattr(decode, "_DECODERS", {})
     reading.apply(batch([body(READING, VALUE)], ["avro/binary+abc"]))
     assert calls == ["abc"]
-    assert list(tmp_path.glob("eventhubs-schemas/*/abc.avsc"))
+    assert list(tmp_path.glob("eventhubs-schemas/*/abc.schema"))

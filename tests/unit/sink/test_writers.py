@@ -15,14 +15,14 @@ def test_writing_avro_takes_a_value_struct_instead_of_a_body_and_says_so():
     from eventhubs_spark.sink import layout_for
 
     value = StructField("value", StructType([StructField("id", LongType())]))
-    layout = layout_for(StructType([StructField("partitionKey", StringType()), value]), avro=True)
+    layout = layout_for(StructType([StructField("partitionKey", StringType()), value]), value="Avro")
     assert (layout.body, layout.partition_key, layout.body_is_text) == (1, 0, False)
     with pytest.raises(SinkError, match="column 'body' is not written when writing Avro"):
-        layout_for(StructType([value, StructField("body", BinaryType())]), avro=True)
+        layout_for(StructType([value, StructField("body", BinaryType())]), value="Avro")
     with pytest.raises(SinkError, match="column 'value' must be a struct"):
-        layout_for(StructType([StructField("value", StringType())]), avro=True)
+        layout_for(StructType([StructField("value", StringType())]), value="Avro")
     with pytest.raises(SinkError, match="no 'value' column"):
-        layout_for(StructType([StructField("partitionKey", StringType())]), avro=True)
+        layout_for(StructType([StructField("partitionKey", StringType())]), value="Avro")
 
 
 def test_a_sink_task_counts_as_a_task_of_the_worker(monkeypatch, in_spark_task):

@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from eventhubs_spark.auth.credentials import EntraSettings
 from eventhubs_spark.auth.network import NetworkSettings
-from eventhubs_spark.avro.registry import Registry
 from eventhubs_spark.codec.schema import ARROW_SCHEMA
+from eventhubs_spark.registry.client import Registry
 
 READING = {
     "type": "record",
