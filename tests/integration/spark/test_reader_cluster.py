@@ -71,3 +71,21 @@ def test_local_cluster_reads_each_partition_once_from_its_home(eventhub, tmp_pat
 
 def test_spark_connect(eventhub, tmp_path):
     run_app("connect", eventhub, tmp_path)
+
+
+@pytest.mark.partitions(2)
+def test_an_inferred_json_read_right_after_a_stream_on_local_cluster(eventhub, tmp_path):
+    """Issue 90, item 1, on real executors: a stream's receivers stay pooled on the executors at their owner level;
+    a read that infers its JSON schema right after it (its sampler on the driver, its tasks on the executors) loads
+    and reads every event once, and so does a stream that infers right after both."""
+    docs = [{"id": i, "device": f"d{i % 3}"} for i in range(40)]
+    for p in range(2):
+        send(eventhub.connection_string, [json.dumps(d) for d in docs[p::2]], partition_id=str(p))
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.json_cluster_app", eventhub.connection_string,
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["streamed"] == 40
+    assert result["fields"] == ["id", "device"]
+    assert sorted(result["values"], key=lambda v: v["id"]) == docs
+    assert sorted(result["streamed_again"], key=lambda v: v["id"]) == docs
