@@ -197,7 +197,10 @@ def run() -> None:
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     filled = 0
     try:
+        only = [m for m in os.environ.get("EVENTHUBS_BENCH_TASK_MODES", "").split(",") if m]  # a probe's modes
         for mode, (freeze, unix_socket, _) in MODES.items():
+            if only and mode not in only:
+                continue
             env = dict(os.environ, EVENTHUBS_SPARK_GC_FREEZE=freeze)
             measured = measure("bench.task_cost", conn, str(filled), unix_socket, env=env)
             filled += ATTEMPTS * PER_PARTITION * len(CONNECTOR_SIDES)
@@ -208,6 +211,12 @@ def run() -> None:
 
     def median(side: str, mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[(side, mode)])
+
+    if only:  # a probe: printed, not recorded
+        for side, mode in results:
+            run_ms, cpu_ms = median(side, mode, "run_ms"), median(side, mode, "cpu_ms")
+            print(f"{mode} {side}: run {run_ms:.2f} ms, CPU {cpu_ms:.2f} ms")
+        return
 
     rows = []
     for mode, (_, _, workers) in MODES.items():
