@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,44 @@ def test_an_inferred_json_read_right_after_a_stream_on_local_cluster(eventhub, t
     assert result["fields"] == ["id", "device"]
     assert sorted(result["values"], key=lambda v: v["id"]) == docs
     assert sorted(result["streamed_again"], key=lambda v: v["id"]) == docs
+
+
+def _cluster_run(mode: str, eventhub, out: Path, batch_size: int, options: dict[str, str]) -> dict:
+    env = {**os.environ, "SPARK_APP_OPTIONS": json.dumps(options)}
+    proc = subprocess.run([sys.executable, "-m", "tests.integration.spark_app", mode, eventhub.connection_string,
+                           str(out), str(batch_size)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((out / "result.json").read_text())
+
+
+@pytest.mark.partitions(64)
+def test_a_quiet_64_partition_stream_packed_by_default_survives_a_kill_and_a_restart_that_packs_otherwise(
+    spark, eventhub, tmp_path
+):
+    """Issue 87 on local-cluster: a quiet 64-partition stream (10 events a partition a micro-batch) with the defaults
+    packs small ranges of one home into shared tasks. Its first run loses an executor to SIGKILL mid-stream (2
+    executors, Spark's four attempts a task); the restart, on 3 executors with one task a partition
+    (eventhubs.minEventsPerTask=0), packs the batch it resumes otherwise. Every event reaches the sink once, and
+    the restart, undisturbed, attaches at most 1.2 links a partition."""
+    emulator = eventhub.emulator
+    sent: set[str] = set()
+
+    def fill(tag: str, per_partition: int) -> None:
+        # through the connector's sink (the SDK's producer waits about half a second on each new partition)
+        rows = [(str(p), f"{tag}-{p}-{i}") for p in range(64) for i in range(per_partition)]
+        (spark.createDataFrame(rows, "partitionId string, body string").write.format("eventhubs")
+         .option("eventhubs.connectionString", eventhub.connection_string).mode("append").save())  # fmt: skip
+        sent.update(body for _, body in rows)
+
+    fill("first", 20)
+    killed = _cluster_run("local-cluster-kills", eventhub, tmp_path, 640, {})
+    assert killed["kills"], "no executor was killed mid-stream"
+    fill("second", 10)
+    attaches_before = emulator.consumer_attaches(eventhub.name)
+    restarted = _cluster_run("local-cluster", eventhub, tmp_path, 640, {"eventhubs.minEventsPerTask": "0"})
+    attaches = emulator.consumer_attaches(eventhub.name)
+    rows = restarted["rows"]  # the sink's rows of both runs (one parquet table, one checkpoint)
+    assert len(rows) == len(sent) and set(rows) == sent, (len(rows), len(set(rows)), len(sent))
+    attached = sum(attaches.get(p, 0) - attaches_before.get(p, 0) for p in attaches)
+    assert attached <= 64 * 1.2, f"{attached} link attaches for 64 partitions on the restart"
