@@ -18,6 +18,7 @@ from . import (
     json_bodies,
     jvm,
     latency,
+    load,
     memory,
     networks,
     partitions,
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "read_profile": read_profile.run,  # issue 16: where a read's microseconds go
     "ab_read": ab_read.run,  # issue 50: a read-path change A/B'd against the code before it, alternating runs
     "sink": sink.run,
+    "load": load.run,  # issue 87: the first .load() in a fresh process, against a trivial Python source's
     "json_registry": json_bodies.run_registry,  # issue 90: JSON Schema from the registry, against from_json
     "json": json_bodies.run,  # issue 68: JSON bodies into columns, against Spark's from_json on the same bodies
     "planning": planning.run,

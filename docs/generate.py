@@ -39,6 +39,7 @@ BENCHES = {
     "sandbox": "Where it runs: firewalls and sandboxes (bench `sandbox`)",
     "latency": "Latency (bench `latency`)",
     "task_cost": "What a small task costs (bench `task_cost`)",
+    "load": "The first .load() in a fresh process (bench `load`)",
     "partitions": "Big hubs: 4 to 1,024 partitions beside Spark's floor (bench `partitions`)",
     "start_lookups": "Big hubs: where a stream starts by enqueued time (bench `start_lookups`)",
     "checkpoint_mirror": "Big hubs: triggers with the checkpoint store on (bench `checkpoint_mirror`)",

@@ -8,9 +8,8 @@ AMQP condition, in the SDK seam (:func:`eventhubs_spark.amqp.conditions.error_ty
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import copy
+import sys
 from typing import Any
 
 
@@ -195,8 +194,14 @@ def data_loss_error(hub: str, partition: str, start: int, end: int, begins_at: i
 # -- the retry loop ----------------------------------------------------------------------------------
 
 
-# Python 3.10 still has time-outs of their own in asyncio and concurrent.futures (3.11 made them one).
-_TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+# Python 3.10 still has time-outs of their own in asyncio and concurrent.futures (3.11 made them one); asyncio is
+# imported only there (it is a tenth of what answering a fresh .load() imports: bench load)
+_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError,)
+if sys.version_info < (3, 11):
+    import asyncio
+    import concurrent.futures
+
+    _TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 
 
 def retriable(error: BaseException) -> bool:

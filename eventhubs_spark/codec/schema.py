@@ -14,12 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from eventhubs_spark.codec.ddl import SCHEMA_DDL
 from eventhubs_spark.errors import OptionError
-
-SCHEMA_DDL = (
-    "body binary, partition string, offset string, sequenceNumber long, enqueuedTime timestamp, "
-    "publisher string, partitionKey string, properties map<string,string>, systemProperties map<string,string>"
-)
 
 ARROW_SCHEMA = pa.schema(
     [

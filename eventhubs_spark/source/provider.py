@@ -12,11 +12,10 @@ from typing import Any, NoReturn
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from eventhubs_spark.errors import OptionError, RegistryError
-from eventhubs_spark.source.batch_reader import EventHubsBatchReader
-from eventhubs_spark.source.partition_reader import source_ddl
-from eventhubs_spark.source.planner import body_decoding
 from eventhubs_spark.source.said_first import spark_facing
-from eventhubs_spark.source.stream_reader import EventHubsStreamReader
+
+# The readers are imported when Spark asks for one: .load() (schema) runs in a Python worker of its own, which then
+# imports only the options and the schema (bench load: the readers' machinery was a third of a fresh .load()).
 
 
 class EventHubsDataSource(DataSource):
@@ -31,16 +30,28 @@ class EventHubsDataSource(DataSource):
         # Spark calls this at .load(): the first place a bad option can be reported, before any query.
         from eventhubs_spark.options import check_read_options
 
-        return source_ddl(body_decoding(self.options, check_read_options(self.options)))
+        options = check_read_options(self.options)
+        if not (options.avro_registry or options.json_schema or options.json_schema_location or options.json_registry):
+            from eventhubs_spark.codec.ddl import SCHEMA_DDL
+
+            return SCHEMA_DDL  # the source's own columns: nothing decodes the bodies
+        from eventhubs_spark.source.partition_reader import source_ddl
+        from eventhubs_spark.source.planner import body_decoding
+
+        return source_ddl(body_decoding(self.options, options))
 
     # ``schema``: the query's own (``.schema(...)``: some columns, see codec.schema.projection), else the source's.
     def reader(self, schema: Any) -> DataSourceReader:
+        from eventhubs_spark.source.batch_reader import EventHubsBatchReader
+
         try:
             return EventHubsBatchReader(self.options, schema=schema)
         except (OptionError, RegistryError) as exc:
             return _FailingReader(exc)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        from eventhubs_spark.source.stream_reader import EventHubsStreamReader
+
         try:
             return EventHubsStreamReader(self.options, schema=schema)
         except (OptionError, RegistryError) as exc:
