@@ -36,6 +36,21 @@ def document(i: int, size: int, nested: bool) -> dict[str, Any]:
     return doc
 
 
+def document_columns(size: int, nested: bool) -> list[Any]:
+    """``document``'s fields as column expressions of a range's ``id`` (made in the JVM)."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    fields = [i.alias("id"), F.concat(F.lit("device-"), (i % 500).cast("string")).alias("device"),
+              (F.lit(20.0) + (i % 70) / 10).alias("temp"), (i % 3 != 0).alias("ok")]  # fmt: skip
+    if nested:
+        where = F.struct((F.lit(47.6) + (i % 10) / 100).alias("lat"), F.lit(-122.3).alias("lon"))
+        fields.append(F.struct(F.lit("C").alias("unit"), where.alias("where"),
+                               F.array(F.lit("a"), F.lit("b")).alias("tags")).alias("reading"))  # fmt: skip
+    fields.append(F.lit(document(0, size, nested)["note"]).alias("note"))
+    return fields
+
+
 def fill(spark: Any, conn: str, size: int, nested: bool) -> str:
     """The hub filled with EVENTS documents (``document``'s, made in the JVM: a Python list of 200 MB would not fit
     its default heap) through the connector's sink; returns the documents' DDL."""
@@ -44,14 +59,7 @@ def fill(spark: Any, conn: str, size: int, nested: bool) -> str:
     from eventhubs_spark.json_bodies import types
 
     first = document(0, size, nested)
-    i = F.col("id")
-    fields = [i.alias("id"), F.concat(F.lit("device-"), (i % 500).cast("string")).alias("device"),
-              (F.lit(20.0) + (i % 70) / 10).alias("temp"), (i % 3 != 0).alias("ok")]  # fmt: skip
-    if nested:
-        where = F.struct((F.lit(47.6) + (i % 10) / 100).alias("lat"), F.lit(-122.3).alias("lon"))
-        fields.append(F.struct(F.lit("C").alias("unit"), where.alias("where"),
-                               F.array(F.lit("a"), F.lit("b")).alias("tags")).alias("reading"))  # fmt: skip
-    fields.append(F.lit(first["note"]).alias("note"))
+    fields = document_columns(size, nested)
     bodies = spark.range(0, EVENTS, 1, 4).select(F.to_json(F.struct(*fields)).alias("body"))
     bodies.write.format("eventhubs").option("eventhubs.connectionString", conn).mode("append").save()
     schema = types.settled(types.of_value(first))
@@ -68,12 +76,7 @@ def drain(spark: Any, conn: str, ddl: str, side: str, tmp: str) -> tuple[float, 
     without it every batch carries the body to the JVM beside the parsed columns."""
     from pyspark.sql import functions as F
 
-    reader = (
-        spark.readStream.format("eventhubs")
-        .option("eventhubs.connectionString", conn)
-        .option("eventhubs.startingPosition", '{"offset": "-1"}')
-        .option("maxEventsPerTrigger", EVENTS)
-    )
+    reader = _reader(spark, conn)
     if side == OURS:
         df = reader.option("eventhubs.json.schema", ddl).load().select("value.*")
     elif side == PROJECTED:
@@ -81,6 +84,21 @@ def drain(spark: Any, conn: str, ddl: str, side: str, tmp: str) -> tuple[float, 
         df = reader.option("eventhubs.json.schema", ddl).schema(f"value {struct}").load().select("value.*")
     else:
         df = reader.load().select(F.from_json(F.col("body").cast("string"), ddl).alias("v")).select("v.*")
+    return timed(df, tmp)
+
+
+def _reader(spark: Any, conn: str) -> Any:
+    """The whole hub as one micro-batch."""
+    return (
+        spark.readStream.format("eventhubs")
+        .option("eventhubs.connectionString", conn)
+        .option("eventhubs.startingPosition", '{"offset": "-1"}')
+        .option("maxEventsPerTrigger", EVENTS)
+    )
+
+
+def timed(df: Any, tmp: str) -> tuple[float, float]:
+    """(seconds of the whole query, executor Python CPU seconds) of ``df`` read into the noop sink, every event."""
     cpu = executor_python_cpu()
     started = time.perf_counter()
     query = df.writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
@@ -90,6 +108,33 @@ def drain(spark: Any, conn: str, ddl: str, side: str, tmp: str) -> tuple[float, 
     if read != EVENTS:
         raise RuntimeError(f"read {read} of {EVENTS} events")
     return elapsed, executor_python_cpu() - cpu
+
+
+def case_rows(case: str, sides: tuple[str, ...], drain_one: Any, label: Any) -> list[dict[str, Any]]:
+    """ROUNDS rounds of ``drain_one(side, round, k)`` over ``sides``, the order turning each round; a row a side
+    with its medians (``label(side)`` names it)."""
+    figures: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+    for r in range(ROUNDS):
+        for k in range(len(sides)):  # the order turns each round
+            side = sides[(r + k) % len(sides)]
+            figures[side].append(drain_one(side, r, k))
+    rows = []
+    for side in sides:
+        seconds = statistics.median(f[0] for f in figures[side])
+        cpu = statistics.median(f[1] for f in figures[side])
+        rows.append({"case": case, "decoder": label(side), "events/s": round(EVENTS / seconds),
+                     "seconds": round(seconds, 2),
+                     "executor Python CPU per event (us)": round(cpu / EVENTS * 1e6, 2)})  # fmt: skip
+    return rows
+
+
+def against_the_third(rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Rows in threes (two sides, then the one they are measured against): by case, the first's events/s over the
+    third's, and the second's."""
+    triples = list(zip(rows[::3], rows[1::3], rows[2::3], strict=True))
+    first = {a["case"]: round(a["events/s"] / c["events/s"], 2) for a, _, c in triples}
+    second = {b["case"]: round(b["events/s"] / c["events/s"], 2) for _, b, c in triples}
+    return first, second
 
 
 def ddl_struct(spark: Any, ddl: str) -> str:
@@ -109,25 +154,17 @@ def run() -> None:
         for size, nested in cases:
             name = f"j{size}{'n' if nested else 'f'}"
             ddl = fill(spark, conns[name], size, nested)
-            figures: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES}
-            for r in range(ROUNDS):
-                for k in range(len(SIDES)):  # the order turns each round
-                    side = SIDES[(r + k) % len(SIDES)]
-                    figures[side].append(drain(spark, conns[name], ddl, side, os.path.join(tmp, f"{name}-{r}-{k}")))
-            for side in SIDES:
-                seconds = statistics.median(f[0] for f in figures[side])
-                cpu = statistics.median(f[1] for f in figures[side])
-                rows.append({"case": f"{size} B, {'nested' if nested else 'flat'}",
-                             "decoder": side if side != FROM_JSON else "Spark from_json (binary body)",
-                             "events/s": round(EVENTS / seconds), "seconds": round(seconds, 2),
-                             "executor Python CPU per event (us)": round(cpu / EVENTS * 1e6, 2)})  # fmt: skip
+
+            def one(side: str, r: int, k: int, name: str = name, ddl: str = ddl) -> tuple[float, float]:
+                return drain(spark, conns[name], ddl, side, os.path.join(tmp, f"{name}-{r}-{k}"))
+
+            rows += case_rows(f"{size} B, {'nested' if nested else 'flat'}", SIDES, one,
+                              lambda side: side if side != FROM_JSON else "Spark from_json (binary body)")  # fmt: skip
     finally:
         spark.stop()
         proc.terminate()
         proc.wait(30)
-    triples = list(zip(rows[::3], rows[1::3], rows[2::3], strict=True))
-    ratios = {ours["case"]: round(ours["events/s"] / theirs["events/s"], 2) for ours, _, theirs in triples}
-    projected = {mine["case"]: round(mine["events/s"] / theirs["events/s"], 2) for _, mine, theirs in triples}
+    ratios, projected = against_the_third(rows)
     record(
         "json",
         {
@@ -189,15 +226,7 @@ def _fill_registered(spark: Any, conn: str, size: int, nested: bool, options: di
     from eventhubs_spark.registry.client import Registry
 
     bodies = spark.range(0, EVENTS, 1, 4).select(F.col("id"))
-    first = document(0, size, nested)
-    i = F.col("id")
-    fields = [i.alias("id"), F.concat(F.lit("device-"), (i % 500).cast("string")).alias("device"),
-              (F.lit(20.0) + (i % 70) / 10).alias("temp"), (i % 3 != 0).alias("ok")]  # fmt: skip
-    if nested:
-        where = F.struct((F.lit(47.6) + (i % 10) / 100).alias("lat"), F.lit(-122.3).alias("lon"))
-        fields.append(F.struct(F.lit("C").alias("unit"), where.alias("where"),
-                               F.array(F.lit("a"), F.lit("b")).alias("tags")).alias("reading"))  # fmt: skip
-    fields.append(F.lit(first["note"]).alias("note"))
+    fields = document_columns(size, nested)
     values = bodies.select(F.struct(*fields).alias("value"))
     value_type = values.schema["value"].dataType
     schema = json.dumps(of_spark(value_type, f"bench{size}{'n' if nested else 'f'}"))
@@ -214,12 +243,7 @@ def _drain_registered(spark: Any, conn: str, ddl: str, side: str, tmp: str, opti
     """(seconds, executor Python CPU seconds) of one side over a hub of registered JSON."""
     from pyspark.sql import functions as F
 
-    reader = (
-        spark.readStream.format("eventhubs")
-        .option("eventhubs.connectionString", conn)
-        .option("eventhubs.startingPosition", '{"offset": "-1"}')
-        .option("maxEventsPerTrigger", EVENTS)
-    )
+    reader = _reader(spark, conn)
     if side == FROM_JSON:
         df = reader.load().select(F.from_json(F.col("body").cast("string"), ddl).alias("v")).select("v.*")
     else:
@@ -229,15 +253,7 @@ def _drain_registered(spark: Any, conn: str, ddl: str, side: str, tmp: str, opti
             "eventhubs.json.validate": str(side == VALIDATED).lower(),
         }
         df = reader.options(**registered).load().select("value.*")
-    cpu = executor_python_cpu()
-    started = time.perf_counter()
-    query = df.writeStream.format("noop").option("checkpointLocation", tmp).trigger(availableNow=True).start()
-    query.awaitTermination()
-    elapsed = time.perf_counter() - started
-    read = sum(p["numInputRows"] for p in query.recentProgress)
-    if read != EVENTS:
-        raise RuntimeError(f"read {read} of {EVENTS} events")
-    return elapsed, executor_python_cpu() - cpu
+    return timed(df, tmp)
 
 
 def run_registry() -> None:
@@ -255,31 +271,21 @@ def run_registry() -> None:
         for size, nested in cases:
             name = f"r{size}{'n' if nested else 'f'}"
             schema_id, ddl = _fill_registered(spark, conns[name], size, nested, options)
-            figures: dict[str, list[tuple[float, float]]] = {side: [] for side in REGISTRY_SIDES}
-            for r in range(ROUNDS):
-                for k in range(len(REGISTRY_SIDES)):
-                    side = REGISTRY_SIDES[(r + k) % len(REGISTRY_SIDES)]
-                    figures[side].append(
-                        _drain_registered(
-                            spark, conns[name], ddl, side, os.path.join(tmp, f"{name}-{r}-{k}"), options, schema_id
-                        )
-                    )
-            for side in REGISTRY_SIDES:
-                seconds = statistics.median(f[0] for f in figures[side])
-                cpu = statistics.median(f[1] for f in figures[side])
-                rows.append({"case": f"{size} B, {'nested' if nested else 'flat'}",
-                             "decoder": side if side != FROM_JSON else "Spark from_json (binary body), same schema",
-                             "events/s": round(EVENTS / seconds), "seconds": round(seconds, 2),
-                             "executor Python CPU per event (us)": round(cpu / EVENTS * 1e6, 2)})  # fmt: skip
+
+            def one(side: str, r: int, k: int, name: str = name, ddl: str = ddl, sid: str = schema_id) -> Any:
+                return _drain_registered(spark, conns[name], ddl, side, os.path.join(tmp, f"{name}-{r}-{k}"), options,
+                                         sid)  # fmt: skip
+
+            rows += case_rows(f"{size} B, {'nested' if nested else 'flat'}", REGISTRY_SIDES, one,
+                              lambda side: side if side != FROM_JSON else
+                              "Spark from_json (binary body), same schema")  # fmt: skip
     finally:
         spark.stop()
         proc.terminate()
         proc.wait(30)
         registry.stop()
         entra.stop()
-    triples = list(zip(rows[::3], rows[1::3], rows[2::3], strict=True))
-    ratios = {ours["case"]: round(ours["events/s"] / theirs["events/s"], 2) for ours, _, theirs in triples}
-    checked = {mine["case"]: round(mine["events/s"] / theirs["events/s"], 2) for _, mine, theirs in triples}
+    ratios, checked = against_the_third(rows)
     record(
         "json_registry",
         {
