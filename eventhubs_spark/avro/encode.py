@@ -21,7 +21,7 @@ import numpy as np
 from eventhubs_spark.avro.types import avro_of_spark, full_name, parse
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.errors import SchemaError, SinkError
-from eventhubs_spark.registry.client import Registry
+from eventhubs_spark.registry.client import Registry, content_type
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class AvroWriting:
 
     @property
     def content_type(self) -> str:
-        return f"avro/binary+{self.schema_id}"
+        return content_type("Avro", self.schema_id)
 
     @functools.cached_property
     def _parsed(self) -> Any:

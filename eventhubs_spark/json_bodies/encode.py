@@ -21,9 +21,7 @@ from typing import Any
 from eventhubs_spark.avro.encode import python_values, row_preparer
 from eventhubs_spark.errors import SchemaError, SinkError
 from eventhubs_spark.json_bodies.json_schema import of_spark
-from eventhubs_spark.registry.client import Registry
-
-CONTENT_TYPE = "application/json;serialization=Json"  # the official JSON Schema encoder's, before "+<schema id>"
+from eventhubs_spark.registry.client import Registry, content_type
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ class JsonWriting:
 
     @property
     def content_type(self) -> str:
-        return f"{CONTENT_TYPE}+{self.schema_id}"
+        return content_type("Json", self.schema_id)
 
     @functools.cached_property
     def _from_rows(self) -> Callable[[Any], Any] | None:
@@ -74,8 +72,9 @@ class JsonWriting:
                 raise SinkError(f"row {row} of the batch: column {self.column!r} is null; every event needs a value")
             try:
                 document = plain(value)
-            except ValueError as exc:
-                raise SinkError(f"row {row} of the batch: column {self.column!r}: {exc}") from None
+            except ValueError:
+                raise SinkError(f"row {row} of the batch: column {self.column!r}: {_not_finite(value)}, which JSON "
+                                "has no number for") from None  # fmt: skip
             if validator is not None:
                 problem = validator(document)
                 if problem is not None:
@@ -122,15 +121,16 @@ def _check_fields(schema: Any, data_type: Any, schema_id: str) -> None:
                           example)  # fmt: skip
 
 
-def plain(value: Any, path: str = "") -> Any:
-    """``value`` (dicts, lists, datetimes, dates, Decimals, bytes) as JSON's types, null fields left out."""
+def plain(value: Any) -> Any:
+    """``value`` (dicts, lists, datetimes, dates, Decimals, bytes) as JSON's types, null fields left out; ValueError
+    for NaN or an infinity (:func:`_not_finite` says where, only then: no path is built per field per row)."""
     if isinstance(value, dict):
-        return {k: plain(v, f"{path}.{k}" if path else k) for k, v in value.items() if v is not None}
+        return {k: plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [plain(v, f"{path}[]") for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{path or 'the value'} is {value}, which JSON has no number for")
+            raise ValueError(value)
         return value
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:  # timestamp_ntz: a wall clock, written as one
@@ -143,3 +143,14 @@ def plain(value: Any, path: str = "") -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     return value
+
+
+def _not_finite(value: Any, path: str = "") -> str:
+    """Where in ``value`` the first NaN or infinity is, and which (``reading.temp is nan``)."""
+    if isinstance(value, dict):
+        items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[]", v) for v in value)
+    else:
+        return f"{path or 'the value'} is {value}" if isinstance(value, float) and not math.isfinite(value) else ""
+    return next((found for where, v in items if (found := _not_finite(v, where))), "")

@@ -10,7 +10,6 @@ registered ``format: date-time`` says timestamp and a value alone would say stri
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,15 +21,7 @@ from eventhubs_spark.errors import DoesNotFit, RegistryError
 from eventhubs_spark.json_bodies import types
 from eventhubs_spark.json_bodies.decode import FAIL, JsonReading, Outcome
 from eventhubs_spark.json_bodies.json_schema import column_type
-from eventhubs_spark.registry.client import Registry
-
-CONTENT_TYPE = re.compile(r"^application/json;\s*serialization=json\+([0-9A-Za-z-]{1,128})$", re.IGNORECASE)
-
-
-def schema_id(content_type: str | None) -> str | None:
-    """The schema id of an ``application/json;serialization=Json+<id>`` content type, else None."""
-    match = CONTENT_TYPE.match(content_type) if content_type else None
-    return match.group(1) if match else None
+from eventhubs_spark.registry.client import Registry, schema_id
 
 
 def validator(schema: str, where: str) -> Callable[[Any], str | None]:
@@ -92,14 +83,15 @@ def validated(reading: RegisteredJsonReading, batch: pa.RecordBatch, outcome: Ou
     for row, (kind, body) in enumerate(zip(kinds, bodies, strict=True)):
         if not valid[row]:
             continue  # not a JSON object: already rescued whole
-        found = schema_id(kind)
+        found = schema_id(kind, "Json")
         if found is None:
             problem: str | None = (f"its content type is {kind!r}, not application/json;serialization=Json+<schema "
                                    "id> (the JSON Schema encoder's)")  # fmt: skip
         else:
             check = checks.get(found)
             if check is None:
-                check = checks[found] = validator(reading.registry.schema(found, context=_context(batch, row)),
+                named_by = f" ({reading.where(batch, row, 'names it')})"
+                check = checks[found] = validator(reading.registry.schema(found, context=named_by),
                                                   f"schema id {found}")  # fmt: skip
             problem = check(json.loads(body))
         if problem is None:
@@ -131,7 +123,7 @@ def registered_proposal(reading: RegisteredJsonReading, batch: pa.RecordBatch, o
     assert reading.registry is not None
     found: pa.DataType | None = None
     for kind in content_types(batch.column("systemProperties")).unique().to_pylist():
-        named = schema_id(kind)
+        named = schema_id(kind, "Json")
         if named is None or named == reading.schema_id:
             continue
         registered = column_type(reading.registry.schema(named), f"schema id {named}")
@@ -151,9 +143,3 @@ def overlay(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     if pa.types.is_list(a) and pa.types.is_list(b):
         return pa.list_(overlay(a.value_type, b.value_type))
     return types.settled(a) if a != types.NULL else b
-
-
-def _context(batch: pa.RecordBatch, row: int) -> str:
-    partition = batch.column("partition")[row].as_py()
-    sequence = batch.column("sequenceNumber")[row].as_py()
-    return f" (named by the event at partition {partition}, sequence number {sequence})"

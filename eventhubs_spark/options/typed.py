@@ -112,6 +112,16 @@ class ReadOptions:
     json_validate: bool
 
     @property
+    def decodes_json(self) -> bool:
+        """Whether the read decodes JSON bodies into columns (a fixed schema, a kept one, or the registry's)."""
+        return bool(self.json_schema or self.json_schema_location or self.json_registry)
+
+    @property
+    def decodes_bodies(self) -> bool:
+        """Whether the read decodes its bodies into columns at all (Avro or JSON): else its schema is the source's."""
+        return bool(self.avro_registry) or self.decodes_json
+
+    @property
     def default_start(self) -> Position:
         """``eventhubs.startingPosition``, else the end of the stream (streams) or its start (batch reads)."""
         if self.starting_position is not None:

@@ -25,7 +25,13 @@ from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.errors import RegistryError
 
 SCOPE = "https://eventhubs.azure.net/.default"
-CONTENT_TYPE = re.compile(r"^avro/binary\+([0-9A-Za-z-]{1,128})$")
+# Each format's content type as the official encoders send it, "+<schema id>" after it; JSON's read leniently (the
+# spacing and case of its parameter), as producers other than the official encoder may write it
+CONTENT_TYPES = {"Avro": "avro/binary", "Json": "application/json;serialization=Json"}
+_SCHEMA_IDS = {
+    "Avro": re.compile(r"^avro/binary\+([0-9A-Za-z-]{1,128})$"),
+    "Json": re.compile(r"^application/json;\s*serialization=json\+([0-9A-Za-z-]{1,128})$", re.IGNORECASE),
+}
 FETCHES: dict[str, int] = {"schemas": 0, "ids": 0}  # registry calls made by this process
 
 
@@ -149,11 +155,15 @@ class Registry:
                                 f"{self.options}.schemaRegistry and the network", retriable=True) from None  # fmt: skip
 
 
-def schema_id(content_type: str | None) -> str | None:
-    """The schema id of an ``avro/binary+<id>`` content type (the official encoders'), else None."""
-    if not content_type:
-        return None
-    match = CONTENT_TYPE.match(content_type)
+def content_type(format: str, schema_id: str) -> str:
+    """The content type of a body of ``format`` (Avro or Json) written with schema ``schema_id``."""
+    return f"{CONTENT_TYPES[format]}+{schema_id}"
+
+
+def schema_id(content_type: str | None, format: str = "Avro") -> str | None:
+    """The schema id a ``format`` content type names (``avro/binary+<id>``,
+    ``application/json;serialization=Json+<id>``: the official encoders'), else None."""
+    match = _SCHEMA_IDS[format].match(content_type) if content_type else None
     return match.group(1) if match else None
 
 

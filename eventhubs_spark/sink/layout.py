@@ -41,17 +41,17 @@ def layout_for(schema: Any, value: str | None = None) -> SinkLayout:
     from pyspark.sql.types import BinaryType, IntegerType, LongType, MapType, ShortType, StringType, StructType
 
     names = [f.name for f in schema.fields]
-    avro = value is not None  # a struct value column, written through the registry
+    registered = value is not None  # a struct value column, written through the registry
     help_text = value_columns_help(value) if value is not None else COLUMNS_HELP
     roles: dict[str, int] = {}
     for index, f in enumerate(schema.fields):
         name = f.name.lower()
-        if avro and name == "value":
+        if registered and name == "value":
             if not isinstance(f.dataType, StructType):
                 raise SinkError(f"column 'value' must be a struct to be written as {value}, got "
                                 f"{f.dataType.simpleString()}; {help_text}")  # fmt: skip
             roles["body"] = index
-        elif avro and name == "body":
+        elif registered and name == "body":
             raise SinkError(f"column 'body' is not written when writing {value}: {help_text}. Drop it, or drop "
                             f"eventhubs.{str(value).lower()}.schemaRegistry to send it as is")  # fmt: skip
         elif name == "body":
@@ -83,12 +83,12 @@ def layout_for(schema: Any, value: str | None = None) -> SinkLayout:
             raise SinkError(f"unexpected column {f.name!r}: {help_text}. Select only "
                             "those columns.")  # fmt: skip
     if "body" not in roles:
-        if avro:
+        if registered:
             raise SinkError(f"no 'value' column among {names}: {help_text}")
         raise SinkError(f"no 'body' column among {names}: {COLUMNS_HELP}")
     return SinkLayout(
         body=roles["body"],
-        body_is_text=not avro and isinstance(schema.fields[roles["body"]].dataType, StringType),
+        body_is_text=not registered and isinstance(schema.fields[roles["body"]].dataType, StringType),
         partition_key=roles.get("partitionkey"),
         partition_id=roles.get("partitionid"),
         properties=roles.get("properties"),

@@ -38,15 +38,20 @@ def json_of_options(
     """How a read decodes JSON bodies (None: it does not). ``spark_schema``: the schema Spark gave the reader (its
     ``value`` column is the one to read), else the schema is the fixed one, the one kept, or one inferred now from
     events the ``planner`` (the source's, made from the options and the mode) finds."""
-    if not options.json_schema and not options.json_schema_location and not options.json_registry:
+    if not options.decodes_json:
         return None
     mode = options.json_mode or (ADD if options.json_schema_location else RESCUE)
     stream = options.mode == STREAM
-    registered = _registered(options)
-    if options.json_schema or (registered is not None and not options.json_schema_location):
-        fixed = registered[1] if registered is not None else types.parse_schema(str(options.json_schema))
-        return _with_registry(JsonReading(types.to_text(fixed), mode, options.json_rescue_column,
-                                          keep_body=options.json_keep_body, stream=stream), options)  # fmt: skip
+    registry = Registry.of(options.json_registry, options.settings, "eventhubs.json") if options.json_registry else None
+    if options.json_schema or (registry is not None and not options.json_schema_location):
+        fixed = (
+            _registered_type(registry, options)
+            if registry is not None
+            else types.parse_schema(str(options.json_schema))
+        )
+        fixed_reading = JsonReading(types.to_text(fixed), mode, options.json_rescue_column,
+                                    keep_body=options.json_keep_body, stream=stream)  # fmt: skip
+        return _with_registry(fixed_reading, registry, options)
     location = str(options.json_schema_location)
     kept = KeptSchemas(location)
     latest = kept.latest()
@@ -62,33 +67,32 @@ def json_of_options(
             )  # fmt: skip
         return _with_registry(JsonReading(types.to_text(given), mode, options.json_rescue_column, location,
                                           latest.number if latest is not None else 0, options.json_keep_body,
-                                          stream), options)  # fmt: skip
+                                          stream), registry, options)  # fmt: skip
     if latest is None:
         # version 0: the registered schema, else one inferred from a sample
-        first = registered[1] if registered is not None else infer(planner(raw, options.mode), options)
+        first = (
+            _registered_type(registry, options) if registry is not None else infer(planner(raw, options.mode), options)
+        )
         if not kept.create(0, types.to_text(first), [f.name for f in first]):
             _LOG.info("eventhubs.json: another process kept a schema at %s first; reading with it", location)
         latest = kept.latest()
         assert latest is not None
     return _with_registry(JsonReading(latest.schema, mode, options.json_rescue_column, location, latest.number,
-                                      options.json_keep_body, stream), options)  # fmt: skip
+                                      options.json_keep_body, stream), registry, options)  # fmt: skip
 
 
-def _registered(options: ReadOptions) -> tuple[Registry, pa.StructType] | None:
-    """With eventhubs.json.schemaRegistry: the registry, and the value column's type from the schema
-    eventhubs.json.schemaId names (fetched once, here on the driver)."""
-    if not options.json_registry:
-        return None
-    registry = Registry.of(options.json_registry, options.settings, "eventhubs.json")
+def _registered_type(registry: Registry, options: ReadOptions) -> pa.StructType:
+    """The value column's type from the schema eventhubs.json.schemaId names (fetched here on the driver, only where
+    no kept version or DataFrame's schema types the read already)."""
     schema_id = str(options.json_schema_id)
     where = f"eventhubs.json.schemaId ({schema_id})"
-    return registry, column_type(registry.schema(schema_id, context=f" ({where})"), where)
+    return column_type(registry.schema(schema_id, context=f" ({where})"), where)
 
 
-def _with_registry(reading: JsonReading, options: ReadOptions) -> JsonReading:
-    if not options.json_registry:
+def _with_registry(reading: JsonReading, registry: Registry | None, options: ReadOptions) -> JsonReading:
+    """``reading`` as a registered one when the bodies' schemas are in the registry."""
+    if registry is None:
         return reading
-    registry = Registry.of(options.json_registry, options.settings, "eventhubs.json")
     kept = {f.name: getattr(reading, f.name) for f in dataclasses.fields(reading)}
     return RegisteredJsonReading(**kept, registry=registry, schema_id=options.json_schema_id,
                                  validate=options.json_validate)  # fmt: skip

@@ -31,7 +31,7 @@ class EventHubsDataSource(DataSource):
         from eventhubs_spark.options import check_read_options
 
         options = check_read_options(self.options)
-        if not (options.avro_registry or options.json_schema or options.json_schema_location or options.json_registry):
+        if not options.decodes_bodies:
             from eventhubs_spark.codec.ddl import SCHEMA_DDL
 
             return SCHEMA_DDL  # the source's own columns: nothing decodes the bodies

@@ -15,8 +15,8 @@ from eventhubs_spark.json_bodies import types as T
 from eventhubs_spark.json_bodies.decode import ADD, FAIL, RESCUE
 from eventhubs_spark.json_bodies.json_schema import column_type
 from eventhubs_spark.json_bodies.kept import KeptSchemas
-from eventhubs_spark.json_bodies.registered import RegisteredJsonReading, overlay, schema_id
-from eventhubs_spark.registry.client import Registry
+from eventhubs_spark.json_bodies.registered import RegisteredJsonReading, overlay
+from eventhubs_spark.registry.client import Registry, content_type, schema_id
 from tests.unit.support.avro import NAMESPACE, batch
 
 REGISTRY = Registry(NAMESPACE, EntraSettings(), NetworkSettings(), "eventhubs.json")
@@ -33,9 +33,13 @@ def _reading(mode: str, validate: bool, location: str | None = None) -> Register
 
 
 def test_the_content_type_names_the_schema():
-    assert schema_id(CT.format("0f5e-ab")) == "0f5e-ab"
-    assert schema_id("application/json; serialization=Json+x1") == "x1"
-    assert schema_id("avro/binary+x1") is None and schema_id(None) is None and schema_id("application/json") is None
+    assert schema_id(CT.format("0f5e-ab"), "Json") == "0f5e-ab" and content_type("Json", "0f5e-ab") == CT.format(
+        "0f5e-ab"
+    )
+    assert schema_id("application/json; serialization=Json+x1", "Json") == "x1"
+    assert schema_id("avro/binary+x1", "Json") is None and schema_id(None, "Json") is None
+    assert schema_id("application/json", "Json") is None
+    assert schema_id(CT.format("x1")) is None and schema_id("avro/binary+x1") == "x1"  # Avro's, the default
 
 
 def test_validation_rescues_each_body_its_own_schema_refuses_and_keeps_the_rest(registered):
