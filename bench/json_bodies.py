@@ -11,6 +11,7 @@ is what decoding in Python costs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -191,29 +192,6 @@ REGISTERED, VALIDATED = "eventhubs.json.schemaRegistry", "eventhubs.json.schemaR
 REGISTRY_SIDES = (REGISTERED, VALIDATED, FROM_JSON)
 
 
-def _registry() -> tuple[Any, Any, dict[str, str]]:
-    """A Schema Registry for the bench: the emulator's (in this process, no hub of its own) over HTTPS, signed in
-    by a local Entra ID; returns both, and the options that reach it (executors included: connectionVerify)."""
-    from eventhubs_emulator import Emulator
-    from eventhubs_emulator.entra import LocalEntra
-
-    entra = LocalEntra().start()
-    entra.add_secret_client("bench-app", "bench-secret")
-    tls = (entra.cert_file, entra.key_file)
-    emulator = Emulator({}, token_verifier=entra.verify, schema_registry_port=0, certificate=tls,
-                        schema_groups={"bench": "Json"}).start()  # fmt: skip
-    options = {
-        "eventhubs.json.schemaRegistry": emulator.schema_registry_namespace,
-        "eventhubs.entra.tenantId": entra.tenant_id,
-        "eventhubs.entra.clientId": "bench-app",
-        "eventhubs.entra.clientSecret": "bench-secret",
-        "eventhubs.entra.authorityHost": entra.authority,
-        "eventhubs.entra.disableInstanceDiscovery": "true",
-        "eventhubs.connectionVerify": entra.ca_file,
-    }
-    return entra, emulator, options
-
-
 def _fill_registered(spark: Any, conn: str, size: int, nested: bool, options: dict[str, str]) -> tuple[str, str]:
     """The hub filled with EVENTS documents sent by the connector's sink as registered JSON (content type
     application/json;serialization=Json+<id>, as the official encoder sends); returns the schema's id and the DDL
@@ -261,8 +239,14 @@ def run_registry() -> None:
     validating each body, the option), against ``from_json`` with the same schema on the same bodies."""
     cases = [(200, False), (200, True)]
     hubs = {"warm": 4, **{f"r{size}{'n' if nested else 'f'}": 4 for size, nested in cases}}
+    from tests.integration.registry_helpers import entra_options, registry_emulator
+
     proc, conns = start_emulator(hubs)
-    entra, registry, options = _registry()
+    # the emulator's Schema Registry in this process (no hub of its own), over HTTPS behind a local Entra ID
+    registry = contextlib.ExitStack()
+    entra, served = registry.enter_context(registry_emulator("bench-app", "bench-secret", {}, {"bench": "Json"}))
+    options = {"eventhubs.json.schemaRegistry": served.schema_registry_namespace,
+               **entra_options(entra, "bench-app", "bench-secret")}  # fmt: skip
     spark = local_spark()
     rows: list[dict[str, Any]] = []
     try:
@@ -283,8 +267,7 @@ def run_registry() -> None:
         spark.stop()
         proc.terminate()
         proc.wait(30)
-        registry.stop()
-        entra.stop()
+        registry.close()
     ratios, checked = against_the_third(rows)
     record(
         "json_registry",

@@ -17,6 +17,7 @@ import pytest
 
 from eventhubs_emulator import Emulator
 from eventhubs_emulator.entra import LocalEntra
+from tests.integration.registry_helpers import credential, entra_options, registry_emulator
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,23 +37,15 @@ class Setting:
         self.entra, self.emulator = entra, emulator
 
     def client(self) -> Any:
-        from azure.identity import ClientSecretCredential
         from azure.schemaregistry import SchemaRegistryClient
 
-        credential = ClientSecretCredential(self.entra.tenant_id, "avro-app", SECRET, authority=self.entra.authority,
-                                            disable_instance_discovery=True)  # fmt: skip
-        return SchemaRegistryClient(self.emulator.schema_registry_namespace, credential)
+        return SchemaRegistryClient(self.emulator.schema_registry_namespace, credential(self.entra, "avro-app", SECRET))
 
     def options(self, hub: str, **extra: str) -> dict[str, str]:
         return {
             "eventhubs.connectionString": self.emulator.connection_string(hub),
             "eventhubs.avro.schemaRegistry": self.emulator.schema_registry_namespace,
-            "eventhubs.entra.tenantId": self.entra.tenant_id,
-            "eventhubs.entra.clientId": "avro-app",
-            "eventhubs.entra.clientSecret": SECRET,
-            "eventhubs.entra.authorityHost": self.entra.authority,
-            "eventhubs.entra.disableInstanceDiscovery": "true",
-            "eventhubs.connectionVerify": self.entra.ca_file,  # the registry's (and the sign-in's) CA
+            **entra_options(self.entra, "avro-app", SECRET),
             **extra,
         }
 
@@ -84,28 +77,16 @@ class Setting:
 
 @pytest.fixture(scope="module")
 def setting() -> Iterator[Setting]:
-    entra = LocalEntra().start()
-    entra.add_secret_client("avro-app", SECRET)
-    before = os.environ.get("REQUESTS_CA_BUNDLE")
-    os.environ["REQUESTS_CA_BUNDLE"] = entra.ca_file  # this process's official clients trust the registry
     hubs = {"avro-in": 2, "avro-out": 2, "avro-stream": 2, "avro-bad": 1, "avro-nb": 2}
     hubs |= {"avro-rt-in": 1, "avro-rt-out": 1, "avro-cap": 1}
     capture = {"destination": tempfile.mkdtemp(prefix="avro-capture-"), "window_seconds": 3600, "hubs": ("avro-cap",)}
-    emulator = Emulator(
-        hubs, keys={KEY_NAME: KEY}, token_verifier=entra.verify, schema_registry_port=0,
-        certificate=(entra.cert_file, entra.key_file), schema_groups={"shop": "Avro", "orders": "Avro", "gen": "Avro"},
-        capture=capture,
-    ).start()  # fmt: skip
-    Setting.capture_folder = capture["destination"]
-    try:
+    groups = {"shop": "Avro", "orders": "Avro", "gen": "Avro"}
+    with registry_emulator("avro-app", SECRET, hubs, groups, keys={KEY_NAME: KEY}, capture=capture) as (
+        entra,
+        emulator,
+    ):
+        Setting.capture_folder = capture["destination"]
         yield Setting(entra, emulator)
-    finally:
-        emulator.stop()
-        entra.stop()
-        if before is None:
-            os.environ.pop("REQUESTS_CA_BUNDLE", None)
-        else:
-            os.environ["REQUESTS_CA_BUNDLE"] = before
 
 
 def _stream(spark: Any, options: dict[str, str], out: Path) -> list[dict[str, Any]]:

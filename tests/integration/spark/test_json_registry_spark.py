@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ import pytest
 from eventhubs_emulator import Emulator
 from eventhubs_emulator.entra import LocalEntra
 from tests.integration.notebook_runner import run_notebook
+from tests.integration.registry_helpers import credential, entra_options, registry_emulator
 from tests.integration.sdk_helpers import send
+from tests.integration.spark.test_json_spark import run_to_parquet
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SECRET = "json-registry-secret-TOPSECRET-7"
@@ -51,13 +52,12 @@ class Setting:
         self.entra, self.emulator = entra, emulator
 
     def encoder(self) -> Any:
-        from azure.identity import ClientSecretCredential
         from azure.schemaregistry import SchemaRegistryClient
         from azure.schemaregistry.encoder.jsonencoder import JsonSchemaEncoder
 
-        credential = ClientSecretCredential(self.entra.tenant_id, "json-app", SECRET, authority=self.entra.authority,
-                                            disable_instance_discovery=True)  # fmt: skip
-        client = SchemaRegistryClient(self.emulator.schema_registry_namespace, credential)
+        client = SchemaRegistryClient(
+            self.emulator.schema_registry_namespace, credential(self.entra, "json-app", SECRET)
+        )
         return JsonSchemaEncoder(client=client, validate=DRAFT, group_name="jsonshop")
 
     def register(self, schema: dict[str, Any]) -> str:
@@ -69,12 +69,7 @@ class Setting:
         return {
             "eventhubs.connectionString": self.emulator.connection_string(hub),
             "eventhubs.json.schemaRegistry": self.emulator.schema_registry_namespace,
-            "eventhubs.entra.tenantId": self.entra.tenant_id,
-            "eventhubs.entra.clientId": "json-app",
-            "eventhubs.entra.clientSecret": SECRET,
-            "eventhubs.entra.authorityHost": self.entra.authority,
-            "eventhubs.entra.disableInstanceDiscovery": "true",
-            "eventhubs.connectionVerify": self.entra.ca_file,
+            **entra_options(self.entra, "json-app", SECRET),
             **extra,
         }
 
@@ -122,22 +117,10 @@ def _read_all(client: Any, partition: str) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def setting() -> Iterator[Setting]:
-    entra = LocalEntra().start()
-    entra.add_secret_client("json-app", SECRET)
-    before = os.environ.get("REQUESTS_CA_BUNDLE")
-    os.environ["REQUESTS_CA_BUNDLE"] = entra.ca_file  # this process's official clients trust the registry
-    emulator = Emulator({"json-in": 2, "json-out": 2, "json-grow": 1, "json-nb": 2}, token_verifier=entra.verify,
-                        schema_registry_port=0, certificate=(entra.cert_file, entra.key_file),
-                        schema_groups={"jsonshop": "Json", "jsonout": "Json", "readings": "Json"}).start()  # fmt: skip
-    try:
+    hubs = {"json-in": 2, "json-out": 2, "json-grow": 1, "json-nb": 2}
+    groups = {"jsonshop": "Json", "jsonout": "Json", "readings": "Json"}
+    with registry_emulator("json-app", SECRET, hubs, groups) as (entra, emulator):
         yield Setting(entra, emulator)
-    finally:
-        emulator.stop()
-        entra.stop()
-        if before is None:
-            os.environ.pop("REQUESTS_CA_BUNDLE", None)
-        else:
-            os.environ["REQUESTS_CA_BUNDLE"] = before
 
 
 def _order(i: int, v2: bool) -> dict[str, Any]:
@@ -250,15 +233,7 @@ def test_a_new_schema_version_grows_the_kept_schema_typed_by_the_registry(spark,
               .options(**setting.options("json-grow", **{"eventhubs.json.schemaId": v1,
                                                          "eventhubs.json.schemaLocation": location}))
               .option("eventhubs.startingPosition", '{"offset": "-1"}').load())  # fmt: skip
-        query = (df.selectExpr("value.*").writeStream.format("parquet").option("path", out)
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())  # fmt: skip
-        try:
-            query.awaitTermination(180)
-        except Exception as exc:
-            return exc
-        finally:
-            query.stop()
-        return None
+        return run_to_parquet(df, out, checkpoint)
 
     assert run() is None
     setting.send("json-grow", "0", [encoder.encode(_order(20 + i, True), schema=json.dumps(V2)) for i in range(2)])
