@@ -230,6 +230,7 @@ AUTH_CASES = [
         "connector.databricks.example.json",
         "connector.capture.example.json",
         "connector.json.example.json",
+        "connector.json-registry.example.json",
     ],
 )
 def test_the_example_configurations_in_conf_are_valid(name, monkeypatch):
