@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import types
 import typing
 from typing import Any, TypeVar, Union
@@ -21,6 +22,8 @@ from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.common.retry import RetryPolicy
 from eventhubs_spark.errors import ERROR_TYPES, EventHubsError, NetworkError, OptionError, RegistryError
 from eventhubs_spark.interprocess.task_ranges import (
+    OWN_FIELDS,
+    SHARED_FIELDS,
     DriverAddress,
     Home,
     QueryKey,
@@ -50,7 +53,23 @@ class ProtocolError(ValueError):
 
 
 def encode_request(request: RangeRequest | RemoteRead) -> bytes:
-    return json.dumps(_to_json(request), separators=(",", ":")).encode("utf-8")
+    """``request`` as JSON. A range request's settings, config and stream fields (the same objects for every task
+    of a query, see :meth:`RangeRequest.__reduce__`) are encoded once while the same objects come: walking their
+    dataclasses was 40 us of every 10-event task (issue 87)."""
+    if type(request) is not RangeRequest:
+        return json.dumps(_to_json(request), separators=_COMPACT).encode("utf-8")
+    global _encoded
+    shared = tuple(getattr(request, name) for name in SHARED_FIELDS)
+    last, text = _encoded
+    if not (len(last) == len(shared) and all(a is b for a, b in zip(last, shared, strict=True))):
+        text = json.dumps({n: _to_json(v) for n, v in zip(SHARED_FIELDS, shared, strict=True)}, separators=_COMPACT)
+        _encoded = (shared, text)  # the objects held, so no id is reused while they are compared by identity
+    own = json.dumps({n: _to_json(getattr(request, n)) for n in OWN_FIELDS}, separators=_COMPACT)
+    return f"{text[:-1]},{own[1:]}".encode()
+
+
+_COMPACT = (",", ":")
+_encoded: tuple[tuple[Any, ...], str] = ((), "")  # the shared objects last encoded, and their JSON object
 
 
 def decode_request(payload: bytes | bytearray | memoryview, cls: type[T] = RangeRequest) -> T:  # type: ignore[assignment]
@@ -59,11 +78,42 @@ def decode_request(payload: bytes | bytearray | memoryview, cls: type[T] = Range
     if len(payload) > _MAX_REQUEST:
         raise ProtocolError(f"a request of {len(payload)} bytes is larger than any range request")
     try:
-        data = json.loads(bytes(payload).decode("utf-8"))
+        text = bytes(payload).decode("utf-8")
+        data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = getattr(exc, "pos", getattr(exc, "start", "?"))
         raise ProtocolError(f"the request is not JSON ({type(exc).__name__} at byte {where})") from None
+    if cls is RangeRequest and isinstance(data, dict) and data.keys() == _shape(RangeRequest)[1].keys():
+        return _range_request(text, data)  # type: ignore[return-value]
     return _from_json(cls, data, "request")
+
+
+def _range_request(text: str, data: dict[str, Any]) -> RangeRequest:
+    """A range request of every field and no other: its shared fields rebuilt and checked once while the same
+    JSON comes (the service's side of :func:`encode_request`'s saving: 60 us a request), its own every time. The
+    shared fields' values are a function of the text before the own fields when the request ends with them as
+    :func:`encode_request` writes them (their values come last, whatever came before), else of their JSON."""
+    hints = _shape(RangeRequest)[0]
+    own_data = {name: data[name] for name in OWN_FIELDS}
+    own_text = json.dumps(own_data, separators=_COMPACT)
+    if text.endswith(own_text[1:]) and text[len(text) - len(own_text)] == ",":
+        key = "prefix:" + text[: len(text) - len(own_text)]
+    else:
+        key = "fields:" + json.dumps({name: data[name] for name in SHARED_FIELDS}, sort_keys=True, separators=_COMPACT)
+    values = _decoded.get(key)
+    if values is None:
+        values = {name: _value(hints[name], data[name], f"request.{name}") for name in SHARED_FIELDS}
+        with _decoded_lock:  # the service serves its connections on threads of their own
+            if len(_decoded) >= _DECODED_KEPT:
+                _decoded.pop(next(iter(_decoded)))
+            _decoded[key] = values
+    own = {name: _value(hints[name], value, f"request.{name}") for name, value in own_data.items()}
+    return RangeRequest(**values, **own)
+
+
+_decoded: dict[str, dict[str, Any]] = {}  # the shared fields' JSON -> their values (a few queries' at a time)
+_DECODED_KEPT = 8
+_decoded_lock = threading.Lock()
 
 
 def _to_json(value: Any) -> Any:
@@ -82,7 +132,7 @@ def _from_json(cls: type[T], data: Any, where: str) -> T:
     if not isinstance(data, dict):
         raise ProtocolError(f"{where}: expected an object of {cls.__name__}, got {type(data).__name__}")
     hints, names = _shape(cls)
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - names.keys())
     if unknown:
         raise ProtocolError(f"{where}: unknown field(s) {', '.join(map(repr, unknown[:5]))} for {cls.__name__}")
     missing = [n for n in names if n not in data]
@@ -92,16 +142,16 @@ def _from_json(cls: type[T], data: Any, where: str) -> T:
     return cls(**values)
 
 
-def _shape(cls: type) -> tuple[dict[str, Any], list[str]]:
-    """A dataclass's field types and names, worked out once: resolving the annotations (``from __future__
-    import annotations`` makes them text) costs more than the rest of a small read's request."""
+def _shape(cls: type) -> tuple[dict[str, Any], dict[str, None]]:
+    """A dataclass's field types and names (in order, as a dict's keys), worked out once: resolving the annotations
+    (``from __future__ import annotations`` makes them text) costs more than the rest of a small read's request."""
     shape = _SHAPES.get(cls)
     if shape is None:
-        shape = _SHAPES[cls] = (typing.get_type_hints(cls), [f.name for f in dataclasses.fields(cls)])
+        shape = _SHAPES[cls] = (typing.get_type_hints(cls), dict.fromkeys(f.name for f in dataclasses.fields(cls)))
     return shape
 
 
-_SHAPES: dict[type, tuple[dict[str, Any], list[str]]] = {}
+_SHAPES: dict[type, tuple[dict[str, Any], dict[str, None]]] = {}
 
 
 def _value(hint: Any, data: Any, where: str) -> Any:
@@ -172,7 +222,8 @@ def encode_error(exc: BaseException) -> bytes:
 
 def decode_error(payload: bytes | bytearray | memoryview) -> EventHubsError:
     try:
-        data = json.loads(bytes(payload).decode("utf-8"))
+        text = bytes(payload).decode("utf-8")
+        data = json.loads(text)
         name, text, example, retriable = data["type"], data["message"], data["example"], data["retriable"]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ProtocolError(f"the service's error message is malformed ({type(exc).__name__})") from None

@@ -144,9 +144,11 @@ class RangeRequest(RemoteRead):
         return _rebuild_request, (_shared_bytes(shared), *(getattr(self, name) for name in _OWN))
 
 
-# A range request's own fields (pickled with each) and the rest (pickled once, RangeRequest.__reduce__).
-_OWN = ("partition", "start", "end", "home", "retry", "range_id")
-_SHARED = tuple(f.name for f in dataclasses.fields(RangeRequest) if f.name not in _OWN)
+# A range request's own fields (pickled with each) and the rest (pickled once, RangeRequest.__reduce__; encoded
+# once for the receiver service and decoded once there, interprocess.service_protocol).
+OWN_FIELDS = ("partition", "start", "end", "home", "retry", "range_id")
+SHARED_FIELDS = tuple(f.name for f in dataclasses.fields(RangeRequest) if f.name not in OWN_FIELDS)
+_OWN, _SHARED = OWN_FIELDS, SHARED_FIELDS
 _loaded_lock = threading.Lock()
 _last_shared: tuple[tuple[Any, ...], bytes] = ((), b"")  # the objects last pickled, and their bytes
 _loaded: dict[bytes, tuple[Any, ...]] = {}  # bytes -> the objects, on the unpickling side
