@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent import futures
 from typing import Any
 
 from eventhubs_spark.executor.service_files import executor_pid, jvm_name
@@ -29,6 +30,7 @@ EXPIRY = 30.0  # seconds without an announcement before a service is no longer a
 # ENDS_RETRY_AFTER seconds (its partitions are asked of Event Hubs meanwhile, as without services).
 ENDS_TIMEOUT = 1.0
 ENDS_RETRY_AFTER = 60.0
+ASKERS = 32  # threads a trigger asks the services on at once (each answers in about a millisecond)
 SETTLE = 1.5  # a first batch's answer waits until no new service came for this long...
 MAX_SETTLE = 10.0  # ...but not longer than this after the question
 
@@ -64,13 +66,23 @@ class QueryDriver:
         self._ends_lock = threading.Lock()  # _ends_clients: the planning thread and connect_ahead's threads
         self._ends_wanted = False  # the query's triggers ask the services (want_ends): connect to each ahead
         self._ends_failed: dict[str, float] = {}  # services that did not answer, and when
+        self._asker_pool: futures.ThreadPoolExecutor | None = None  # see _askers
         self.channel = DriverChannel(self.query, self.handle, bind=bind, ports=ports)
 
     def address(self) -> DriverAddress:
         return self.channel.address()
 
+    def _askers(self) -> futures.ThreadPoolExecutor:
+        """The threads a trigger asks services but the first on (made at the first trigger that asks two)."""
+        with self._ends_lock:
+            if self._asker_pool is None:
+                self._asker_pool = futures.ThreadPoolExecutor(ASKERS, thread_name_prefix="eventhubs-ends-ask")
+            return self._asker_pool
+
     def close(self) -> None:
         self.channel.close()
+        if self._asker_pool is not None:
+            self._asker_pool.shutdown(wait=False)
         with self._ends_lock:
             clients = list(self._ends_clients.values())
             self._ends_clients.clear()
@@ -148,14 +160,12 @@ class QueryDriver:
                 return
             self._ends_failed.pop(home.executor, None)
 
-        if len(services) == 1:
-            ask_one(services[0])
-        else:
-            threads = [threading.Thread(target=ask_one, args=(h,), daemon=True) for h in services]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(4 * ENDS_TIMEOUT)
+        # every service at once: the others on the askers' kept threads (a thread started a service a trigger
+        # waited for the new thread to take the GIL), the first on the planning thread itself
+        others = [self._askers().submit(ask_one, h) for h in services[1:]]
+        ask_one(services[0])
+        if others:
+            futures.wait(others, 4 * ENDS_TIMEOUT)
         if not answers:
             return None
         if len(answers) == 1:

@@ -7,6 +7,7 @@ with a real service, real links and the query's sealed connection. Planning from
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -77,6 +78,14 @@ def test_a_service_vouches_for_the_ends_its_open_links_know_and_a_driver_learns_
         # ...and the driver asks every live service at once, as a trigger does
         ends = driver.executor_ends()
         assert ends is not None and ends["2"].end == 45 and set(ends) == {"2"}
+        # two services (here the same one under a second name): both asked at once, their answers merged
+        driver.handle({"kind": "service", "executor": "a-second-name", "hosts": list(home.hosts), "port": home.port,
+                       "jvm": "elsewhere:2"})  # fmt: skip
+        assert len(driver.live()) == 2
+        for _ in range(3):  # the askers' threads are kept across triggers
+            ends = driver.executor_ends()
+            assert ends is not None and ends["2"].end == 45 and set(ends) == {"2"}
+        assert sum(t.name.startswith("eventhubs-ends-ask") for t in threading.enumerate()) == 1
 
         # a receiver in a task's use vouches as an idle one does: a long task does not hide its partition's new
         # events from the driver (asked of Event Hubs otherwise)
