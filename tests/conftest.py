@@ -7,6 +7,7 @@ which a test suite opts into (installing the package loads nothing into other py
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -124,27 +125,49 @@ class Azurite:
         shutil.rmtree(self.location, ignore_errors=True)
 
 
-# ./dev test runs the suite in two pytest processes side by side (--half): the Spark tests, which keep the two cores
-# busy, and the rest, which mostly wait (emulators, time-outs, retries). These Spark tests run beside the rest
-# instead: each starts Sparks of its own in other processes (local-cluster apps, drivers it kills) and waits on them,
-# so the two halves end about together (the Spark half took 37 minutes and the other 25 on 2 cores with them there).
-SPARK_BESIDE = ("tests/integration/spark/test_executor_loss.py", "tests/integration/spark/test_reliability_spark.py")
+# ./dev test runs the suite in SHARDS pytest processes side by side (--shard K/N): most tests wait (emulators, Spark's
+# triggers, time-outs, retries), so one process or two left the two cores idle a third of the time (sampled). The
+# test files are dealt out by their minutes (tests/file_minutes.json, written by python -m tests.durations --weights),
+# the longest first, each to the process with the fewest minutes so far, so the processes end about together; a file
+# stays whole (its tests share module fixtures). A file not in the weights counts UNKNOWN_MINUTES.
+UNKNOWN_MINUTES = 0.3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--half", choices=("spark", "other"), default=None,
-                     help="./dev test's halves: the Spark tests, or the rest (with SPARK_BESIDE)")  # fmt: skip
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="./dev test's K-th of N processes: the test files dealt to it by their minutes")  # fmt: skip
+
+
+def shard_of_files(files: list[str], weights: dict[str, float], shards: int) -> dict[str, int]:
+    """Each file's shard (0 to ``shards`` - 1): the longest first, each to the shard with the fewest minutes so far
+    (ties: the lower shard), so every process that collected the same files deals them alike."""
+    totals = [0.0] * shards
+    out: dict[str, int] = {}
+    for name in sorted(files, key=lambda f: (-weights.get(f, UNKNOWN_MINUTES), f)):
+        k = min(range(shards), key=lambda i: (totals[i], i))
+        out[name] = k
+        totals[k] += weights.get(name, UNKNOWN_MINUTES)
+    return out
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    half = config.getoption("--half")
-    if half is None:
+    shard = config.getoption("--shard")
+    if shard is None:
         return
+    try:
+        k, n = (int(x) for x in shard.split("/"))
+        if not 1 <= k <= n:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"--shard {shard!r}: give K/N with 1 <= K <= N, e.g. --shard 1/3") from None
+    from tests.durations import WEIGHTS
+
+    weights = json.loads(WEIGHTS.read_text()) if WEIGHTS.exists() else {}
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in items))
+    dealt = shard_of_files(files, weights, n)
     keep, drop = [], []
     for item in items:
-        beside = item.nodeid.split("::")[0] in SPARK_BESIDE
-        spark_half = item.get_closest_marker("spark") is not None and not beside
-        (keep if spark_half == (half == "spark") else drop).append(item)
+        (keep if dealt[item.nodeid.split("::")[0]] == k - 1 else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -1,9 +1,9 @@
 """One local-cluster application registers at a time across the test processes, a second apart.
 
 ``local-cluster`` names its application ``app-<the second it registered>-0000`` and keeps each executor's work under
-``SPARK_HOME/work/<that id>/<executor number>``. The suite's two halves run side by side (``./dev test``), and each
+``SPARK_HOME/work/<that id>/<executor number>``. The suite's processes run side by side (``./dev test``), and each
 starts local-cluster applications: two that register in the same second get the same id, share their executors'
-work directories, and find each other's executors in any lookup by id (seen: the homes-cut test of one half found six
+work directories, and find each other's executors in any lookup by id (seen: the homes-cut test of one process found six
 receiver services for its three executors and cut the firewall test's homes, whose logs it then removed with its own
 work directory). Every test app that starts local-cluster does so inside :func:`distinct_application_id`.
 """

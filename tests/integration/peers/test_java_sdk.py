@@ -27,12 +27,12 @@ from tests import jvm_peers
 from tests.integration.peers.test_other_producers import read_as_the_sdk_reads
 from tests.integration.sdk_helpers import send, wait_until
 
-# The tests that take the spark fixture are not marked spark: ./dev test runs them in the half beside the Spark
-# tests (with a session of that half's own), whose time is the CI's; the compatibility runs leave them to the newest
+# The tests that take the spark fixture are not marked spark: the compatibility runs (-m spark) leave them to the
+# newest Spark, where ./dev test runs them in whichever of its processes they are dealt to
 pytestmark = [pytest.mark.slow]
 
 
-HOST = jvm_peers.loopback_address(5672)  # both halves of ./dev test run these tests' emulators at once
+HOST = jvm_peers.loopback_address(5672)  # ./dev test's processes may run such emulators at once
 ALIKE = 300
 
 
