@@ -3,7 +3,8 @@ content type ``application/json;serialization=Json+<schema id>``, which the offi
 
 A value is written as Spark's ``to_json`` writes it, less what JSON Schema's types ask otherwise: a null field is left
 out, a timestamp is RFC 3339 text in UTC (``format: date-time``), a date ``YYYY-MM-DD``, binary base64 text, a
-decimal a number; NaN and the infinities, which JSON has no text for, fail the write naming the column.
+decimal a number in its own digits (``12345678901234567890.123456789012345678``, not a double's 17); NaN and the
+infinities, which JSON has no text for, fail the write naming the column.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ class JsonWriting:
         for row, value in enumerate(values):
             if value is None:
                 raise SinkError(f"row {row} of the batch: column {self.column!r} is null; every event needs a value")
+            exact: list[bool] = []
             try:
-                document = plain(value)
+                document = plain(value, exact)
             except ValueError:
                 raise SinkError(f"row {row} of the batch: column {self.column!r}: {_not_finite(value)}, which JSON "
                                 "has no number for") from None  # fmt: skip
@@ -80,7 +82,10 @@ class JsonWriting:
                 if problem is not None:
                     raise SinkError(f"row {row} of the batch: column {self.column!r} does not validate against schema "
                                     f"id {self.schema_id} (eventhubs.json.validate): {problem}")  # fmt: skip
-            bodies.append(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+            if exact:  # a decimal with a fraction: its own digits, not a double's
+                bodies.append(_exact_text(document).encode())
+            else:
+                bodies.append(json.dumps(document, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
         return bodies
 
 
@@ -121,13 +126,22 @@ def _check_fields(schema: Any, data_type: Any, schema_id: str) -> None:
                           example)  # fmt: skip
 
 
-def plain(value: Any) -> Any:
+class _Decimal(float):
+    """A decimal with a fraction in a document: a number to a validator (its double), its own digits in the body
+    (:func:`_exact_text`)."""
+
+    text: str
+
+
+def plain(value: Any, exact: list[bool] | None = None) -> Any:
     """``value`` (dicts, lists, datetimes, dates, Decimals, bytes) as JSON's types, null fields left out; ValueError
-    for NaN or an infinity (:func:`_not_finite` says where, only then: no path is built per field per row)."""
+    for NaN or an infinity (:func:`_not_finite` says where, only then: no path is built per field per row). A decimal
+    with a fraction becomes a :class:`_Decimal`, and ``exact`` (when given) gets an entry: write the document with
+    :func:`_exact_text` then."""
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if v is not None}
+        return {k: plain(v, exact) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [plain(v, exact) for v in value]
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(value)
@@ -139,10 +153,30 @@ def plain(value: Any) -> Any:
     if isinstance(value, datetime.date):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        if not value.is_finite():
+            raise ValueError(value)
+        if value == value.to_integral_value():
+            return int(value)
+        number = _Decimal(value)
+        number.text = str(value)  # a JSON number: digits, a point, maybe an exponent (1.5E-7)
+        if exact is not None:
+            exact.append(True)
+        return number
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     return value
+
+
+def _exact_text(value: Any) -> str:
+    """A :func:`plain` document as compact JSON, its decimals in their own digits (Python's ``json`` writes a
+    number only from its double)."""
+    if isinstance(value, _Decimal):
+        return value.text
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_exact_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_exact_text(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def _not_finite(value: Any, path: str = "") -> str:

@@ -84,3 +84,28 @@ def test_what_json_cannot_hold_or_the_schema_refuses_fails_the_write_naming_the_
 def test_plain_keeps_wall_clocks_and_integral_decimals():
     assert plain({"t": datetime.datetime(2026, 1, 2, 3, 4, 5), "d": Decimal("7"), "n": None}) == {
         "t": "2026-01-02T03:04:05", "d": 7}  # fmt: skip
+
+
+def test_a_decimal_with_a_fraction_is_written_in_its_own_digits_and_validates_as_a_number():
+    """A decimal(38,18) written through a double kept 17 digits of its 38: each is written as its own digits, as
+    Spark's to_json writes it, and the validator still sees a number (minimum, maximum)."""
+    from pyspark.sql import types as st
+
+    column = st.StructType([st.StructField("amount", st.DecimalType(38, 18)), st.StructField("note", st.StringType()),
+                            st.StructField("parts", st.ArrayType(st.DecimalType(10, 9)))])  # fmt: skip
+    schema = json.dumps(of_spark(column, "Payment"))
+    strict = json.loads(schema)
+    strict["properties"]["amount"]["minimum"] = 0
+    writing = JsonWriting(json.dumps(strict), "id3", column.json(), validate=True)
+    big = Decimal("12345678901234567890.123456789012345678")
+    tiny = Decimal("1.5E-7")
+    array = pa.array([{"amount": big, "note": 'a "quote" é', "parts": [tiny, Decimal("2")]}],
+                     pa.struct([("amount", pa.decimal128(38, 18)), ("note", pa.string()),
+                                ("parts", pa.list_(pa.decimal128(10, 9)))]))  # fmt: skip
+    (body,) = writing.encode_arrow(array)
+    assert body == ('{"amount":12345678901234567890.123456789012345678,"note":"a \\"quote\\" é",'
+                    '"parts":[1.50E-7,2]}').encode()  # fmt: skip
+    assert json.loads(body, parse_float=Decimal) == {"amount": big, "note": 'a "quote" é', "parts": [tiny, 2]}
+    with pytest.raises(SinkError, match=r"row 0 .*does not validate against schema id id3"):
+        writing.encode([{"amount": -big, "note": None, "parts": None}])
+    assert writing.encode([{"amount": Decimal("0.5"), "note": None, "parts": None}]) == [b'{"amount":0.5}']
