@@ -15,6 +15,7 @@ from . import (
     cluster,
     defaults,
     emulator_sdk,
+    first_batch,
     json_bodies,
     jvm,
     latency,
@@ -41,6 +42,7 @@ BENCHMARKS = {
     "ab_read": ab_read.run,  # issue 50: a read-path change A/B'd against the code before it, alternating runs
     "sink": sink.run,
     "load": load.run,  # issue 87: the first .load() in a fresh process, against a trivial Python source's
+    "first_batch": first_batch.run,  # issue 87: a fresh query's first batch against a trivial source's, its steps
     "json_registry": json_bodies.run_registry,  # issue 90: JSON Schema from the registry, against from_json
     "json": json_bodies.run,  # issue 68: JSON bodies into columns, against Spark's from_json on the same bodies
     "planning": planning.run,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import TypeAlias
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, TypeAlias
 
 from eventhubs_spark.common import socket_waits
 from eventhubs_spark.interprocess.sealed_socket import SealedSocket
+
+if TYPE_CHECKING:  # the receiver service sends bytes only: pyarrow is the worker's (30 ms of the service's start)
+    import pyarrow as pa
 
 WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
