@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from eventhubs_spark.amqp import sdk
 from eventhubs_spark.codec import arrays
 from eventhubs_spark.codec.schema import ARROW_SCHEMA, COLUMN_ANNOTATIONS
 from eventhubs_spark.errors import DecodeError
@@ -65,6 +64,8 @@ def _key(value: Any) -> str:
 
 def body_bytes(event: Any) -> bytes:
     """The event body as bytes: data sections joined; a value or sequence body as JSON text."""
+    from eventhubs_spark.amqp import sdk  # the SDK's objects only: a worker decoding raw frames never loads it
+
     message = sdk.raw_message(event)
     data = sdk.data_body(message)
     if data is not None:
@@ -212,6 +213,8 @@ class Columns:
 
     def append_sdk_payload(self, payload: bytes) -> None:
         """Decode one message's bytes with the SDK's decoder and append it (the fast path's fallback)."""
+        from eventhubs_spark.amqp import sdk
+
         self.append_sdk_message(sdk.decode_message(payload))
         self.fallbacks += 1
 
@@ -308,6 +311,8 @@ def offset_text(value: Any) -> str | None:
 
 def events_to_batch(events: Iterable[Any], partition: str) -> pa.RecordBatch:
     """One record batch from SDK ``EventData`` objects of one partition (their public view)."""
+    from eventhubs_spark.amqp import sdk
+
     cols = Columns()
     for event in events:
         message = sdk.raw_message(event)

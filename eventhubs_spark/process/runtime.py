@@ -20,42 +20,53 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from eventhubs_spark.amqp.management import ManagementClient
-from eventhubs_spark.amqp.receive_connections import Connections
 from eventhubs_spark.auth.settings import ConnectionSettings
 from eventhubs_spark.codec.layout import events_batch
 from eventhubs_spark.errors import OptionError
-from eventhubs_spark.executor.receiver_pool import CAPACITY, ReceiverPool, read_here
 from eventhubs_spark.executor.service_client import HomeClient, ServiceClient, ServiceGone
 from eventhubs_spark.executor.service_files import executor_pid, jvm_name, place
-from eventhubs_spark.executor.shared_producer import LANES, SharedProducer
 from eventhubs_spark.interprocess import driver_channel, sockets
 from eventhubs_spark.interprocess.sealed_socket import RefusedError
 from eventhubs_spark.interprocess.task_ranges import Home, RangeRequest, RangeResult
+
+if TYPE_CHECKING:  # imported where first used: a task that reads through the receiver service uses none of them
+    from eventhubs_spark.amqp.management import ManagementClient
+    from eventhubs_spark.amqp.receive_connections import Connections
+    from eventhubs_spark.executor.receiver_pool import ReceiverPool
+    from eventhubs_spark.executor.shared_producer import SharedProducer
 
 _LOG = logging.getLogger(__name__)
 RANGE_READERS = 8  # ranges of one packed task read at once, ahead of the one handed to Spark
 _ASK_HOME_TIMEOUT = 15.0  # a first batch's task waits this long at most for the driver to name its home
 
 
+def read_here(request: RangeRequest, result: RangeResult, pool: ReceiverPool) -> Iterator[Any]:
+    """:func:`eventhubs_spark.executor.receiver_pool.read_here`, imported when a worker first reads itself."""
+    from eventhubs_spark.executor.receiver_pool import read_here as read
+
+    return read(request, result, pool)
+
+
 class ProducerPool:
     """One :class:`SharedProducer` per (namespace, hub, credentials, network) per process, reused across tasks."""
 
-    def __init__(self, lanes: int = LANES) -> None:
+    def __init__(self, lanes: int | None = None) -> None:
         self._clients: dict[tuple[Any, ...], SharedProducer] = {}
         self._lock = threading.Lock()
-        self.lanes = lanes
+        self.lanes = lanes  # None: SharedProducer's LANES
 
     def get(self, settings: ConnectionSettings) -> SharedProducer:
+        from eventhubs_spark.executor.shared_producer import LANES, SharedProducer
+
         key = settings.pool_key()
         with self._lock:
             client = self._clients.get(key)
             if client is None:
-                client = SharedProducer(settings, self.lanes, self._lookup(settings))
+                client = SharedProducer(settings, self.lanes or LANES, self._lookup(settings))
                 self._clients[key] = client
             return client
 
@@ -78,14 +89,17 @@ class Runtime:
         self,
         clock: Callable[[], float] = time.monotonic,
         reap_every: float = 1.0,
-        pool_capacity: int = CAPACITY,
+        pool_capacity: int | None = None,
         place_of_service: Callable[[], Any] = place,
     ) -> None:
         """``reap_every``: seconds between closes of idle receivers by a daemon thread (0: only when asked);
-        ``place_of_service``: where this executor's receiver service lives (None outside an executor)."""
+        ``pool_capacity``: receivers the process keeps (None: the pool's CAPACITY); ``place_of_service``: where
+        this executor's receiver service lives (None outside an executor)."""
         self.clock = clock
-        self.connections = Connections()
-        self.pool = ReceiverPool(self.connections, capacity=pool_capacity, clock=clock, reap_every=reap_every)
+        self._reap_every = reap_every
+        self._pool_capacity = pool_capacity
+        self._connections: Connections | None = None  # made on first use (connections, pool)
+        self._pool: ReceiverPool | None = None
         self.producers = ProducerPool()
         self._place = place_of_service
         self._where: Any = None  # the executor's service's place, looked up once
@@ -105,8 +119,34 @@ class Runtime:
         self._announced: set[str] = set()  # queries this process's service was told of (hello), by key
         self.recheck = sockets.RECHECK
 
+    @property
+    def connections(self) -> Connections:
+        """The process's receiving connections, one per namespace (made on first use: a worker whose tasks read
+        through the receiver service never receives itself, nor imports the SDK's receiving side)."""
+        with self._lock:
+            if self._connections is None:
+                from eventhubs_spark.amqp.receive_connections import Connections
+
+                self._connections = Connections()
+            return self._connections
+
+    @property
+    def pool(self) -> ReceiverPool:
+        """The process's receivers (made on first use, see :attr:`connections`)."""
+        connections = self.connections
+        with self._lock:
+            if self._pool is None:
+                from eventhubs_spark.executor.receiver_pool import CAPACITY, ReceiverPool
+
+                capacity = self._pool_capacity if self._pool_capacity is not None else CAPACITY
+                self._pool = ReceiverPool(connections, capacity=capacity, clock=self.clock,
+                                          reap_every=self._reap_every)  # fmt: skip
+            return self._pool
+
     def management(self, settings: ConnectionSettings, operation_timeout: float) -> ManagementClient:
         """The process's kept-open management client for these settings (created on first use)."""
+        from eventhubs_spark.amqp.management import ManagementClient
+
         key = settings.pool_key()
         with self._lock:
             client = self._management.get(key)

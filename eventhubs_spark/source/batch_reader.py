@@ -11,7 +11,7 @@ from eventhubs_spark.errors import OptionError
 from eventhubs_spark.options import BATCH
 from eventhubs_spark.planning.offset_ranges import Range
 from eventhubs_spark.positions.event_positions import Latest
-from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches
+from eventhubs_spark.source.partition_reader import EventHubsPartition, TaskReader, read_batches
 from eventhubs_spark.source.planner import MetadataSource, QueryColumns, plan_reading
 from eventhubs_spark.source.said_first import spark_facing
 
@@ -57,3 +57,7 @@ class EventHubsBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_batches(partition, self.columns, self.avro)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled only for the tasks (see :class:`TaskReader`)."""
+        return TaskReader, (self.columns, self.avro)

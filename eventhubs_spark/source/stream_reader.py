@@ -24,7 +24,7 @@ from eventhubs_spark.planning.partition_homes import QueryDriver
 from eventhubs_spark.planning.partition_placement import homes as placement_homes
 from eventhubs_spark.positions.partition_catalog import PartitionInfo
 from eventhubs_spark.process import runtime
-from eventhubs_spark.source.partition_reader import EventHubsPartition, read_batches, worker_logging
+from eventhubs_spark.source.partition_reader import EventHubsPartition, TaskReader, read_batches, worker_logging
 from eventhubs_spark.source.planner import (
     FIRST_BATCH_TASK_SECONDS,
     MAX_STREAM_IDLE_TIMEOUT,
@@ -449,14 +449,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if offset is not None:
             self.planner.mirror.note_read(partition, end - 1, offset)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_driver"] = None  # a listening socket stays in the process that opened it
-        state["_ends_of"] = None  # planning's, not the executors'
-        state["_known_ends"] = None  # likewise
-        state["_fetched"] = None  # likewise
-        state["_groups"] = None  # likewise
-        return state
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled only for the tasks (see :class:`TaskReader`): the listening socket, the planning state and the lag
+        figures stay in the stream runner."""
+        return TaskReader, (self.columns, self.avro)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_batches(partition, self.columns, self.avro)
