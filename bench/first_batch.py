@@ -152,13 +152,19 @@ def run() -> None:
                     print(f"  {n} partitions, {mode}, run {number} ...", flush=True)
                     row = _run(emulator, f"p{n}", n, mode)
                     rows.append({"partitions": n, "mode": mode, "run": number,
-                                 "first batch (ms)": row["first batch (ms)"]})  # fmt: skip
+                                 "first batch (ms)": row["first batch (ms)"],
+                                 "its phases (ms)": row["first batch's phases (ms)"]})  # fmt: skip
             firsts = {m: [r["first batch (ms)"] for r in rows if r["partitions"] == n and r["mode"] == m]
                       for m in ("default", "floor")}  # fmt: skip
             ours, floor = statistics.median(firsts["default"]), statistics.median(firsts["floor"])
             summary[f"{n} partitions: first batch, ours / trivial source (ms, medians)"] = f"{ours:.0f} / {floor:.0f}"
             summary[f"{n} partitions: ours / trivial"] = round(ours / floor, 2)
             summary[f"{n} partitions: target met"] = ours / floor <= 1.15
+            for mode, side in (("default", "ours"), ("floor", "trivial source")):
+                phases = [r["its phases (ms)"] for r in rows if r["partitions"] == n and r["mode"] == mode]
+                keys = sorted({k for p in phases for k in p})
+                summary[f"{n} partitions: {side}'s first batch by Spark's phases (ms, medians)"] = {
+                    k: statistics.median(p.get(k, 0) for p in phases) for k in keys}  # fmt: skip
         conn = emulator.connection_string(f"p{counts[-1]}")
         driver = _medians(_steps("driver_steps", conn))
         executor = _medians(_steps("executor_steps", conn))

@@ -147,6 +147,7 @@ def child(conn: str, out: str, partitions: int, mode: str) -> None:
         "latestOffset": [p["durationMs"].get("latestOffset", 0) for p in batches],
         "addBatch": [p["durationMs"].get("addBatch", 0) for p in batches],
         "trigger": [p["durationMs"].get("triggerExecution", 0) for p in batches],
+        "phases": [p["durationMs"] for p in batches],
         "seconds": round(seconds, 1),
     }))  # fmt: skip
     spark.stop()
@@ -332,7 +333,17 @@ def _run(emulator: Any, hub: str, partitions: int, mode: str, kafka: str | None 
         "peak descriptors, service / worker": f"{peaks.get('service fds', 0)} / {peaks.get('worker fds', 0)}",
         "peak RSS MiB, service / worker": f"{peaks.get('service rss', 0)} / {peaks.get('worker rss', 0)}",
         "query seconds": result["seconds"],
+        "first batch's phases (ms)": result["phases"][0] if result.get("phases") else None,
+        "later batches' phases (ms, medians)": _phase_medians(result.get("phases", [])[1:]),
     }
+
+
+def _phase_medians(batches: list[dict[str, int]]) -> dict[str, float] | None:
+    """Each of Spark's durationMs parts, its median over ``batches`` (None without any)."""
+    if not batches:
+        return None
+    keys = sorted({k for b in batches for k in b})
+    return {k: statistics.median(b.get(k, 0) for b in batches) for k in keys}
 
 
 SDK_SAMPLE = 32  # partitions the official SDK's producer sends a batch to (1,024 took 503 s: sampled)
