@@ -5,12 +5,16 @@ event once. The engine (``pyspark.pipelines``) ships with Spark 4.1 and later; S
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,6 +37,19 @@ def _readings(start: int, count: int) -> list[str]:
             for i in range(start, start + count)]  # fmt: skip
 
 
+@contextlib.contextmanager
+def connect_port_lock() -> Iterator[None]:
+    """One ``spark-pipelines`` run at a time across the test processes: its local Spark Connect server binds Connect's
+    fixed port 15002 and its client finds no other (outside ``SPARK_TESTING``), and the compatibility runs of two
+    Sparks each run this test, side by side (seen: one failed to bind 15002 while the other's server held it)."""
+    with open(os.path.join(tempfile.gettempdir(), "eventhubs-spark-tests-connect-15002.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.mark.partitions(2)
 def test_the_example_pipeline_runs_dry_then_fills_its_tables_then_reads_on_each_event_once(eventhub, tmp_path):
     pytest.importorskip("pyspark.pipelines", reason="Spark 4.0 has no declarative pipelines engine")
@@ -47,7 +64,9 @@ def test_the_example_pipeline_runs_dry_then_fills_its_tables_then_reads_on_each_
 
     def pipelines(verb: str) -> str:
         hive = ["--conf", "spark.sql.catalogImplementation=hive"]  # tables kept between runs (see the spec)
-        done = subprocess.run([command, *hive, verb], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        with connect_port_lock():
+            done = subprocess.run([command, *hive, verb], cwd=folder, env=env, capture_output=True, text=True,
+                                  timeout=600)  # fmt: skip
         assert done.returncode == 0, f"spark-pipelines {verb}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         assert eventhub.connection_string.split("SharedAccessKey=")[1] not in done.stdout + done.stderr
         return done.stdout
