@@ -31,7 +31,7 @@ from .results import record
 COUNTS = (4, 32, 256, 1024)
 MODES = ("default", "one task a partition", "floor")
 CLUSTER_COUNTS = (32, 256)  # counts also run on local-cluster[2,1,1024]: ours by default beside Kafka's
-REPEATED = (32, 1024)  # counts whose modes run RUNS times, interleaved
+REPEATED = (4, 32, 1024)  # counts whose modes run RUNS times, interleaved
 RUNS = 3
 
 
