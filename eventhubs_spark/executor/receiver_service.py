@@ -263,12 +263,14 @@ class _RangeSender:
     One sender a connection, kept across its ranges (a worker's connection carries range after range): a thread
     started for every range made each range wait for the new thread to take the GIL from the service's busy
     ones, 1.4 ms of a 10-event range's 2 ms (issue 87). The thread ends once the connection has had no range for
-    :data:`KEEP_THREAD` seconds; the next range starts another. A blocked send blocks this connection only."""
+    :data:`KEEP_THREAD` seconds, or once the connection is gone; the next range starts another. A blocked send
+    blocks this connection only. The connection is held weakly: the service keeps its senders by connection
+    (a weak mapping), and a sender that held its connection would keep every connection ever served."""
 
     KEEP_THREAD = 60.0
 
     def __init__(self, conn: Conn) -> None:
-        self.conn = conn
+        self._conn = weakref.ref(conn)
         self._lock = threading.Lock()
         self._last = time.monotonic()
         self._active = False  # a range is being sent (keep-alives only then: between ranges the worker reads none)
@@ -286,7 +288,7 @@ class _RangeSender:
     def send(self, *messages: Message) -> None:
         with self._lock:
             try:
-                send_messages(self.conn, *messages)
+                send_messages(self._connection(), *messages)
             except OSError as exc:
                 raise _WorkerGone(str(exc)) from exc
             finally:
@@ -303,7 +305,7 @@ class _RangeSender:
             time.sleep(ALIVE_EVERY / 2)
             with self._lock:
                 if not self._active:
-                    if time.monotonic() - self._last >= self.KEEP_THREAD:
+                    if time.monotonic() - self._last >= self.KEEP_THREAD or self._conn() is None:
                         self._thread = None
                         return
                     continue
@@ -319,11 +321,17 @@ class _RangeSender:
             if not self._active or time.monotonic() - self._last < ALIVE_EVERY:
                 return True
             try:
-                send(self.conn, ALIVE)
+                send(self._connection(), ALIVE)
             except OSError:
                 return False
             self._last = time.monotonic()
         return True
+
+    def _connection(self) -> Conn:
+        conn = self._conn()
+        if conn is None:  # its serving loop ended (a range in flight holds it)
+            raise OSError("the worker's connection is closed")
+        return conn
 
 
 def _same_user(conn: socket.socket) -> bool:

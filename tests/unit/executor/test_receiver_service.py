@@ -117,6 +117,28 @@ def test_a_connections_ranges_share_one_keep_alive_thread_and_a_slow_range_still
     assert len(keepers()) == 1
 
 
+def test_a_connections_sender_goes_with_the_connection(running, monkeypatch):
+    """The service keeps one sender a connection, by the connection (weakly): a connection whose serving ended leaves
+    nothing behind, however many connections came and went."""
+    import gc
+    import socket
+
+    _where, svc, _worker = running
+    read_here, _starts = scripted()
+    monkeypatch.setattr(receiver_service, "read_here", read_here)
+    for i in range(3):
+        ours, theirs = socket.socketpair()
+        assert svc._read(ours, request(10 * i, 10 * i + 10)) is True
+        assert len(svc._senders) == 1
+        kind, _ = service_framing.recv(theirs)  # the range came whole (its end with its chunk)
+        assert kind == service_framing.RAW
+        ours.close()
+        theirs.close()
+        del ours
+        gc.collect()
+        assert len(svc._senders) == 0, "the closed connection's sender is gone"
+
+
 def test_the_service_ends_with_its_executor_or_its_directory(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
