@@ -30,6 +30,7 @@ from eventhubs_spark.interprocess.task_ranges import (
     RangeRequest,
     ReceiverConfig,
     RemoteRead,
+    same_objects,
 )
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ def encode_request(request: RangeRequest | RemoteRead) -> bytes:
     global _encoded
     shared = tuple(getattr(request, name) for name in SHARED_FIELDS)
     last, text = _encoded
-    if not (len(last) == len(shared) and all(a is b for a, b in zip(last, shared, strict=True))):
+    if not same_objects(last, shared):
         text = json.dumps({n: _to_json(v) for n, v in zip(SHARED_FIELDS, shared, strict=True)}, separators=_COMPACT)
         _encoded = (shared, text)  # the objects held, so no id is reused while they are compared by identity
     own = json.dumps({n: _to_json(getattr(request, n)) for n in OWN_FIELDS}, separators=_COMPACT)
@@ -222,8 +223,7 @@ def encode_error(exc: BaseException) -> bytes:
 
 def decode_error(payload: bytes | bytearray | memoryview) -> EventHubsError:
     try:
-        text = bytes(payload).decode("utf-8")
-        data = json.loads(text)
+        data = json.loads(bytes(payload).decode("utf-8"))
         name, text, example, retriable = data["type"], data["message"], data["example"], data["retriable"]
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ProtocolError(f"the service's error message is malformed ({type(exc).__name__})") from None

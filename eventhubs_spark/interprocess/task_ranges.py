@@ -140,19 +140,24 @@ class RangeRequest(RemoteRead):
         on its own, so at 1,024 partitions that rest was pickled 1,024 times a batch in the stream runner (50 ms of
         a batch's planning; 17 ms this way). The rest travels as bytes pickled once per batch (kept while the same
         objects come), and an executor unpickles them once per worker while the same bytes come."""
-        shared = tuple(getattr(self, name) for name in _SHARED)
-        return _rebuild_request, (_shared_bytes(shared), *(getattr(self, name) for name in _OWN))
+        shared = tuple(getattr(self, name) for name in SHARED_FIELDS)
+        return _rebuild_request, (_shared_bytes(shared), *(getattr(self, name) for name in OWN_FIELDS))
 
 
 # A range request's own fields (pickled with each) and the rest (pickled once, RangeRequest.__reduce__; encoded
 # once for the receiver service and decoded once there, interprocess.service_protocol).
 OWN_FIELDS = ("partition", "start", "end", "home", "retry", "range_id")
 SHARED_FIELDS = tuple(f.name for f in dataclasses.fields(RangeRequest) if f.name not in OWN_FIELDS)
-_OWN, _SHARED = OWN_FIELDS, SHARED_FIELDS
 _loaded_lock = threading.Lock()
 _last_shared: tuple[tuple[Any, ...], bytes] = ((), b"")  # the objects last pickled, and their bytes
 _loaded: dict[bytes, tuple[Any, ...]] = {}  # bytes -> the objects, on the unpickling side
 _LOADED_KEPT = 8  # distinct shared parts a worker keeps unpickled (a few queries' at a time)
+
+
+def same_objects(last: tuple[Any, ...], shared: tuple[Any, ...]) -> bool:
+    """Whether ``shared`` holds the very objects ``last`` does (what a batch's requests share: compared by identity,
+    which the callers' caches of ``last`` make safe by holding its objects, so no id is reused)."""
+    return len(last) == len(shared) and all(a is b for a, b in zip(last, shared, strict=True))
 
 
 def _shared_bytes(shared: tuple[Any, ...]) -> bytes:
@@ -160,7 +165,7 @@ def _shared_bytes(shared: tuple[Any, ...]) -> bytes:
     them; compared by identity, the objects held so no id is reused), else pickled anew."""
     global _last_shared
     last, blob = _last_shared
-    if len(last) == len(shared) and all(a is b for a, b in zip(last, shared, strict=True)):
+    if same_objects(last, shared):
         return blob
     blob = pickle.dumps(shared, protocol=pickle.HIGHEST_PROTOCOL)
     _last_shared = (shared, blob)  # one assignment: a thread reading it sees the old pair or the new one
@@ -169,7 +174,7 @@ def _shared_bytes(shared: tuple[Any, ...]) -> bytes:
 
 def _rebuild_request(blob: bytes, *own: Any) -> RangeRequest:
     """A :class:`RangeRequest` from its pickled parts: the shared bytes and its own fields in the order of
-    ``_OWN`` (see :meth:`RangeRequest.__reduce__`)."""
+    ``OWN_FIELDS`` (see :meth:`RangeRequest.__reduce__`)."""
     shared = _loaded.get(blob)
     if shared is None:
         shared = pickle.loads(blob)
@@ -177,4 +182,4 @@ def _rebuild_request(blob: bytes, *own: Any) -> RangeRequest:
             if len(_loaded) >= _LOADED_KEPT:
                 _loaded.clear()
             _loaded[blob] = shared
-    return RangeRequest(**dict(zip(_SHARED, shared, strict=True)), **dict(zip(_OWN, own, strict=True)))
+    return RangeRequest(**dict(zip(SHARED_FIELDS, shared, strict=True)), **dict(zip(OWN_FIELDS, own, strict=True)))

@@ -99,7 +99,7 @@ def test_a_range_request_pickles_its_shared_part_once_and_comes_back_equal():
         assert back == interleaved
         assert [r.settings.hub for r in back] == ["one", "two"] * 6
     one_bytes = [pickle.dumps(r) for r in ones]
-    shared = task_ranges._shared_bytes(tuple(getattr(ones[0], n) for n in task_ranges._SHARED))
+    shared = task_ranges._shared_bytes(tuple(getattr(ones[0], n) for n in task_ranges.SHARED_FIELDS))
     assert all(shared in b for b in one_bytes), "each carries the one pickled shared part"
     task_ranges._loaded.clear()
     back = [pickle.loads(b) for b in one_bytes]
