@@ -605,10 +605,11 @@ def _cut(slots: list[Any], rows: np.ndarray) -> list[Any]:
     return [None if s is None else (s[0][rows], s[1][rows]) if isinstance(s, tuple) else s[rows] for s in slots]
 
 
-def events_batch(events: RawEvents, partition: str) -> tuple[pa.RecordBatch, int]:
-    """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made."""
+def events_batch(events: RawEvents, partition: str, needed: frozenset[int] | None = None) -> tuple[pa.RecordBatch, int]:
+    """The record batch of a receiver's chunk, and how many of its events the SDK's decoder made (``needed``: see
+    :func:`decode_spans`)."""
     buffer, starts, ends = events.spans()
-    return decode_spans(buffer, starts, ends, partition)
+    return decode_spans(buffer, starts, ends, partition, needed=needed)
 
 
 def decode_batch(messages: pa.Array, partition: str, min_rows: int = MIN_ROWS) -> tuple[pa.RecordBatch, int]:
@@ -627,11 +628,17 @@ _RECENT: list[Layout] = []
 
 
 def decode_spans(
-    buffer: bytes | pa.Buffer, starts: np.ndarray, ends: np.ndarray, partition: str, min_rows: int = MIN_ROWS
+    buffer: bytes | pa.Buffer,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    partition: str,
+    min_rows: int = MIN_ROWS,
+    needed: frozenset[int] | None = None,
 ) -> tuple[pa.RecordBatch, int]:
     """The source schema's record batch of the messages ``buffer[starts[i]:ends[i]]`` (in order; the bytes
     between them are not looked at, so a buffer of frames as they arrived will do), and how many of them
-    the SDK's decoder made. See the module docstring.
+    the SDK's decoder made. See the module docstring. ``needed``: the columns (by index) the caller uses; a batch
+    decoded one message at a time may leave the others null (:meth:`Columns.to_batch`).
 
     1. :func:`learn` reads one message with a Python walk and writes down its **layout**: the bytes that
        must be the same in every message of that shape (section descriptors, map sizes' positions, keys,
@@ -658,7 +665,7 @@ def decode_spans(
     if not isinstance(buffer, pa.Buffer):
         buffer = pa.py_buffer(buffer)
     if n < max(min_rows, 1):
-        return _one_by_one(buffer, starts, ends, np.arange(n), partition)
+        return _one_by_one(buffer, starts, ends, np.arange(n), partition, needed)
     data = np.frombuffer(buffer, dtype=np.uint8)
     left = np.arange(n, dtype=np.int64)
     found: list[tuple[Layout, np.ndarray, list[Any]]] = []  # (layout, rows of the batch, slots)
@@ -716,14 +723,19 @@ def _bytes(buffer: pa.Buffer, start: int, end: int) -> bytes:
 
 
 def _one_by_one(
-    buffer: pa.Buffer, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, partition: str
+    buffer: pa.Buffer,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    partition: str,
+    needed: frozenset[int] | None = None,
 ) -> tuple[pa.RecordBatch, int]:
     """The messages ``rows`` decoded one at a time (:func:`~eventhubs_spark.codec.message.decode_message`), and
     how many of them the SDK's decoder made."""
     cols = Columns()
     for start, end in zip(starts[rows].tolist(), ends[rows].tolist(), strict=True):
         decode_message(cols, _bytes(buffer, start, end))
-    return cols.to_batch(partition), cols.fallbacks
+    return cols.to_batch(partition, needed), cols.fallbacks
 
 
 def _join(parts: list[tuple[np.ndarray, pa.RecordBatch]], n: int) -> pa.RecordBatch:

@@ -30,6 +30,8 @@ ARROW_SCHEMA = pa.schema(
         pa.field("systemProperties", pa.map_(pa.string(), pa.string())),
     ]
 )
+# the columns a task reads for its report to the driver whatever the query's schema (source.partition_reader)
+REPORTED = frozenset(ARROW_SCHEMA.get_field_index(name) for name in ("offset", "sequenceNumber", "enqueuedTime"))
 
 # System properties that have columns of their own, or describe the message body itself.
 COLUMN_ANNOTATIONS = {b"x-opt-sequence-number", b"x-opt-offset", b"x-opt-enqueued-time", b"x-opt-partition-key"}
@@ -51,6 +53,15 @@ class Projection:
     @functools.cached_property
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([self.source.field(i).with_name(n) for i, n in zip(self.indexes, self.names, strict=True)])
+
+    @functools.cached_property
+    def needed(self) -> frozenset[int] | None:
+        """The source's columns a task decodes for this projection (None: all): its own, and those a task reports to
+        the driver (a range's last sequence number, offset and enqueued time); None past the source's own columns
+        (an Avro or JSON ``value`` is made from the body)."""
+        if not self.source.equals(ARROW_SCHEMA):  # (a task unpickles its own copy of the schema)
+            return None
+        return frozenset(self.indexes) | REPORTED
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch's columns the query asked for (no copy)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -232,7 +231,7 @@ class ReceiverService:
                 else:
                     sender.send(*held, message)
                     held.clear()
-            done = {**dataclasses.asdict(result), "pid": os.getpid(), **self.pool.stats_dict(),
+            done = {**result.counts(), "pid": os.getpid(), **self.pool.stats_dict(),
                     "range": request.range_id}  # fmt: skip
             sender.send(*held, (DONE, (json.dumps(done).encode(),)))
             return True

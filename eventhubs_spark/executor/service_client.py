@@ -112,15 +112,18 @@ class ServiceClient:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-        """The range's record batches from the service; its counts land in ``stats``. Raises
-        :class:`ServiceGone` when the service is unreachable or goes away, the task's errors as themselves."""
+    def read(
+        self, request: RangeRequest, stats: dict[str, Any], needed: frozenset[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The range's record batches from the service; its counts land in ``stats`` (``needed``: the columns the
+        task uses, see :func:`~eventhubs_spark.codec.layout.decode_spans`). Raises :class:`ServiceGone` when the
+        service is unreachable or goes away, the task's errors as themselves."""
         try:
             sock = self._connect()
         except OSError as exc:
             raise ServiceGone(request.start, f"{type(exc).__name__}: {exc}") from exc
         request = dataclasses.replace(request, range_id=_range_id())
-        yield from _range(sock, READ, service_protocol.encode_request(request), request, stats, self.close)
+        yield from _range(sock, READ, service_protocol.encode_request(request), request, stats, self.close, needed)
 
     def hello(self, request: RangeRequest) -> dict[str, Any]:
         """Register a stream's query with the service (it then serves it to other executors and the driver
@@ -162,7 +165,13 @@ def _try_connect(path: str) -> socket.socket | None:
 
 
 def _range(
-    sock: Conn, kind: bytes, asked: bytes, request: RangeRequest, stats: dict[str, Any], close: Callable[[], None]
+    sock: Conn,
+    kind: bytes,
+    asked: bytes,
+    request: RangeRequest,
+    stats: dict[str, Any],
+    close: Callable[[], None],
+    needed: frozenset[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Ask for a range on ``sock`` (a worker's Unix socket, or a sealed connection to the home) and yield its
     record batches, decoded here; its counts land in ``stats``. :class:`ServiceGone` when the other side goes
@@ -195,7 +204,7 @@ def _range(
                     events += _events(payload)
                     size += len(payload)
                 buffer, starts, ends = _spans(chunks)
-                batch, fallbacks = decode_spans(buffer, starts, ends, request.partition)
+                batch, fallbacks = decode_spans(buffer, starts, ends, request.partition, needed=needed)
                 decoded_here += fallbacks
                 yield batch
                 next_seq = after
@@ -276,7 +285,9 @@ class HomeClient:
             self._conn = connect_home(self.home, self.query, self.connect_timeout)
         return self._conn
 
-    def read(self, request: RangeRequest, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, request: RangeRequest, stats: dict[str, Any], needed: frozenset[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """The range from the home, as :meth:`ServiceClient.read`; :class:`RefusedError` (the home does not
         know the query, or a key mismatch) or :class:`ServiceGone` when it cannot be had there."""
         try:
@@ -287,7 +298,7 @@ class HomeClient:
             raise ServiceGone(request.start, str(exc)) from exc
         request = dataclasses.replace(request, range_id=_range_id())
         asked = service_protocol.encode_request(RemoteRead.of(request))
-        yield from _range(conn, REMOTE_READ, asked, request, stats, self.close)
+        yield from _range(conn, REMOTE_READ, asked, request, stats, self.close, needed)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

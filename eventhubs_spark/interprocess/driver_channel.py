@@ -11,6 +11,7 @@ Why it is built so: the design notes in docs/pages/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -299,31 +300,86 @@ def ask_kept(
     task says after every range (its reads, for the lag figures) then costs a sealed frame each way, not a
     connection and a handshake. A kept connection that broke (the driver closed it idle, or restarted) is
     made again once; None when the driver cannot be reached (never raises)."""
+    return ask_kept_later(driver, query, message, timeout)()
+
+
+def ask_kept_later(
+    driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
+) -> Callable[[], dict[str, Any] | None]:
+    """:func:`ask_kept` in two halves: the message goes now, and the returned function waits for the answer. A task
+    sends what it read before it hands Spark its last batch and waits for the answer after, so the driver's round
+    trip runs while Spark takes the batch (0.3-0.6 ms of a small task on a busy executor, issue 87), and the driver
+    still has the message before the task ends. The connection is this caller's alone until the answer is taken;
+    an answer never taken (the task stopped early) leaves it unkept, not out of step."""
     if driver is None or query is None or not REACH.reachable(driver):
-        return None
+        return _no_answer
     payload = _payload(message)
     proof = hash(query.key.reveal())
-    with _KEPT_LOCK:  # tasks of one worker come one after another; a second thread waits its turn
+    with _KEPT_LOCK:  # a second thread of the process takes another kept connection, or makes one
         for key in [k for k in _KEPT if k[1:] == (driver.port, query.query, proof)]:
             sealed = _KEPT.pop(key)
             try:
                 sealed.settimeout(timeout)
-                answer = _exchange(sealed, payload)
-                _KEPT[key] = sealed
-                return answer
+                sealed.send_frame(payload)
             except (OSError, ValueError):
                 sealed.close()  # broken: made again below
-        connected = _connect(driver, query, timeout)
-        if connected is None:
-            return None
-        host, sealed = connected
-        try:
-            answer = _exchange(sealed, payload)
-        except (OSError, ValueError):
-            sealed.close()
-            return None
-        _KEPT[(host, driver.port, query.query, proof)] = sealed
-        return answer
+                continue
+            return functools.partial(_answer, key, sealed, payload, driver, query, timeout, True)
+    sent = _send_new(payload, proof, driver, query, timeout)
+    if sent is None:
+        return _no_answer
+    key, sealed = sent
+    return functools.partial(_answer, key, sealed, payload, driver, query, timeout, False)
+
+
+def _no_answer() -> None:
+    return None
+
+
+def _send_new(
+    payload: bytes, proof: int, driver: DriverAddress, query: QueryKey, timeout: float
+) -> tuple[tuple[str, int, str, int], SealedSocket] | None:
+    """``payload`` sent on a new proven connection (its key in _KEPT, and it); None when it cannot be."""
+    connected = _connect(driver, query, timeout)
+    if connected is None:
+        return None
+    host, sealed = connected
+    try:
+        sealed.send_frame(payload)
+    except (OSError, ValueError):
+        sealed.close()
+        return None
+    return (host, driver.port, query.query, proof), sealed
+
+
+def _answer(
+    key: tuple[str, int, str, int],
+    sealed: SealedSocket,
+    payload: bytes,
+    driver: DriverAddress,
+    query: QueryKey,
+    timeout: float,
+    again: bool,
+) -> dict[str, Any] | None:
+    """The answer on the connection the message went on, which is kept then. A kept one (``again``) that broke
+    meanwhile (the driver closed it idle: a send into it still succeeds) is made again once and the message sent on
+    it."""
+    try:
+        answer = json.loads(sealed.recv_frame().decode("utf-8"))
+    except (OSError, ValueError):
+        sealed.close()
+        sent = _send_new(payload, key[3], driver, query, timeout) if again else None
+        return None if sent is None else _answer(*sent, payload, driver, query, timeout, False)
+    _keep(key, sealed)
+    return answer if isinstance(answer, dict) else None
+
+
+def _keep(key: tuple[str, int, str, int], sealed: SealedSocket) -> None:
+    with _KEPT_LOCK:
+        other = _KEPT.get(key)
+        _KEPT[key] = sealed
+    if other is not None:  # another thread made one meanwhile: one is kept
+        other.close()
 
 
 def tell(driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any]) -> None:

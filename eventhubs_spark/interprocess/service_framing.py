@@ -18,7 +18,7 @@ from eventhubs_spark.interprocess.sealed_socket import SealedSocket
 if TYPE_CHECKING:  # the receiver service sends bytes only: pyarrow is the worker's (30 ms of the service's start)
     import pyarrow as pa
 
-WIRE_VERSION = 4  # raised whenever a message below changes: old services and new workers never meet
+WIRE_VERSION = 5  # raised whenever a message below changes: old services and new workers never meet
 MESSAGE = struct.Struct(">cQ")  # kind, payload length
 # the request's range id (8 bytes), the next sequence number (8), message count n (8), each message's start and
 # end (n + n int64, native order), then the buffer they are in: the frames as they arrived, undecoded
@@ -28,7 +28,7 @@ SPANS = struct.Struct("=qqq")  # 24 bytes: the offsets that follow stay 8-byte a
 DONE = b"D"  # the range's counts (JSON, with its range id under "range")
 ERROR = b"E"  # the range's failure (JSON: type, message, example, retriable; see protocol.encode_error)
 Conn: TypeAlias = "socket.socket | SealedSocket"  # a worker's Unix socket, or another executor's sealed one
-READ = b"R"  # a RangeRequest (JSON, see protocol.decode_request): data only, never pickled
+READ = b"R"  # a RangeRequest (its shared JSON line, then its own fields: see protocol.encode_request): data only
 HELLO = b"H"  # a RangeRequest of a stream whose first batch knows no homes yet: register, answer DONE at once
 REMOTE_READ = b"r"  # between executors, sealed: a RemoteRead (JSON), answered as a READ
 # from a driver, sealed: empty, answered as ENDS with where the service's links' partitions end (JSON, see

@@ -81,6 +81,10 @@ class RangeResult:
     closed_idle: int = 0
     reconnects: int = 0
 
+    def counts(self) -> dict[str, int]:
+        """Its fields by name (what ``dataclasses.asdict`` gives, without the deep copy: 20 us of a small range)."""
+        return dict(self.__dict__)
+
 
 @dataclass(frozen=True)
 class RemoteRead:

@@ -211,10 +211,13 @@ class Runtime:
 
         threading.Thread(target=recheck, name="eventhubs-service-recheck", daemon=True).start()
 
-    def read(self, request: RangeRequest, use_service: bool, stats: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, request: RangeRequest, use_service: bool, stats: dict[str, Any], needed: frozenset[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """One range as record batches: from the partition's home when that is another executor's receiver
         service (a stream's, :mod:`eventhubs_spark.executor.home_listener`), else through this executor's service,
-        else (or from wherever the service or home stopped) in this process. ``stats`` gets the counts to log."""
+        else (or from wherever the service or home stopped) in this process. ``stats`` gets the counts to log;
+        ``needed``: the columns the task uses (the others may be null, see codec.layout.decode_spans)."""
         start = request.start
         if use_service:
             try:
@@ -229,7 +232,7 @@ class Runtime:
                     elif home is not None and home.executor != client.executor:
                         try:
                             stats["via"] = f"home:{home.executor}"
-                            yield from self._home_client(home, request).read(request, stats)
+                            yield from self._home_client(home, request).read(request, stats, needed)
                             return
                         except (ServiceGone, RefusedError) as exc:
                             start = exc.next_seq if isinstance(exc, ServiceGone) else request.start
@@ -240,7 +243,7 @@ class Runtime:
                             request = dataclasses.replace(request, idle_timeout=0.0)
                     else:
                         stats["via"] = "service"
-                        yield from client.read(request, stats)
+                        yield from client.read(request, stats, needed)
                         return
             except ServiceGone as exc:
                 start = exc.next_seq
@@ -255,10 +258,10 @@ class Runtime:
         result = RangeResult()
         here = dataclasses.replace(request, start=start) if start != request.start else request
         for chunk in read_here(here, result, self.pool):
-            batch, fallbacks = events_batch(chunk, request.partition)
+            batch, fallbacks = events_batch(chunk, request.partition, needed)
             result.fallbacks += fallbacks
             yield batch
-        stats.update(dataclasses.asdict(result))
+        stats.update(result.counts())
         stats.update(self.pool.stats_dict())
         stats["pid"] = os.getpid()
 

@@ -58,13 +58,15 @@ class EventHubsPartition(InputPartition):
     capture: CaptureRead | None = None  # the one range is read from these Capture files, not from the hub
 
 
-def read_partition(split: EventHubsPartition) -> Iterator[Any]:
+def read_partition(split: EventHubsPartition, needed: frozenset[int] | None = None) -> Iterator[Any]:
     """Executor side: read the task's ranges through the executor's receiver service (which sends the
     undecoded frames' spans; they are decoded here into Arrow record batches), or in this worker when
     there is none, and log what each took. A task of several ranges (small ones packed together, see
     ``eventhubs.minEventsPerTask``) reads up to RANGE_READERS of them at once, ahead of the one it hands Spark,
     and hands them over in its plan's order, small batches joined: the same rows in the same order on every run of
     the task (the exactly-once sink names rows by their place), in about the time of its largest range.
+
+    ``needed``: the columns (by index) the task hands on; the others may be left null.
 
     (When planning finds nothing to read, Spark still runs one task with a placeholder partition;
     the readers answer that with no rows.)
@@ -80,17 +82,33 @@ def read_partition(split: EventHubsPartition) -> Iterator[Any]:
     # end - 1 (a plain position: the checkpoint the next trigger mirrors names it)]
     done: list[list[Any]] = []
     if len(requests) > 1:
-        yield from _joined(_read_ahead(split, requests, done))
+        batches = _joined(_read_ahead(split, requests, done, needed))
     elif requests:
-        yield from _read_range(split, requests[0], done)
-    first = split.requests[0] if split.requests else None
-    if done and first is not None and first.driver is not None:
+        batches = _read_range(split, requests[0], done, needed)
+    else:
+        return
+    held = None  # each batch is handed over once the next is here: the last one is known before it goes
+    for batch in batches:
+        if held is not None:
+            yield held
+        held = batch
+    first = split.requests[0]
+    answer = None
+    if done and first.driver is not None:
         # The stream's driver works out how far behind the query is in time from each range's last event
-        # (lag/). Asked, not told: the answer comes before the task ends, so before the next trigger.
-        driver_channel.ask_kept(first.driver, first.query, {"kind": "read", "ranges": done}, timeout=_TELL_READ_TIMEOUT)
+        # (lag/). Asked, not told: the answer comes before the task ends, so before the next trigger; asked
+        # before the last batch goes, so the round trip runs while Spark takes it.
+        message = {"kind": "read", "ranges": done}
+        answer = driver_channel.ask_kept_later(first.driver, first.query, message, timeout=_TELL_READ_TIMEOUT)
+    if held is not None:
+        yield held
+    if answer is not None:
+        answer()
 
 
-def _read_range(split: EventHubsPartition, request: RangeRequest, done: list[list[Any]]) -> Iterator[Any]:
+def _read_range(
+    split: EventHubsPartition, request: RangeRequest, done: list[list[Any]], needed: frozenset[int] | None = None
+) -> Iterator[Any]:
     """One range's record batches, noting in ``done`` where it ended, and logging what it took."""
     stats: dict[str, Any] = {}
     started = time.monotonic()
@@ -102,7 +120,7 @@ def _read_range(split: EventHubsPartition, request: RangeRequest, done: list[lis
             reads = read_capture(split.capture, request.settings, request.partition, request.start, request.end,
                                  request.fail_on_data_loss, stats)  # fmt: skip
         else:
-            reads = runtime.current().read(request, split.service, stats)
+            reads = runtime.current().read(request, split.service, stats, needed)
         for last in reads:
             yield last
         if last is not None and last.num_rows:
@@ -121,7 +139,9 @@ def _read_range(split: EventHubsPartition, request: RangeRequest, done: list[lis
                       time.monotonic() - started, stats.get("via", "-"), figures, os.getpid())  # fmt: skip
 
 
-def _read_ahead(split: EventHubsPartition, requests: list[RangeRequest], done: list[list[Any]]) -> Iterator[Any]:
+def _read_ahead(
+    split: EventHubsPartition, requests: list[RangeRequest], done: list[list[Any]], needed: frozenset[int] | None
+) -> Iterator[Any]:
     """The ranges' batches in ``requests``' order, each range read whole on one of the process's range readers, up
     to RANGE_READERS of them at once ahead of the one handed over (a packed task's ranges are small by its plan).
     A failure is raised as the range's own when its turn comes; the ranges not yet begun are not begun."""
@@ -129,7 +149,7 @@ def _read_ahead(split: EventHubsPartition, requests: list[RangeRequest], done: l
     notes: list[list[list[Any]]] = [[] for _ in requests]
 
     def whole(i: int) -> list[Any]:
-        return list(_read_range(split, requests[i], notes[i]))
+        return list(_read_range(split, requests[i], notes[i], needed))
 
     ahead = runtime.RANGE_READERS
     futures = [readers.submit(whole, i) for i in range(min(ahead, len(requests)))]
@@ -223,7 +243,7 @@ def read_batches(
     only the columns the query asked for."""
     if not isinstance(partition, EventHubsPartition):
         return iter(())
-    batches = read_partition(partition)
+    batches = read_partition(partition, columns.needed if columns is not None and avro is None else None)
     if avro is not None:
         batches = map(avro.apply, batches)
     return batches_said_first(batches if columns is None else map(columns.apply, batches))

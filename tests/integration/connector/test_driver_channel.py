@@ -195,6 +195,39 @@ def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_
         driver.close()
 
 
+def test_a_read_is_sent_before_its_answer_is_awaited_on_the_kept_connection_made_again_when_the_driver_closed_it(
+    monkeypatch,
+):
+    """ask_kept_later: the driver has the message before the caller takes the answer; a kept connection the driver
+    closed idle (a send into it still succeeds) is found out at the answer and made again, the message sent once
+    more; an answer never taken leaves its connection unkept, so the next ask is not answered out of step."""
+    monkeypatch.setattr(driver_channel, "KEPT_IDLE", 0.3)
+    reads: list[tuple[str, int, int, str | None]] = []
+    driver = QueryDriver("telemetry", bind="127.0.0.1", on_read=lambda *read: reads.append(read))
+    try:
+        where = driver.address()
+        answer = driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["1", 5, 100]]})
+        deadline = time.monotonic() + 5
+        while not reads:
+            assert time.monotonic() < deadline, "the driver did not get the message before its answer was taken"
+            time.sleep(0.01)
+        assert reads == [("1", 5, 100, None)]
+        assert answer() == {"ok": True}
+        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["1", 6, 101]]}) == {"ok": True}
+        assert driver.channel.accepted == 1  # kept
+        time.sleep(0.8)  # the driver closes it, idle
+        answer = driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["1", 9, 102]]})
+        assert answer() == {"ok": True}
+        assert reads[-1] == ("1", 9, 102, None) and len(reads) == 3
+        assert driver.channel.accepted == 2
+        driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["2", 1, 1]]})  # not awaited
+        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["2", 2, 2]]}) == {"ok": True}
+        assert driver.channel.accepted == 3
+        assert reads[-2:] == [("2", 1, 1, None), ("2", 2, 2, None)]
+    finally:
+        driver.close()
+
+
 def test_a_first_batch_waits_for_the_service_of_an_executor_a_task_said_it_runs_in():
     """A cold executor's service starts seconds after the warm ones; its task says it is coming first, and the
     homes wait for that service (placed without it, partitions would move once it came, and each that moved

@@ -116,6 +116,27 @@ def test_a_batch_decoded_column_by_column_reads_as_the_sdk_reads_each_message(pa
     assert fallbacks == one_by_one.fallbacks  # the SDK's decoder made exactly the messages it makes one by one
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(batches(), st.sets(st.integers(0, len(ARROW_SCHEMA) - 1)))
+def test_a_batch_decoded_for_some_columns_has_those_as_the_whole_decoding_has_them(
+    payloads: list[bytes], needed: set[int]
+) -> None:
+    """Decoding for a query that hands on some columns (a small batch, message by message): those columns are what
+    the whole decoding makes, in the source's schema; the others may be null, never wrong."""
+    from eventhubs_spark.codec.layout import decode_spans
+
+    array = pa.array(payloads, pa.binary())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(payloads) + 1).astype(np.int64)
+    whole, _ = decode_spans(array.buffers()[2] or b"", offsets[:-1], offsets[1:], "3")
+    some, _ = decode_spans(array.buffers()[2] or b"", offsets[:-1], offsets[1:], "3", needed=frozenset(needed))
+    assert some.schema == ARROW_SCHEMA
+    for i in range(len(ARROW_SCHEMA)):
+        if i in needed:
+            assert some.column(i).to_pylist() == whole.column(i).to_pylist()
+        else:
+            assert some.column(i).null_count == len(payloads) or some.column(i).equals(whole.column(i))
+
+
 def test_messages_of_one_producer_are_decoded_by_their_layout_without_a_message_by_message_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -107,6 +107,26 @@ def test_a_query_schema_picks_columns_in_its_own_order_and_spelling() -> None:
     assert out.to_pylist() == [{"SequenceNumber": 5, "body": b"b", "properties": [("k", "v")]}]
 
 
+def test_a_projection_decodes_its_own_columns_and_those_a_task_reports_and_all_past_the_sources_own() -> None:
+    """A task decodes only the columns its query's schema names (plus the sequence number, offset and enqueued time
+    it tells the driver), in the worker that unpickled its own copy of the projection too; an Avro or JSON read
+    decodes all (its value is made from the body)."""
+    import pickle
+
+    from pyspark.sql.types import BinaryType, StringType
+
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA, REPORTED, Projection, projection
+
+    picked = projection(_struct(("body", BinaryType(), True), ("partition", StringType(), True)))
+    assert picked is not None
+    names = {"body", "partition", "offset", "sequenceNumber", "enqueuedTime"}
+    assert picked.needed == frozenset(ARROW_SCHEMA.get_field_index(n) for n in names)
+    assert picked.needed >= REPORTED
+    assert pickle.loads(pickle.dumps(picked)).needed == picked.needed
+    wider = pa.schema([*ARROW_SCHEMA, pa.field("value", pa.string())])
+    assert Projection((0, 9), ("body", "value"), wider).needed is None
+
+
 @pytest.mark.parametrize(
     ("fields", "named", "says"),
     [

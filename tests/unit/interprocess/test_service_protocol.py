@@ -30,27 +30,42 @@ def full_request() -> RangeRequest:
     return RangeRequest(config, "3", 10, 20, False, 30.0, "owner-1", frozenset({"3", "4"}), True, settings=settings)
 
 
+def fields(wire: bytes) -> dict:
+    """All of a range request's fields, from the two JSON lines it crosses as."""
+    shared, own = wire.split(b"\n")
+    return {**json.loads(shared), **json.loads(own)}
+
+
+def as_written(data: dict) -> bytes:
+    """A request's fields written as the connector writes them: the shared ones on the first line, the rest after."""
+    from eventhubs_spark.interprocess.task_ranges import SHARED_FIELDS
+
+    shared = {k: v for k, v in data.items() if k in SHARED_FIELDS}
+    own = {k: v for k, v in data.items() if k not in SHARED_FIELDS}
+    return json.dumps(shared, separators=(",", ":")).encode() + b"\n" + json.dumps(own, separators=(",", ":")).encode()
+
+
 def test_a_request_crosses_as_json_and_comes_back_equal():
     from eventhubs_spark.interprocess import service_protocol
 
     full = full_request()
     wire = service_protocol.encode_request(full)
-    assert json.loads(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
+    assert fields(wire)["settings"]["network"]["proxy"]["hostname"] == "proxy"  # plain JSON
+    assert service_protocol.decode_request(json.dumps(fields(wire)).encode()) == full  # one object of all its fields
     assert service_protocol.decode_request(wire) == full
     assert service_protocol.decode_request(service_protocol.encode_request(request(1, 2))) == request(1, 2)
 
 
 def test_a_request_has_the_fields_it_had_before_a_remote_read_shared_them_and_a_remote_read_no_settings():
     """RangeRequest takes RemoteRead's range fields once (it extends it), and the JSON that crosses the service's
-    socket keeps exactly the fields it had (the wire format is unchanged: a worker and a service of the code before
-    understand each other); what a task asks of a home carries the range alone."""
+    socket keeps exactly the fields it had; what a task asks of a home carries the range alone."""
     from eventhubs_spark.interprocess import service_protocol
     from eventhubs_spark.interprocess.task_ranges import RemoteRead
 
     before = {"settings", "config", "partition", "start", "end", "fail_on_data_loss", "idle_timeout", "owner",
               "owned", "retry", "query", "driver", "home", "homes", "ports", "bind", "range_id"}  # fmt: skip
     full = full_request()
-    assert set(json.loads(service_protocol.encode_request(full))) == before
+    assert set(fields(service_protocol.encode_request(full))) == before
     remote = RemoteRead.of(full)
     assert type(remote) is RemoteRead and "settings" not in json.loads(service_protocol.encode_request(remote))
     assert remote.request(full.settings) == full
@@ -76,10 +91,10 @@ def test_a_request_that_is_not_exactly_a_range_request_is_refused(change, words)
     from eventhubs_spark.interprocess import service_protocol
 
     service_protocol.decode_request(service_protocol.encode_request(full_request()))  # its shared part now known
-    data = json.loads(service_protocol.encode_request(full_request()))
+    data = fields(service_protocol.encode_request(full_request()))
     change(data)
-    # written as the connector writes it (its own fields last, compact) and as another writer might
-    for wire in (json.dumps(data, separators=(",", ":")).encode(), json.dumps(data, sort_keys=True).encode()):
+    # written as the connector writes it (two lines) and as one object of all its fields
+    for wire in (as_written(data), json.dumps(data, sort_keys=True).encode()):
         if words is None:
             assert service_protocol.decode_request(wire).owner is None
             continue
@@ -108,12 +123,16 @@ def test_a_querys_requests_have_their_shared_part_encoded_and_checked_once_and_e
     back = service_protocol.decode_request(service_protocol.encode_request(other))
     assert back == other and back.settings.hub == "other-hub"
     assert service_protocol.decode_request(service_protocol.encode_request(ranges[0])) == ranges[0]
-    # the same fields in another order (another writer): the same request
-    data = json.loads(service_protocol.encode_request(ranges[1]))
+    # the same fields in another order (another writer), on two lines or one: the same request
+    data = fields(service_protocol.encode_request(ranges[1]))
+    assert service_protocol.decode_request(as_written(dict(reversed(data.items())))) == ranges[1]
     assert service_protocol.decode_request(json.dumps(dict(reversed(data.items()))).encode()) == ranges[1]
 
 
-@pytest.mark.parametrize("payload", [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20)])
+@pytest.mark.parametrize(
+    "payload",
+    [b"\x80\x04\x95 pickled", b"\xff\xfe", b"[]", b"null", b"x" * (2 << 20), b"[]\n{}", b"{}\n[]", b"{\n}", b"\n"],
+)
 def test_what_is_not_a_json_request_is_refused(payload):
     from eventhubs_spark.interprocess import service_protocol
 

@@ -67,7 +67,7 @@ class _Reads:
             self._readers = ThreadPoolExecutor(3)
         return self._readers
 
-    def read(self, request, use_service, stats):
+    def read(self, request, use_service, stats, needed=None):
         import time
 
         from eventhubs_spark.errors import EventHubsError
@@ -133,3 +133,44 @@ def test_a_packed_tasks_failing_range_fails_it_in_its_turn(monkeypatch, in_spark
     with pytest.raises(EventHubsError, match="partition 1 cannot be read"):
         list(partition_reader.read_partition(_packed(10, 5)))
     assert set(fake.begun[:2]) == {"0", "1"} and len(fake.begun) <= 4, fake.begun
+
+
+def test_what_a_task_read_goes_to_the_driver_before_its_last_batch_and_the_answer_is_awaited_after(
+    monkeypatch, in_spark_task
+):
+    """The report of each range's end is sent while Spark still has the last batch to take (so the driver's round
+    trip overlaps it) and its answer is waited for before the task ends, so before the next trigger; a task stopped
+    early sends nothing."""
+    import dataclasses
+
+    from eventhubs_spark.interprocess import driver_channel
+    from eventhubs_spark.interprocess.task_ranges import DriverAddress, new_query_key
+    from eventhubs_spark.process import runtime
+    from eventhubs_spark.source import EventHubsPartition, partition_reader
+
+    steps: list[object] = []
+
+    def later(driver, query, message, timeout=3.0):
+        steps.append(("sent", [entry[:2] for entry in message["ranges"]]))
+        return lambda: steps.append("answered")
+
+    monkeypatch.setattr(driver_channel, "ask_kept_later", later)
+    monkeypatch.setattr(runtime, "current", lambda: _Reads())
+    monkeypatch.setattr(runtime, "RANGE_READERS", 2)
+    where, query = DriverAddress(("127.0.0.1",), 9), new_query_key()
+    for partitions in (1, 3):  # one range, and a packed task
+        packed = _packed(partitions, 12)
+        task = EventHubsPartition(tuple(dataclasses.replace(r, driver=where, query=query) for r in packed.requests))
+        steps.clear()
+        for batch in partition_reader.read_partition(task):
+            steps.append(batch.num_rows)
+        whole = [("sent", [[str(p), 112] for p in range(partitions)])]
+        assert steps[-3:] == [*whole, steps[-2], "answered"] and isinstance(steps[-2], int), steps
+        assert sum(n for n in steps if isinstance(n, int)) == 12 * partitions
+        assert steps.count("answered") == 1
+    one = EventHubsPartition(tuple(dataclasses.replace(r, driver=where, query=query) for r in _packed(1, 12).requests))
+    steps.clear()
+    reading = partition_reader.read_partition(one)
+    next(reading)  # the first of its three batches
+    reading.close()
+    assert steps == [], "a task stopped early reported a read it did not hand over"
