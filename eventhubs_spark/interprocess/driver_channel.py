@@ -197,10 +197,14 @@ class Reach:
             return False
         return age < self.recheck + CONFIRM_TIMEOUT + PROBE_TIMEOUT
 
-    def reachable(self, driver: DriverAddress) -> bool:
+    def known_down(self, driver: DriverAddress) -> bool:
+        """This process found the driver unreachable and has not reached it since (no file looked at)."""
         with self._lock:
-            if (driver.hosts, driver.port) in self._down:
-                return False
+            return (driver.hosts, driver.port) in self._down
+
+    def reachable(self, driver: DriverAddress) -> bool:
+        if self.known_down(driver):
+            return False
         if self._fresh_note(driver):
             self.failed(driver, "another Python worker of this executor found it out", probed=False)
             return False
@@ -310,8 +314,10 @@ def ask_kept_later(
     sends what it read before it hands Spark its last batch and waits for the answer after, so the driver's round
     trip runs while Spark takes the batch (0.3-0.6 ms of a small task on a busy executor, issue 87), and the driver
     still has the message before the task ends. The connection is this caller's alone until the answer is taken;
-    an answer never taken (the task stopped early) leaves it unkept, not out of step."""
-    if driver is None or query is None or not REACH.reachable(driver):
+    an answer never taken (the task stopped early) leaves it unkept, not out of step. Whether the driver is known to
+    be unreachable is looked up (a file other processes may have left) only before a connection is made: a kept one
+    has shown it is reached."""
+    if driver is None or query is None or REACH.known_down(driver):
         return _no_answer
     payload = _payload(message)
     proof = hash(query.key.reveal())
@@ -325,7 +331,7 @@ def ask_kept_later(
                 sealed.close()  # broken: made again below
                 continue
             return functools.partial(_answer, key, sealed, payload, driver, query, timeout, True)
-    sent = _send_new(payload, proof, driver, query, timeout)
+    sent = _send_new(payload, proof, driver, query, timeout) if REACH.reachable(driver) else None
     if sent is None:
         return _no_answer
     key, sealed = sent

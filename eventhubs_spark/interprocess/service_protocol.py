@@ -67,8 +67,13 @@ def encode_request(request: RangeRequest | RemoteRead) -> bytes:
         text = json.dumps({n: _to_json(v) for n, v in zip(SHARED_FIELDS, shared, strict=True)}, separators=_COMPACT)
         line = text.encode("utf-8") + b"\n"  # compact JSON holds no line break: the first one ends the line
         _encoded = (shared, line)  # the objects held, so no id is reused while they are compared by identity
-    own = json.dumps({n: _to_json(getattr(request, n)) for n in OWN_FIELDS}, separators=_COMPACT)
+    own = json.dumps({n: _own_json(getattr(request, n)) for n in OWN_FIELDS}, separators=_COMPACT)
     return line + own.encode("utf-8")
+
+
+def _own_json(value: Any) -> Any:
+    """:func:`_to_json` of a request's own field: text, numbers and flags as they are, without its checks."""
+    return value if value is None or type(value) in (str, int, bool) else _to_json(value)
 
 
 _COMPACT = (",", ":")
