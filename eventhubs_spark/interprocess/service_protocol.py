@@ -13,6 +13,7 @@ import json
 import threading
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any, TypeVar, Union
 
 from eventhubs_spark.auth.credentials import EntraSettings
@@ -108,25 +109,29 @@ def _range_request(shared: bytes, own: bytes) -> RangeRequest:
     hints = _shape(RangeRequest)[0]
     values = _decoded.get(shared)
     if values is None:
-        values = _fields(_json(shared), SHARED_FIELDS, hints)
+        values = _fields(RangeRequest, _json(shared), SHARED_FIELDS, hints)
         with _decoded_lock:  # the service serves its connections on threads of their own
             if len(_decoded) >= _DECODED_KEPT:
                 _decoded.pop(next(iter(_decoded)))
             _decoded[shared] = values
-    return RangeRequest(**values, **_fields(_json(own), OWN_FIELDS, hints))
+    return RangeRequest(**values, **_fields(RangeRequest, _json(own), OWN_FIELDS, hints))
 
 
-def _fields(data: Any, names: tuple[str, ...], hints: dict[str, Any]) -> dict[str, Any]:
-    """The fields ``names`` of a range request from their JSON object (exactly those), each checked."""
+def _fields(
+    cls: type, data: Any, names: Iterable[str], hints: dict[str, Any], where: str = "request"
+) -> dict[str, Any]:
+    """The fields ``names`` of a ``cls`` (all of them, or a range request's shared or own part) from their JSON
+    object, exactly those, each checked."""
     if not isinstance(data, dict):
-        raise ProtocolError(f"request: expected an object of RangeRequest, got {type(data).__name__}")
-    if data.keys() != set(names):
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise ProtocolError(f"request: unknown field(s) {', '.join(map(repr, unknown[:5]))} for RangeRequest")
-        missing = [n for n in names if n not in data]
-        raise ProtocolError(f"request: missing field(s) {', '.join(missing)} of RangeRequest")
-    return {name: _value(hints[name], data[name], f"request.{name}") for name in names}
+        raise ProtocolError(f"{where}: expected an object of {cls.__name__}, got {type(data).__name__}")
+    names = tuple(names)
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {', '.join(map(repr, unknown[:5]))} for {cls.__name__}")
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise ProtocolError(f"{where}: missing field(s) {', '.join(missing)} of {cls.__name__}")
+    return {n: _value(hints[n], data[n], f"{where}.{n}") for n in names}
 
 
 _decoded: dict[bytes, dict[str, Any]] = {}  # shared lines -> their values (a few queries' at a time)
@@ -147,17 +152,8 @@ def _to_json(value: Any) -> Any:
 
 
 def _from_json(cls: type[T], data: Any, where: str) -> T:
-    if not isinstance(data, dict):
-        raise ProtocolError(f"{where}: expected an object of {cls.__name__}, got {type(data).__name__}")
     hints, names = _shape(cls)
-    unknown = sorted(set(data) - names.keys())
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field(s) {', '.join(map(repr, unknown[:5]))} for {cls.__name__}")
-    missing = [n for n in names if n not in data]
-    if missing:
-        raise ProtocolError(f"{where}: missing field(s) {', '.join(missing)} of {cls.__name__}")
-    values = {n: _value(hints[n], data[n], f"{where}.{n}") for n in names}
-    return cls(**values)
+    return cls(**_fields(cls, data, names, hints, where))
 
 
 def _shape(cls: type) -> tuple[dict[str, Any], dict[str, None]]:

@@ -243,7 +243,7 @@ def read_batches(
     only the columns the query asked for."""
     if not isinstance(partition, EventHubsPartition):
         return iter(())
-    batches = read_partition(partition, columns.needed if columns is not None and avro is None else None)
+    batches = read_partition(partition, None if columns is None else columns.needed)
     if avro is not None:
         batches = map(avro.apply, batches)
     return batches_said_first(batches if columns is None else map(columns.apply, batches))
