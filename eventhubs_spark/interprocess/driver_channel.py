@@ -11,7 +11,6 @@ Why it is built so: the design notes in docs/pages/architecture.md.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -20,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
 from eventhubs_spark.interprocess.sockets import (
@@ -112,7 +111,7 @@ class DriverChannel:
 
     def _messages(self, sealed: SealedSocket, peer: Any) -> None:
         first = True
-        while not self._closed.is_set():  # a kept connection (see ask_kept) sends message after message
+        while not self._closed.is_set():  # a kept connection (ask_kept, tell_kept) sends message after message
             try:
                 frame = sealed.recv_frame()
             except (OSError, ValueError) as exc:
@@ -124,7 +123,8 @@ class DriverChannel:
                 if not isinstance(message, dict):
                     raise ValueError("a message is a JSON object")
                 answer = self.handle(message) or {}
-                sealed.send_frame(json.dumps(answer).encode("utf-8"))
+                if message.get(QUIET) is not True:  # told, not asked (tell_kept): the sender reads no answer
+                    sealed.send_frame(json.dumps(answer).encode("utf-8"))
             except (OSError, ValueError) as exc:
                 _LOG.debug("eventhubs: driver channel: a message from %s was not read: %s", peer[0], exc)
                 return
@@ -293,94 +293,114 @@ def ask(
 
 
 # this process's kept connections to query drivers, by (host, port, query, key): proven with that very key
-_KEPT: dict[tuple[str, int, str, int], SealedSocket] = {}
+_KEPT: dict[tuple[str, int, str, int], SealedSocket] = {}  # see KeptKey
 _KEPT_LOCK = threading.Lock()
 
 
 def ask_kept(
     driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
 ) -> dict[str, Any] | None:
-    """:func:`ask` over a connection this process keeps to the query's driver, made (and proven) once: what a
-    task says after every range (its reads, for the lag figures) then costs a sealed frame each way, not a
-    connection and a handshake. A kept connection that broke (the driver closed it idle, or restarted) is
-    made again once; None when the driver cannot be reached (never raises)."""
-    return ask_kept_later(driver, query, message, timeout)()
-
-
-def ask_kept_later(
-    driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
-) -> Callable[[], dict[str, Any] | None]:
-    """:func:`ask_kept` in two halves: the message goes now, and the returned function waits for the answer. A task
-    sends what it read before it hands Spark its last batch and waits for the answer after, so the driver's round
-    trip runs while Spark takes the batch (0.3-0.6 ms of a small task on a busy executor, issue 87), and the driver
-    still has the message before the task ends. The connection is this caller's alone until the answer is taken;
-    an answer never taken (the task stopped early) leaves it unkept, not out of step. Whether the driver is known to
-    be unreachable is looked up (a file other processes may have left) only before a connection is made: a kept one
-    has shown it is reached."""
+    """:func:`ask` over a connection this process keeps to the query's driver, made (and proven) once: a message then
+    costs a sealed frame each way, not a connection and a handshake. A kept connection that broke (the driver closed
+    it idle, or restarted) is made again once; None when the driver cannot be reached (never raises)."""
     if driver is None or query is None or REACH.known_down(driver):
-        return _no_answer
+        return None
     payload = _payload(message)
     proof = hash(query.key.reveal())
-    with _KEPT_LOCK:  # a second thread of the process takes another kept connection, or makes one
-        for key in [k for k in _KEPT if k[1:] == (driver.port, query.query, proof)]:
-            sealed = _KEPT.pop(key)
-            try:
-                sealed.settimeout(timeout)
-                sealed.send_frame(payload)
-            except (OSError, ValueError):
-                sealed.close()  # broken: made again below
-                continue
-            return functools.partial(_answer, key, sealed, payload, driver, query, timeout, True)
-    sent = _send_new(payload, proof, driver, query, timeout) if REACH.reachable(driver) else None
-    if sent is None:
-        return _no_answer
-    key, sealed = sent
-    return functools.partial(_answer, key, sealed, payload, driver, query, timeout, False)
-
-
-def _no_answer() -> None:
-    return None
-
-
-def _send_new(
-    payload: bytes, proof: int, driver: DriverAddress, query: QueryKey, timeout: float
-) -> tuple[tuple[str, int, str, int], SealedSocket] | None:
-    """``payload`` sent on a new proven connection (its key in _KEPT, and it); None when it cannot be."""
-    connected = _connect(driver, query, timeout)
-    if connected is None:
+    kept = _take_kept(driver, query, proof)
+    if kept is not None:
+        key, sealed = kept
+        try:
+            sealed.settimeout(timeout)
+            answer = _exchange(sealed, payload)
+        except (OSError, ValueError):
+            sealed.close()  # broken (a send into a connection the driver closed still succeeds): made again below
+        else:
+            _keep(key, sealed)
+            return answer
+    made = _new(driver, query, proof, timeout)
+    if made is None:
         return None
-    host, sealed = connected
+    key, sealed = made
+    try:
+        answer = _exchange(sealed, payload)
+    except (OSError, ValueError):
+        sealed.close()
+        return None
+    _keep(key, sealed)
+    return answer
+
+
+QUIET = "quiet"  # a message whose this is true gets no answer (tell_kept)
+
+
+def tell_kept(
+    driver: DriverAddress | None, query: QueryKey | None, message: dict[str, Any], timeout: float = 3.0
+) -> bool:
+    """``message`` sent over the kept connection (:func:`ask_kept`) with no answer asked for or waited on: what a
+    task read goes so, the moment before it hands Spark its last batch, and the task ends without waiting for the
+    driver's thread to wake (0.3-0.7 ms of a small task on a busy executor, issue 87). The driver, not the task,
+    makes sure it has the reports before it plans on them (:meth:`~eventhubs_spark.lag.tracker.LagTracker.
+    await_reports` at the next trigger). A kept connection that carries no answers has nothing to read: one that has
+    something (its end) was closed by the driver, and is made again. False when it could not be sent (never
+    raises)."""
+    if driver is None or query is None or REACH.known_down(driver):
+        return False
+    payload = _payload({**message, QUIET: True})
+    proof = hash(query.key.reveal())
+    kept = _take_kept(driver, query, proof)
+    if kept is not None:
+        key, sealed = kept
+        try:
+            if sealed.ready():
+                raise ConnectionResetError("the driver closed the kept connection")
+            sealed.settimeout(timeout)
+            sealed.send_frame(payload)
+        except (OSError, ValueError):
+            sealed.close()
+        else:
+            _keep(key, sealed)
+            return True
+    made = _new(driver, query, proof, timeout)
+    if made is None:
+        return False
+    key, sealed = made
     try:
         sealed.send_frame(payload)
     except (OSError, ValueError):
         sealed.close()
+        return False
+    _keep(key, sealed)
+    return True
+
+
+KeptKey: TypeAlias = tuple[str, int, str, int]  # (host, port, query, hash of its key)
+
+
+def _take_kept(driver: DriverAddress, query: QueryKey, proof: int) -> tuple[KeptKey, SealedSocket] | None:
+    """A kept connection to this driver for this query and key, now this caller's alone (:func:`_keep` gives it
+    back); None when there is none."""
+    with _KEPT_LOCK:
+        for key in _KEPT:
+            if key[1:] == (driver.port, query.query, proof):
+                return key, _KEPT.pop(key)
+    return None
+
+
+def _new(driver: DriverAddress, query: QueryKey, proof: int, timeout: float) -> tuple[KeptKey, SealedSocket] | None:
+    """A new proven connection to the driver, to be kept; None when it cannot be made (or the driver is known to be
+    unreachable: the file other processes may leave is looked up only here, a kept connection having shown it is
+    reached)."""
+    if not REACH.reachable(driver):
         return None
+    connected = _connect(driver, query, timeout)
+    if connected is None:
+        return None
+    host, sealed = connected
     return (host, driver.port, query.query, proof), sealed
 
 
-def _answer(
-    key: tuple[str, int, str, int],
-    sealed: SealedSocket,
-    payload: bytes,
-    driver: DriverAddress,
-    query: QueryKey,
-    timeout: float,
-    again: bool,
-) -> dict[str, Any] | None:
-    """The answer on the connection the message went on, which is kept then. A kept one (``again``) that broke
-    meanwhile (the driver closed it idle: a send into it still succeeds) is made again once and the message sent on
-    it."""
-    try:
-        answer = json.loads(sealed.recv_frame().decode("utf-8"))
-    except (OSError, ValueError):
-        sealed.close()
-        sent = _send_new(payload, key[3], driver, query, timeout) if again else None
-        return None if sent is None else _answer(*sent, payload, driver, query, timeout, False)
-    _keep(key, sealed)
-    return answer if isinstance(answer, dict) else None
-
-
-def _keep(key: tuple[str, int, str, int], sealed: SealedSocket) -> None:
+def _keep(key: KeptKey, sealed: SealedSocket) -> None:
     with _KEPT_LOCK:
         other = _KEPT.get(key)
         _KEPT[key] = sealed

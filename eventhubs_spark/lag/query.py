@@ -67,8 +67,11 @@ class QueryLag:
     def running(self, ranges: Mapping[str, tuple[int, int]]) -> None:
         self.tracker.running(ranges)
 
-    def read(self, partition: str, end: int, enqueued_micros: int) -> None:
+    def read(self, partition: str, end: int, enqueued_micros: int | None) -> None:
         self.tracker.read(partition, end, enqueued_micros)
+
+    def await_reports(self, timeout: float) -> bool:
+        return self.tracker.await_reports(timeout)
 
     def progress(self, partitions: int) -> dict[str, Any] | None:
         """The figures the progress's ``latestOffset`` carries (None before the first trigger)."""

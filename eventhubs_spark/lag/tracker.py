@@ -321,6 +321,9 @@ class LagTracker:
     _inflight: dict[str, tuple[int, int]] = field(default_factory=dict)  # the running batch's ranges
     _inflight_since: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # on _lock: a task said what it read (await_reports)
+    _reported: threading.Condition = field(init=False, repr=False, compare=False)
+    _awaiting: bool = True  # await_reports waits (until a wait runs out)
     # the array path's state (lag_columns): the last trigger's partitions as arrays; _moving then holds only the
     # partitions outside them (a partition that left, in ownership mode, keeps its state for when it comes back)
     _infos_columns: InfoColumns | None = None
@@ -333,20 +336,55 @@ class LagTracker:
         task, and a 1,024-partition hub's arrays (and properties) would go with it; a copy works them out again."""
         state = self.__dict__.copy()
         state.pop("_lock")
+        state.pop("_reported")
         state.update(_moving=self._moving_states(), _moving_columns=None, _infos_columns=None, _read_columns=None,
                      _reads_changed=True)  # fmt: skip
         return state
 
+    def __post_init__(self) -> None:
+        self._reported = threading.Condition(self._lock)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._reported = threading.Condition(self._lock)
 
-    def read(self, partition: str, end: int, enqueued_micros: int) -> None:
+    def read(self, partition: str, end: int, enqueued_micros: int | None) -> None:
         """An executor read a range of ``partition`` up to ``end`` (exclusive); its last event was enqueued
-        at ``enqueued_micros`` (microseconds since 1970, UTC)."""
-        with self._lock:
+        at ``enqueued_micros`` (microseconds since 1970, UTC; None: no event was left of it to read)."""
+        with self._reported:  # all of it taken before a trigger waiting for it wakes
             self._done[partition] = max(end, self._done.get(partition, end))
-        self._know(partition, end, enqueued_micros)
+            if enqueued_micros is not None:
+                self._know_locked(partition, end, enqueued_micros)
+            self._reported.notify_all()
+
+    def await_reports(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` seconds) until a task has said it read every range of the running batch: a task
+        tells the driver what it read and does not wait for it to be taken (issue 87), so the report may still be
+        on its way when Spark starts the next trigger, whose lag figures and mirrored checkpoints use it. True when
+        all were said. Once a wait runs out (executors that cannot reach the driver, a report lost) the next
+        triggers do not wait until a batch's reports are all here again: the figures are then a trigger late, and
+        the mirror looks the checkpoint's event up on the hub, as without the reports."""
+
+        def missing() -> bool:
+            return any(self._done.get(p, start) < end for p, (start, end) in self._inflight.items())
+
+        with self._reported:
+            if not missing():
+                self._awaiting = True
+                return True
+            if not self._awaiting:
+                return False
+            if self._reported.wait_for(lambda: not missing(), timeout):
+                return True
+            self._awaiting = False
+        _LOG.info(
+            "hub %s: the tasks of the last batch did not all say what they read within %g s: lag figures "
+            "may be a trigger late; not waited for again until a batch's reports all arrive",
+            self.hub,
+            timeout,
+        )
+        return False
 
     def known_reads(self) -> dict[str, tuple[int, int]]:
         """Each partition's furthest end whose previous event's enqueued time is known (µs)."""
@@ -356,10 +394,14 @@ class LagTracker:
     def _know(self, partition: str, end: int, enqueued_micros: int) -> None:
         """The event before position ``end`` was enqueued at ``enqueued_micros``."""
         with self._lock:
-            known = self._read.get(partition)
-            if known is None or end >= known[0]:
-                self._read[partition] = (end, enqueued_micros)
-                self._take_read(partition, end, enqueued_micros)
+            self._know_locked(partition, end, enqueued_micros)
+
+    def _know_locked(self, partition: str, end: int, enqueued_micros: int) -> None:
+        """:meth:`_know`, the caller holding ``_lock``."""
+        known = self._read.get(partition)
+        if known is None or end >= known[0]:
+            self._read[partition] = (end, enqueued_micros)
+            self._take_read(partition, end, enqueued_micros)
 
     def _take_read(self, partition: str, end: int, micros: int) -> None:
         """A read just put in ``_read``, into its arrays too (called under ``_lock``)."""

@@ -43,12 +43,13 @@ class QueryDriver:
         hub: str,
         clock: Callable[[], float] = time.monotonic,
         bind: str = "0.0.0.0",
-        on_read: Callable[[str, int, int, str | None], None] | None = None,
+        on_read: Callable[[str, int, int | None, str | None], None] | None = None,
         ports: str = "0",
     ) -> None:
         """``on_read(partition, end, enqueued_micros, offset)``: a task read a range of the partition up to ``end``,
-        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.lag`) and at ``offset``
-        (the event at ``end - 1``; None when the task did not say: the checkpoint mirror's)."""
+        its last event enqueued then (the query's lag figures, :mod:`eventhubs_spark.lag`; None when no event was
+        left of it to read) and at ``offset`` (the event at ``end - 1``; None when the task did not say: the
+        checkpoint mirror's)."""
         self.hub = hub
         self.on_read = on_read
         self.clock = clock
@@ -215,7 +216,8 @@ class QueryDriver:
             return
         for entry in ranges:
             try:
-                partition, end, micros = str(entry[0]), int(entry[1]), int(entry[2])
+                partition, end = str(entry[0]), int(entry[1])
+                micros = int(entry[2]) if len(entry) > 2 else None  # None: the range had no event left to read
             except (TypeError, ValueError, IndexError):
                 continue  # a malformed entry says nothing (the time of that partition stays unknown)
             offset = entry[3] if len(entry) > 3 and type(entry[3]) is str else None

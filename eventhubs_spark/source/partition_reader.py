@@ -79,7 +79,8 @@ def read_partition(split: EventHubsPartition, needed: frozenset[int] | None = No
     retry = ctx is not None and ctx.attemptNumber() > 0
     requests = [dataclasses.replace(r, retry=True) if retry else r for r in split.requests if r.end > r.start]
     # each range read: [partition, end, its last event's enqueued time (µs), and its offset when it is the event at
-    # end - 1 (a plain position: the checkpoint the next trigger mirrors names it)]
+    # end - 1 (a plain position: the checkpoint the next trigger mirrors names it)]; [partition, end] when it had
+    # no event left to read
     done: list[list[Any]] = []
     if len(requests) > 1:
         batches = _joined(_read_ahead(split, requests, done, needed))
@@ -93,17 +94,13 @@ def read_partition(split: EventHubsPartition, needed: frozenset[int] | None = No
             yield held
         held = batch
     first = split.requests[0]
-    answer = None
     if done and first.driver is not None:
-        # The stream's driver works out how far behind the query is in time from each range's last event
-        # (lag/). Asked, not told: the answer comes before the task ends, so before the next trigger; asked
-        # before the last batch goes, so the round trip runs while Spark takes it.
-        message = {"kind": "read", "ranges": done}
-        answer = driver_channel.ask_kept_later(first.driver, first.query, message, timeout=_TELL_READ_TIMEOUT)
+        # The stream's driver works out how far behind the query is in time from each range's last event (lag/),
+        # and the checkpoint the next trigger mirrors names its offset. Told before the last batch goes, and not
+        # waited for: the driver waits at its next trigger for the running batch's reports it lacks.
+        driver_channel.tell_kept(first.driver, first.query, {"kind": "read", "ranges": done}, _TELL_READ_TIMEOUT)
     if held is not None:
         yield held
-    if answer is not None:
-        answer()
 
 
 def _read_range(
@@ -129,6 +126,8 @@ def _read_range(
             if last.column(_SEQUENCE)[row].as_py() == request.end - 1:
                 entry.append(last.column(_OFFSET)[row].as_py())
             done.append(entry)
+        else:  # nothing was left of it to read (expired, with failOnDataLoss=false): read all the same
+            done.append([request.partition, request.end])
     finally:
         if stats.get("fallbacks"):
             slow_path_taken(request, int(stats["fallbacks"]), int(stats.get("read", 0)))
@@ -196,7 +195,7 @@ _SEQUENCE = ARROW_SCHEMA.get_field_index("sequenceNumber")
 _OFFSET = ARROW_SCHEMA.get_field_index("offset")
 
 
-_TELL_READ_TIMEOUT = 2.0  # seconds a task waits to tell the driver what it read (best effort: never fails it)
+_TELL_READ_TIMEOUT = 2.0  # seconds a task may take to tell the driver what it read (best effort: never fails it)
 
 
 _SLOW_PATH_SAID: set[tuple[str, str, str, str]] = set()

@@ -63,6 +63,9 @@ except ImportError:  # Spark 4.0 and 4.1: the connector applies its own limits
 FETCHED_FOR = 5.0  # seconds a query's first trigger may plan from the properties its initialOffset fetched
 
 UNHEARD_AFTER = 4  # the driver says no executor reached its channel when planning this batch (three ran before)
+# A trigger waits at most this long for the last batch's tasks' reports still on their way (lag.tracker's
+# await_reports): they are sent as a task ends and are nearly always here long before Spark's next trigger.
+REPORTS_WAIT = 0.5
 
 
 class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -234,6 +237,8 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         elif not latest.keys() <= begin.keys():  # a set comparison in C, not a setdefault a partition
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
+        if self._driver is not None and self._planned_batch:  # what the batch before read: its tasks told, not asked
+            self._lag.await_reports(REPORTS_WAIT)
         report = self._lag.observe(begin, infos, self._planned_batch)
         if limit is None:
             max_events = self._limit_without_admission_control()
@@ -442,12 +447,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self._no_driver = True
         return self._driver
 
-    def _task_read(self, partition: str, end: int, enqueued_micros: int, offset: str | None) -> None:
+    def _task_read(self, partition: str, end: int, enqueued_micros: int | None, offset: str | None) -> None:
         """A task read a range of ``partition`` up to ``end`` (on the driver channel's thread): the lag figures take
-        its last event's time, the checkpoint mirror its offset."""
-        self._lag.read(partition, end, enqueued_micros)
+        its last event's time, the checkpoint mirror its offset (first: the lag's read wakes a trigger waiting for
+        it, which then mirrors)."""
         if offset is not None:
             self.planner.mirror.note_read(partition, end - 1, offset)
+        self._lag.read(partition, end, enqueued_micros)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled only for the tasks (see :class:`TaskReader`): the listening socket, the planning state and the lag

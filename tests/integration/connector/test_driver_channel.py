@@ -195,35 +195,37 @@ def test_what_tasks_read_reaches_the_driver_over_one_kept_connection_made_again_
         driver.close()
 
 
-def test_a_read_is_sent_before_its_answer_is_awaited_on_the_kept_connection_made_again_when_the_driver_closed_it(
+def test_a_read_told_reaches_the_driver_with_no_answer_on_the_kept_connection_made_again_when_the_driver_closed_it(
     monkeypatch,
 ):
-    """ask_kept_later: the driver has the message before the caller takes the answer; a kept connection the driver
-    closed idle (a send into it still succeeds) is found out at the answer and made again, the message sent once
-    more; an answer never taken leaves its connection unkept, so the next ask is not answered out of step."""
+    """tell_kept: the driver takes the message and sends nothing back, so the kept connection stays in step for the
+    asks that share it; one the driver closed idle (a send into it would still succeed, and be lost) is found out
+    before the send and made again."""
     monkeypatch.setattr(driver_channel, "KEPT_IDLE", 0.3)
-    reads: list[tuple[str, int, int, str | None]] = []
+    reads: list[tuple[str, int, int | None, str | None]] = []
     driver = QueryDriver("telemetry", bind="127.0.0.1", on_read=lambda *read: reads.append(read))
+
+    def arrived(count: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(reads) < count:
+            assert time.monotonic() < deadline, f"the driver has {len(reads)} of {count} reads told"
+            time.sleep(0.01)
+
     try:
         where = driver.address()
-        answer = driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["1", 5, 100]]})
-        deadline = time.monotonic() + 5
-        while not reads:
-            assert time.monotonic() < deadline, "the driver did not get the message before its answer was taken"
-            time.sleep(0.01)
-        assert reads == [("1", 5, 100, None)]
-        assert answer() == {"ok": True}
-        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["1", 6, 101]]}) == {"ok": True}
-        assert driver.channel.accepted == 1  # kept
+        assert driver_channel.tell_kept(where, driver.query, {"kind": "read", "ranges": [["1", 5, 100]]})
+        assert driver_channel.tell_kept(where, driver.query, {"kind": "read", "ranges": [["1", 6, 101], ["2", 4]]})
+        arrived(3)
+        assert reads == [("1", 5, 100, None), ("1", 6, 101, None), ("2", 4, None, None)]
+        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["1", 7, 102]]}) == {"ok": True}
+        assert driver.channel.accepted == 1  # one connection, still in step: the ask got its own answer
         time.sleep(0.8)  # the driver closes it, idle
-        answer = driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["1", 9, 102]]})
-        assert answer() == {"ok": True}
-        assert reads[-1] == ("1", 9, 102, None) and len(reads) == 3
-        assert driver.channel.accepted == 2
-        driver_channel.ask_kept_later(where, driver.query, {"kind": "read", "ranges": [["2", 1, 1]]})  # not awaited
-        assert driver_channel.ask_kept(where, driver.query, {"kind": "read", "ranges": [["2", 2, 2]]}) == {"ok": True}
-        assert driver.channel.accepted == 3
-        assert reads[-2:] == [("2", 1, 1, None), ("2", 2, 2, None)]
+        assert driver_channel.tell_kept(where, driver.query, {"kind": "read", "ranges": [["1", 9, 103]]})
+        arrived(5)
+        assert reads[-1] == ("1", 9, 103, None) and driver.channel.accepted == 2
+        wrong = QueryKey(driver.query.query, Secret("not-the-key"))
+        assert not driver_channel.tell_kept(where, wrong, {"kind": "read", "ranges": [["3", 50, 1]]})
+        assert driver_channel.tell_kept(None, driver.query, {"kind": "read", "ranges": []}) is False
     finally:
         driver.close()
 

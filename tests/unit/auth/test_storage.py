@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.unit.support.lag import at, info, micros, tracker
 
 
@@ -69,6 +71,37 @@ def test_a_partition_that_does_not_move_while_events_wait_is_stalled_after_n_bat
     assert quiet.partitions["0"].stalled and "cause unknown" in quiet.partitions["1"].stalled
     # nothing waiting is never a stall
     assert lag.observe({"0": 100, "1": 100}, infos, True).summary()["stalledPartitions"] == []
+
+
+def test_a_trigger_awaits_the_last_batchs_reports_still_on_their_way_and_stops_waiting_once_one_never_came():
+    """Tasks tell the driver what they read without waiting for it (issue 87): the next trigger waits for the
+    reports of the batch before that are not here yet, so its figures and mirrored checkpoints use them; a wait that
+    runs out is not repeated until a batch's reports are all here again."""
+    import threading
+
+    lag, _ = tracker()
+    assert lag.await_reports(0.0), "no batch ran: nothing to wait for"
+    lag.running({"0": (10, 20), "1": (5, 9), "2": (7, 7)})  # an empty range is not awaited
+    lag.read("1", 9, micros(at(1)))
+    late = threading.Timer(0.2, lag.read, ("0", 20, None))  # a range with no event left says its end alone
+    late.start()
+    try:
+        assert lag.await_reports(10.0), "the report on its way was awaited"
+    finally:
+        late.cancel()
+    assert lag.known_reads() == {"1": (9, micros(at(1)))}
+    lag.running({"0": (20, 30), "1": (9, 12)})
+    lag.read("1", 12, micros(at(2)))
+    assert not lag.await_reports(0.05), "partition 0's report never came"
+    lag.running({"0": (30, 40)})
+    started = time.monotonic()
+    assert not lag.await_reports(30.0), "after a wait that ran out, a trigger does not wait"
+    assert time.monotonic() - started < 5.0
+    lag.read("0", 40, micros(at(3)))
+    assert lag.await_reports(0.0)  # all here again: the next batch's are awaited again
+    lag.running({"0": (40, 50)})
+    threading.Timer(0.1, lag.read, ("0", 50, micros(at(4)))).start()
+    assert lag.await_reports(10.0)
 
 
 def test_a_running_batch_whose_range_is_not_read_in_time_is_named_once():

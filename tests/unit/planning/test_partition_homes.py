@@ -34,8 +34,11 @@ def test_homes_follow_the_services_heard_from_and_a_service_that_goes_or_falls_s
         assert driver.homes(["0"]) == {}
         assert driver.handle({"kind": "service", "executor": "c"}) is None, "a malformed announcement is refused"
         assert driver.handle({"kind": "no such kind"}) is None
-        assert driver.handle({"kind": "read", "ranges": [["3", 40, 1_700_000_000_000_000], ["bad"]]}) == {"ok": True}
-        assert reads == [("3", 40, 1_700_000_000_000_000, None)], "a malformed entry says nothing"
+        ranges = [["3", 40, 1_700_000_000_000_000], ["bad"], ["4", 9], ["5", 3, "x"]]
+        assert driver.handle({"kind": "read", "ranges": ranges}) == {"ok": True}
+        assert reads == [("3", 40, 1_700_000_000_000_000, None), ("4", 9, None, None)], (
+            "a range with nothing left to read says its end alone; a malformed entry says nothing"
+        )
     finally:
         driver.close()
 

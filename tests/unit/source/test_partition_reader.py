@@ -49,10 +49,12 @@ def _events(partition: str, start: int, end: int):
 
 class _Reads:
     """A runtime whose reads take longer the earlier the range (so later ones end first), counting reads at once;
-    a range of partition ``fail`` fails."""
+    a range of partition ``fail`` fails, one of ``empty`` has no event left."""
 
-    def __init__(self, fail: str | None = None) -> None:
+    def __init__(self, fail: str | None = None, empty: str | None = None) -> None:
         import threading
+
+        self.empty = empty  # a partition whose ranges have no event left to read
 
         self.lock = threading.Lock()
         self.running = self.most = 0
@@ -80,7 +82,8 @@ class _Reads:
             time.sleep(0.05 / (1 + int(request.partition)))
             if request.partition == self.fail:
                 raise EventHubsError(f"partition {request.partition} cannot be read")
-            yield from _events(request.partition, request.start, request.end)
+            if request.partition != self.empty:
+                yield from _events(request.partition, request.start, request.end)
         finally:
             with self.lock:
                 self.running -= 1
@@ -135,12 +138,12 @@ def test_a_packed_tasks_failing_range_fails_it_in_its_turn(monkeypatch, in_spark
     assert set(fake.begun[:2]) == {"0", "1"} and len(fake.begun) <= 4, fake.begun
 
 
-def test_what_a_task_read_goes_to_the_driver_before_its_last_batch_and_the_answer_is_awaited_after(
+def test_what_a_task_read_is_told_to_the_driver_before_its_last_batch_and_no_answer_is_awaited(
     monkeypatch, in_spark_task
 ):
-    """The report of each range's end is sent while Spark still has the last batch to take (so the driver's round
-    trip overlaps it) and its answer is waited for before the task ends, so before the next trigger; a task stopped
-    early sends nothing."""
+    """The report of each range's end is sent while Spark still has the last batch to take, and the task ends
+    without waiting for the driver (which waits at its next trigger for reports still on their way); a range with
+    no event left to read is reported by its end alone; a task stopped early sends nothing."""
     import dataclasses
 
     from eventhubs_spark.interprocess import driver_channel
@@ -150,24 +153,24 @@ def test_what_a_task_read_goes_to_the_driver_before_its_last_batch_and_the_answe
 
     steps: list[object] = []
 
-    def later(driver, query, message, timeout=3.0):
-        steps.append(("sent", [entry[:2] for entry in message["ranges"]]))
-        return lambda: steps.append("answered")
+    def tell(driver, query, message, timeout=3.0):
+        steps.append(("told", [entry[:2] if len(entry) > 2 else ["empty", *entry] for entry in message["ranges"]]))
+        return True
 
-    monkeypatch.setattr(driver_channel, "ask_kept_later", later)
-    monkeypatch.setattr(runtime, "current", lambda: _Reads())
+    monkeypatch.setattr(driver_channel, "tell_kept", tell)
+    monkeypatch.setattr(runtime, "current", lambda: _Reads(empty="1"))
     monkeypatch.setattr(runtime, "RANGE_READERS", 2)
     where, query = DriverAddress(("127.0.0.1",), 9), new_query_key()
-    for partitions in (1, 3):  # one range, and a packed task
+    for partitions in (1, 3):  # one range, and a packed task (whose partition 1 has nothing left)
         packed = _packed(partitions, 12)
         task = EventHubsPartition(tuple(dataclasses.replace(r, driver=where, query=query) for r in packed.requests))
         steps.clear()
         for batch in partition_reader.read_partition(task):
             steps.append(batch.num_rows)
-        whole = [("sent", [[str(p), 112] for p in range(partitions)])]
-        assert steps[-3:] == [*whole, steps[-2], "answered"] and isinstance(steps[-2], int), steps
-        assert sum(n for n in steps if isinstance(n, int)) == 12 * partitions
-        assert steps.count("answered") == 1
+        told = [["empty", str(p), 112] if p == 1 else [str(p), 112] for p in range(partitions)]
+        assert steps[-2:] == [("told", told), steps[-1]] and isinstance(steps[-1], int), steps
+        assert sum(n for n in steps if isinstance(n, int)) == 12 * (1 if partitions == 1 else partitions - 1)
+        assert len([s for s in steps if isinstance(s, tuple)]) == 1
     one = EventHubsPartition(tuple(dataclasses.replace(r, driver=where, query=query) for r in _packed(1, 12).requests))
     steps.clear()
     reading = partition_reader.read_partition(one)
