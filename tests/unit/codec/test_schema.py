@@ -127,6 +127,27 @@ def test_a_projection_decodes_its_own_columns_and_those_a_task_reports_and_all_p
     assert Projection((0, 9), ("body", "value"), wider).needed is None
 
 
+def test_a_projection_crosses_to_a_task_without_the_sources_schema_and_a_worker_keeps_the_one_it_made() -> None:
+    """Every task unpickles its reader's projection: one of the source's own columns goes as its indexes and names,
+    and comes back as the projection the worker already made for them (its narrowed schema made once); one of a
+    wider source (Avro, JSON) goes whole."""
+    import pickle
+
+    from eventhubs_spark.codec.schema import ARROW_SCHEMA, Projection
+
+    picked = Projection((3, 0), ("sequenceNumber", "Body"))
+    blob = pickle.dumps(picked)
+    assert b"enqueuedTime" not in blob, "the source's schema went with it"
+    first, second = pickle.loads(blob), pickle.loads(blob)
+    assert first == picked and first is second and first.source is ARROW_SCHEMA
+    assert first.arrow_schema.names == ["sequenceNumber", "Body"] and first.needed == picked.needed
+    copy = Projection((3, 0), ("sequenceNumber", "Body"), pa.schema(list(ARROW_SCHEMA)))  # equal, not the same
+    assert pickle.loads(pickle.dumps(copy)) is first
+    wider = Projection((0, 9), ("body", "value"), pa.schema([*ARROW_SCHEMA, pa.field("value", pa.string())]))
+    back = pickle.loads(pickle.dumps(wider))
+    assert back == wider and back.needed is None and back.arrow_schema.names == ["body", "value"]
+
+
 @pytest.mark.parametrize(
     ("fields", "named", "says"),
     [
