@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from eventhubs_spark.interprocess.sealed_socket import RefusedError, SealedSocket, client_handshake, server_handshake
 from eventhubs_spark.interprocess.sockets import (
@@ -302,33 +302,12 @@ def ask_kept(
 ) -> dict[str, Any] | None:
     """:func:`ask` over a connection this process keeps to the query's driver, made (and proven) once: a message then
     costs a sealed frame each way, not a connection and a handshake. A kept connection that broke (the driver closed
-    it idle, or restarted) is made again once; None when the driver cannot be reached (never raises)."""
+    it idle, or restarted: a send into it still succeeds, the answer does not come) is made again once; None when the
+    driver cannot be reached (never raises)."""
     if driver is None or query is None or REACH.known_down(driver):
         return None
     payload = _payload(message)
-    proof = hash(query.key.reveal())
-    kept = _take_kept(driver, query, proof)
-    if kept is not None:
-        key, sealed = kept
-        try:
-            sealed.settimeout(timeout)
-            answer = _exchange(sealed, payload)
-        except (OSError, ValueError):
-            sealed.close()  # broken (a send into a connection the driver closed still succeeds): made again below
-        else:
-            _keep(key, sealed)
-            return answer
-    made = _new(driver, query, proof, timeout)
-    if made is None:
-        return None
-    key, sealed = made
-    try:
-        answer = _exchange(sealed, payload)
-    except (OSError, ValueError):
-        sealed.close()
-        return None
-    _keep(key, sealed)
-    return answer
+    return _over_kept(driver, query, timeout, lambda sealed: _exchange(sealed, payload))
 
 
 QUIET = "quiet"  # a message whose this is true gets no answer (tell_kept)
@@ -347,31 +326,43 @@ def tell_kept(
     if driver is None or query is None or REACH.known_down(driver):
         return False
     payload = _payload({**message, QUIET: True})
+
+    def send(sealed: SealedSocket) -> bool:
+        if sealed.ready():
+            raise ConnectionResetError("the driver closed the kept connection")
+        sealed.send_frame(payload)
+        return True
+
+    return _over_kept(driver, query, timeout, send) is True
+
+
+R = TypeVar("R")
+
+
+def _over_kept(driver: DriverAddress, query: QueryKey, timeout: float, use: Callable[[SealedSocket], R]) -> R | None:
+    """``use(connection)`` on the connection kept to the driver for this query and key, or (there is none, or it
+    broke: ``use`` raised OSError or ValueError) once on a new one, kept after; None when neither could be used."""
     proof = hash(query.key.reveal())
     kept = _take_kept(driver, query, proof)
     if kept is not None:
-        key, sealed = kept
-        try:
-            if sealed.ready():
-                raise ConnectionResetError("the driver closed the kept connection")
-            sealed.settimeout(timeout)
-            sealed.send_frame(payload)
-        except (OSError, ValueError):
-            sealed.close()
-        else:
-            _keep(key, sealed)
-            return True
+        used, result = _use(kept, timeout, use)
+        if used:
+            return result
     made = _new(driver, query, proof, timeout)
-    if made is None:
-        return False
-    key, sealed = made
+    return None if made is None else _use(made, timeout, use)[1]
+
+
+def _use(kept: tuple[KeptKey, SealedSocket], timeout: float, use: Callable[[SealedSocket], R]) -> tuple[bool, R | None]:
+    """(True, what ``use`` gave) with the connection kept again; (False, None) with it closed when it broke."""
+    key, sealed = kept
     try:
-        sealed.send_frame(payload)
+        sealed.settimeout(timeout)
+        result = use(sealed)
     except (OSError, ValueError):
         sealed.close()
-        return False
+        return False, None
     _keep(key, sealed)
-    return True
+    return True, result
 
 
 KeptKey: TypeAlias = tuple[str, int, str, int]  # (host, port, query, hash of its key)
