@@ -216,6 +216,10 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._note_trigger()
         infos = self._trigger_infos()
         latest = self._ends(infos)
+        if self._driver is not None and self._planned_batch:
+            # what the batch before read (its tasks told, not asked), before anything here uses it: the lag figures,
+            # the checkpoints mirrored and, in ownership mode, those of the partitions handed over
+            self._lag.await_reports(REPORTS_WAIT)
         # Every batch that ended at or before ``start`` is complete (Spark plans one batch at a time); on
         # Spark 4.0/4.1 the same holds for this reader's previous answer.
         if start is not None:
@@ -237,8 +241,6 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         elif not latest.keys() <= begin.keys():  # a set comparison in C, not a setdefault a partition
             for pid in latest:
                 begin.setdefault(pid, 0)  # a partition added at runtime is read from its first event
-        if self._driver is not None and self._planned_batch:  # what the batch before read: its tasks told, not asked
-            self._lag.await_reports(REPORTS_WAIT)
         report = self._lag.observe(begin, infos, self._planned_batch)
         if limit is None:
             max_events = self._limit_without_admission_control()

@@ -73,6 +73,33 @@ def test_the_stream_reader_logs_shows_and_writes_each_triggers_lag_and_names_a_s
     assert written[-1].partitions["1"].stalled and not written[-2].partitions["1"].stalled
 
 
+def test_a_trigger_waits_for_the_last_batchs_reports_still_on_their_way_before_it_works_out_the_lag():
+    """Tasks tell the driver what they read and do not wait for it to be taken (issue 87): a report may still be on
+    its way when Spark starts the next trigger, which waits for it (at most REPORTS_WAIT) before its figures."""
+    import threading
+
+    from eventhubs_spark.planning.partition_homes import QueryDriver
+
+    table = lag_Table({"0": (100, at(10)), "1": (20, at(20))})
+    options = {"eventhubs.connectionString": lag_CONN, "eventhubs.startingPosition": '{"seqNo": 0}',
+               "maxEventsPerTrigger": "60"}  # fmt: skip
+    reader = EventHubsStreamReader(options, metadata=lambda: table)
+    reader._driver = QueryDriver("hub", bind="127.0.0.1", on_read=reader._task_read)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, None)
+        reader.partitions(start, end)  # the batch runs: partitions 0 [0, 50) and 1 [0, 10)
+        reader._task_read("1", 10, micros(at(15)), "1010")  # told as its task ended
+        late = threading.Timer(0.3, reader._task_read, ("0", 50, micros(at(6)), "4900"))  # still on its way
+        late.start()
+        reader.latestOffset(end, None)
+        shown = reader.reportLatestOffset()[LAG_KEY]
+        assert shown["secondsBehindLatest"] == {"0": 4.0, "1": 5.0}, "the report on its way was waited for"
+    finally:
+        late.cancel()
+        reader._driver.close()
+
+
 def test_a_stream_plans_ranges_by_backlog_and_picks_up_added_partitions():
     table = planning_Table({"0": (0, 30), "1": (0, 10)})
     options = {
