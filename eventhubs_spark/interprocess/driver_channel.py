@@ -43,6 +43,12 @@ _LOG = logging.getLogger(__name__)
 
 MAX_MESSAGE = 64 * 1024
 KEPT_IDLE = 600.0  # seconds the driver keeps an idle kept connection (ask_kept) open
+# A kept connection whose messages the driver's host has not acknowledged for this long is ended by the kernel
+# (TCP_USER_TIMEOUT): a told message (tell_kept) waits for no answer, so without it a driver a firewall cut off
+# would take every report into the connection's send buffer unsaid, and never be found unreachable (its port is
+# probed, and the finding said, when the next message makes a new connection). The driver reads every message at
+# once, so its window never stays closed this long.
+UNACKED_LIMIT = 3.0
 Handler = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
@@ -321,8 +327,9 @@ def tell_kept(
     driver's thread to wake (0.3-0.7 ms of a small task on a busy executor, issue 87). The driver, not the task,
     makes sure it has the reports before it plans on them (:meth:`~eventhubs_spark.lag.tracker.LagTracker.
     await_reports` at the next trigger). A kept connection that carries no answers has nothing to read: one that has
-    something (its end) was closed by the driver, and is made again. False when it could not be sent (never
-    raises)."""
+    something (its end) was closed by the driver, and is made again; one whose messages a firewall drops is ended by
+    the kernel after :data:`UNACKED_LIMIT` seconds, and the next message probes the driver's port (and says it cannot
+    be reached). False when it could not be sent (never raises)."""
     if driver is None or query is None or REACH.known_down(driver):
         return False
     payload = _payload({**message, QUIET: True})
@@ -388,6 +395,10 @@ def _new(driver: DriverAddress, query: QueryKey, proof: int, timeout: float) -> 
     if connected is None:
         return None
     host, sealed = connected
+    user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux
+    if user_timeout is not None and sealed.sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sealed.sock.setsockopt(socket.IPPROTO_TCP, user_timeout, int(UNACKED_LIMIT * 1000))
     return (host, driver.port, query.query, proof), sealed
 
 
