@@ -59,17 +59,19 @@ class Projection:
         """The source's columns a task decodes for this projection (None: all): its own, and those a task reports to
         the driver (a range's last sequence number, offset and enqueued time); None past the source's own columns
         (an Avro or JSON ``value`` is made from the body)."""
-        if self.source is not ARROW_SCHEMA and not self.source.equals(ARROW_SCHEMA):
-            return None
-        return frozenset(self.indexes) | REPORTED
+        return frozenset(self.indexes) | REPORTED if self._of_own_source else None
+
+    @functools.cached_property
+    def _of_own_source(self) -> bool:
+        """Its source is the source's own columns (a task's unpickled copy of them included)."""
+        return self.source is ARROW_SCHEMA or self.source.equals(ARROW_SCHEMA)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled without the source's schema when it is the source's own: every task unpickles its reader's
         projection, and a schema's copy (13 us on an idle machine, three times that on a busy executor), compared
         with the source's (``needed``) and narrowed (``arrow_schema``) made a third of a small task's unpickling and
         setting up (issue 87); a worker keeps the projections it made."""
-        own = self.source is ARROW_SCHEMA or self.source.equals(ARROW_SCHEMA)
-        return _unpickled_projection, (self.indexes, self.names, None if own else self.source)
+        return _unpickled_projection, (self.indexes, self.names, None if self._of_own_source else self.source)
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The batch's columns the query asked for (no copy)."""

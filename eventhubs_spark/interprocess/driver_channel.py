@@ -299,7 +299,8 @@ def ask(
 
 
 # this process's kept connections to query drivers, by (host, port, query, key): proven with that very key
-_KEPT: dict[tuple[str, int, str, int], SealedSocket] = {}  # see KeptKey
+KeptKey: TypeAlias = tuple[str, int, str, int]  # (host, port, query, hash of its key)
+_KEPT: dict[KeptKey, SealedSocket] = {}
 _KEPT_LOCK = threading.Lock()
 
 
@@ -370,9 +371,6 @@ def _use(kept: tuple[KeptKey, SealedSocket], timeout: float, use: Callable[[Seal
         return False, None
     _keep(key, sealed)
     return True, result
-
-
-KeptKey: TypeAlias = tuple[str, int, str, int]  # (host, port, query, hash of its key)
 
 
 def _take_kept(driver: DriverAddress, query: QueryKey, proof: int) -> tuple[KeptKey, SealedSocket] | None:
